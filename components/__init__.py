@@ -1,0 +1,1 @@
+"""One ComponentResource per concern, plus the Ray job dynamic provider."""
