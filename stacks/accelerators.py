@@ -23,6 +23,7 @@ class Accelerator:
     nccl_tuner_file: str
     vcpus: int
     memory_gb: int  # machine spec, decimal GB
+    local_ssds: int  # local NVMe SSDs backing pods' ephemeral storage (checkpoints, /tmp, caches)
     # Capacity left for the GCS FUSE sidecar, the NCCL installer and GKE's own DaemonSets.
     daemon_cpu: float = 4.0
     daemon_memory_gib: int = 32
@@ -81,6 +82,7 @@ ACCELERATORS: dict[str, Accelerator] = {
         nccl_tuner_file="/usr/local/gib/configs/tuner_config_a4.txtpb",
         vcpus=224,
         memory_gb=3968,
+        local_ssds=32,
     ),
     "h200": Accelerator(
         key="h200",
@@ -92,6 +94,7 @@ ACCELERATORS: dict[str, Accelerator] = {
         nccl_tuner_file="/usr/local/gib/configs/tuner_config_a3u.txtpb",
         vcpus=224,
         memory_gb=2952,
+        local_ssds=32,
     ),
 }
 

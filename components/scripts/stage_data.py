@@ -1,0 +1,314 @@
+"""Stage verl source, model weights and GSM8K into the training bucket (mounted by GCS FUSE).
+
+Runs in a Kubernetes Job in the verl image, which ships verl's dependencies but not verl.
+Each output folder gets a marker file, written last, holding a JSON identity of what was staged:
+a folder whose marker matches is skipped; any other folder is resumed (model) or wiped and
+redone (verl source, dataset), so a Job killed half-way is safe to rerun.
+
+The Hugging Face token is read from HF_TOKEN only: never an argument, never printed.
+Exit codes: 0 done, 1 a step failed, 2 bad arguments, 3 model gated/private/not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+STEPS = ("verl", "model", "dataset")
+GSM8K_SCRIPT = "examples/data_preprocess/gsm8k.py"
+DATASET_FILES = ("train.parquet", "test.parquet")
+EXIT_FAILED, EXIT_MODEL_ACCESS = 1, 3  # 2 is argparse's usage error
+
+
+class StepError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAILED, retry: bool = True):
+        super().__init__(message)
+        self.code, self.retry = code, retry
+
+
+def log(message: str, err: bool = False) -> None:
+    print(scrub(message), file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def scrub(text: object) -> str:
+    """Belt and braces: no library message we echo may leak the token."""
+    text, token = str(text), os.environ.get("HF_TOKEN", "")
+    return text.replace(token, "***") if token else text
+
+
+# --- markers ---------------------------------------------------------------------------------
+
+
+def is_complete(folder: str, marker: str, identity: dict, required: tuple = ()) -> bool:
+    try:
+        with open(os.path.join(folder, marker)) as f:
+            staged = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(staged, dict)
+        and all(staged.get(k) == v for k, v in identity.items())
+        and all(os.path.isfile(os.path.join(folder, name)) for name in required)
+    )
+
+
+def write_marker(folder: str, marker: str, identity: dict, **info) -> None:
+    # Temp name + rename: a reader never sees a half-written marker.
+    path = os.path.join(folder, marker)
+    staged_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with open(path + ".tmp", "w") as f:
+        json.dump({**info, **identity, "staged_at": staged_at}, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def remove_marker(folder: str, marker: str) -> None:
+    # From here on the folder counts as incomplete, whatever happens next.
+    try:
+        os.remove(os.path.join(folder, marker))
+    except FileNotFoundError:
+        pass
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def wipe(folder: str) -> None:
+    if os.path.ismount(folder) or os.path.abspath(folder) == "/":
+        raise StepError(f"refusing to wipe {folder}: it is a mount point", retry=False)
+    if os.path.lexists(folder):
+        shutil.rmtree(folder)
+
+
+def copy_tree(src: str, dst: str, exclude: set, atomic: bool = False) -> None:
+    """Plain byte copies: GCS FUSE has no hard links, keeps symlinks poorly and may reject
+    the chmod/utime that copytree/copy2 do, so links are followed and metadata is not copied."""
+    for root, dirs, files in os.walk(src, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in exclude)
+        out = os.path.join(dst, os.path.relpath(root, src))
+        os.makedirs(out, exist_ok=True)
+        for name in sorted(set(files) - exclude):
+            source, target = os.path.join(root, name), os.path.join(out, name)
+            if not os.path.exists(source):
+                log(f"  skipping dangling symlink {os.path.relpath(source, src)}")
+                continue
+            if atomic:  # readers of these files never see a partial one
+                shutil.copyfile(source, target + ".tmp")
+                os.replace(target + ".tmp", target)
+            else:
+                shutil.copyfile(source, target)
+
+
+# --- retries ---------------------------------------------------------------------------------
+
+
+def with_retries(what: str, args: argparse.Namespace, fn):
+    for attempt in range(args.retries + 1):
+        try:
+            return fn()
+        except Exception as e:
+            permanent = (isinstance(e, StepError) and not e.retry) or (
+                isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+            )
+            if permanent or attempt == args.retries:
+                raise
+            delay = args.backoff * 2**attempt
+            log(f"  {what} failed ({e}); retry {attempt + 1}/{args.retries} in {delay:g} s", err=True)
+            time.sleep(delay)
+
+
+# --- steps -----------------------------------------------------------------------------------
+
+
+def git(*argv: str, cwd: str | None = None) -> str:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")  # a wrong URL fails instead of prompting
+    # Abort a stalled transfer (< 1 kB/s for 60 s) so the retry loop gets a chance.
+    cmd = ["git", "-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60", *argv]
+    proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        detail = proc.stderr.strip() or proc.stdout.strip()
+        raise StepError(f"git {argv[0]} failed: {detail}", retry="couldn't find remote ref" not in detail)
+    return proc.stdout.strip()
+
+
+def stage_verl(args: argparse.Namespace) -> tuple[bool, str]:
+    identity = {"repo": args.verl_repo, "verl_ref": args.verl_ref}
+    if is_complete(args.verl_dir, args.marker_name, identity):
+        return True, f"{args.verl_dir} holds {args.verl_ref}"
+    with tempfile.TemporaryDirectory(prefix="verl-src-", dir=args.work_dir) as tmp:
+        src = os.path.join(tmp, "src")
+
+        def clone() -> None:
+            # init + shallow fetch of one ref works for tags, branches and commit SHAs alike.
+            shutil.rmtree(src, ignore_errors=True)
+            git("init", "-q", src)
+            git("fetch", "-q", "--depth", "1", args.verl_repo, args.verl_ref, cwd=src)
+            git("-c", "advice.detachedHead=false", "checkout", "-q", "FETCH_HEAD", cwd=src)
+
+        with_retries(f"fetch of {args.verl_ref} from {args.verl_repo}", args, clone)
+        commit = git("rev-parse", "HEAD", cwd=src)
+        wipe(args.verl_dir)
+        copy_tree(src, args.verl_dir, exclude={".git", args.marker_name})
+    write_marker(args.verl_dir, args.marker_name, identity, commit=commit)
+    return False, f"{args.verl_ref} ({commit[:12]}) into {args.verl_dir}"
+
+
+def access_denied(e: Exception) -> bool:
+    # Matched by name and HTTP status so this works across huggingface_hub versions.
+    names = {c.__name__ for c in type(e).__mro__}
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    return bool(names & {"GatedRepoError", "RepositoryNotFoundError"}) or status in (401, 403)
+
+
+def hub_download(args: argparse.Namespace) -> None:
+    import huggingface_hub  # the image ships it; only this step needs it
+
+    token = os.environ.get("HF_TOKEN") or None
+    kwargs = {}
+    version = tuple(int(p) for p in huggingface_hub.__version__.split(".")[:2] if p.isdigit())
+    if version < (0, 23):
+        kwargs["local_dir_use_symlinks"] = False  # older default: symlinks into the cache
+    try:
+        # local_dir: real files in the model folder, and a rerun resumes what is already there.
+        huggingface_hub.snapshot_download(
+            repo_id=args.model_id,
+            revision=args.model_revision,
+            local_dir=args.model_dir,
+            token=token,
+            **kwargs,
+        )
+    except Exception as e:
+        if not access_denied(e):
+            raise
+        raise StepError(
+            f"cannot download {args.model_id}: it is gated, private or does not exist "
+            f"({'the token set was refused' if token else 'no HF_TOKEN set'}; {type(e).__name__}). "
+            f"Accept the model's licence on https://huggingface.co/{args.model_id} and set a token "
+            "that can read it: pulumi config set --secret verl-gke:hfToken <token>",
+            code=EXIT_MODEL_ACCESS,
+            retry=False,
+        ) from e
+
+
+def stage_model(args: argparse.Namespace) -> tuple[bool, str]:
+    source = os.path.abspath(args.model_source) if args.model_source else "huggingface"
+    identity = {"model_id": args.model_id, "revision": args.model_revision, "source": source}
+    if is_complete(args.model_dir, args.marker_name, identity):
+        return True, f"{args.model_dir} holds {args.model_id}@{args.model_revision}"
+    # Not wiped: tens of GB; the download resumes and overwrites what changed.
+    remove_marker(args.model_dir, args.marker_name)
+    os.makedirs(args.model_dir, exist_ok=True)
+    if args.model_source:
+        copy_tree(args.model_source, args.model_dir, exclude={args.marker_name})
+    else:
+        with_retries(f"download of {args.model_id}", args, lambda: hub_download(args))
+    if not os.path.isfile(os.path.join(args.model_dir, "config.json")):
+        raise StepError(f"{args.model_id} staged into {args.model_dir} but it has no config.json")
+    write_marker(args.model_dir, args.marker_name, identity)
+    return False, f"{args.model_id}@{args.model_revision} from {source} into {args.model_dir}"
+
+
+def stage_dataset(args: argparse.Namespace) -> tuple[bool, str]:
+    if not os.path.isfile(os.path.join(args.verl_dir, args.marker_name)):
+        raise StepError(f"verl source in {args.verl_dir} is not staged; run the verl step first")
+    with open(os.path.join(args.verl_dir, GSM8K_SCRIPT)) as f:
+        script = f.read()
+    # The same preprocessing script gives the same data, whatever the verl tag.
+    identity = {"dataset": "gsm8k", "script_sha256": hashlib.sha256(script.encode()).hexdigest()}
+    if is_complete(args.dataset_dir, args.marker_name, identity, required=DATASET_FILES):
+        return True, f"{args.dataset_dir} holds gsm8k"
+    # verl >= 0.6 names the output flag --local_save_dir, older versions --local_dir.
+    quoted = [q + f + q for f in ("--local_save_dir", "--local_dir") for q in "\"'"]
+    flag = next((q[1:-1] for q in quoted if q in script), None)
+    if flag is None:
+        raise StepError(f"{GSM8K_SCRIPT} in {args.verl_dir} has neither --local_save_dir nor --local_dir")
+    pythonpath = os.pathsep.join(p for p in (args.verl_dir, os.environ.get("PYTHONPATH")) if p)
+    # No __pycache__ written into the bucket's verl source.
+    env = dict(os.environ, PYTHONPATH=pythonpath, PYTHONDONTWRITEBYTECODE="1")
+    with tempfile.TemporaryDirectory(prefix="gsm8k-", dir=args.work_dir) as tmp:
+
+        def preprocess() -> str:
+            out = tempfile.mkdtemp(dir=tmp)  # fresh per attempt: no leftovers count as output
+            cmd = [sys.executable, GSM8K_SCRIPT, flag, out]
+            proc = subprocess.run(cmd, check=False, cwd=args.verl_dir, env=env)
+            if proc.returncode:
+                raise StepError(f"{GSM8K_SCRIPT} exited with code {proc.returncode} (its output is above)")
+            missing = [n for n in DATASET_FILES if not os.path.isfile(os.path.join(out, n))]
+            if missing:
+                raise StepError(f"{GSM8K_SCRIPT} did not write {', '.join(missing)}", retry=False)
+            return out
+
+        out = with_retries("gsm8k preprocessing", args, preprocess)
+        wipe(args.dataset_dir)
+        copy_tree(out, args.dataset_dir, exclude={args.marker_name}, atomic=True)
+    write_marker(args.dataset_dir, args.marker_name, identity)
+    return False, f"gsm8k ({flag}) into {args.dataset_dir}"
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", default=",".join(STEPS), help="comma-separated subset of: " + ", ".join(STEPS))
+    p.add_argument("--verl-repo", default="https://github.com/volcengine/verl.git")
+    p.add_argument("--verl-ref", help="git tag (or branch/commit) to stage, e.g. v0.6.1")
+    p.add_argument("--verl-dir", help="bucket folder for the verl source, e.g. /data/verl/v0.6.1")
+    p.add_argument("--model-id", help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct")
+    p.add_argument("--model-revision", default="main")
+    p.add_argument("--model-dir", help="bucket folder for the weights, e.g. /data/models/<model-id>")
+    p.add_argument("--model-source", help="copy the weights from this local folder instead of the hub")
+    p.add_argument("--dataset-dir", help="bucket folder for train.parquet/test.parquet")
+    p.add_argument("--marker-name", default=".verl-gke-complete", help="completion marker file name")
+    p.add_argument("--retries", type=int, default=3, help="retries after a failed network attempt")
+    p.add_argument("--backoff", type=float, default=10.0, help="first retry delay in s, doubled each time")
+    p.add_argument("--work-dir", default=tempfile.gettempdir(), help="local scratch for clone/preprocessing")
+    args = p.parse_args(argv)
+    args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    if not args.steps or set(args.steps) - set(STEPS):
+        p.error(f"--steps must be a comma-separated subset of {','.join(STEPS)}")
+    needs = {
+        "verl": ("verl_ref", "verl_dir"),
+        "model": ("model_id", "model_dir"),
+        "dataset": ("verl_dir", "dataset_dir"),
+    }
+    for step in args.steps:
+        for name in needs[step]:
+            if not getattr(args, name):
+                p.error(f"step {step} needs --{name.replace('_', '-')}")
+    if args.retries < 0:
+        p.error("--retries must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    functions = {"verl": stage_verl, "model": stage_model, "dataset": stage_dataset}
+    for step in STEPS:
+        if step not in args.steps:
+            continue
+        start = time.monotonic()
+        try:
+            skipped, what = functions[step](args)
+        except StepError as e:
+            log(f"[{step}] FAILED: {e}", err=True)
+            return e.code
+        except Exception as e:  # noqa: BLE001 - disk full, permissions, ...: show the underlying error
+            log(f"[{step}] FAILED: {type(e).__name__}: {e}", err=True)
+            return EXIT_FAILED
+        if skipped:
+            log(f"[{step}] skipped: {what} (marker matches)")
+        else:
+            log(f"[{step}] staged {what} in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
