@@ -4,8 +4,8 @@ kubeconfig, the explicit Kubernetes provider and the NCCL RDMA installer."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pulumi
 import pulumi_gcp as gcp

@@ -21,7 +21,7 @@ from stacks.accelerators import ACCELERATORS, Accelerator
 from stacks.grpo import GrpoSettings
 
 PROJECT = "verl-gke"
-PLACEHOLDER_PROJECT = "replace-with-your-project-id"
+PLACEHOLDER_PROJECT = "replace-with-your-project-id"  # what the stack files ship with
 
 
 class ConfigError(ValueError):
@@ -342,6 +342,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         r.bad("rayVersion", ray_version, "must be a Ray version such as 2.49.2")
 
     bucket_location = r.str("bucketLocation") or region
+    delete_bucket = r.bool("bucketDeleteOnDestroy")
     grpo = _grpo(r)
     job = JobSettings(
         submit=r.bool("submitJob"),
@@ -356,7 +357,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         stack=stack, project=project, region=region, zone=zone, accelerator=acc, gpu_nodes=gpu_nodes,
         capacity=capacity, reservation=reservation, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
-        bucket_delete_on_destroy=r.bool("bucketDeleteOnDestroy"), model=model, has_hf_token=has_token,
+        bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
     )
 

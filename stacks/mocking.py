@@ -52,6 +52,20 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if value == _UNKNOWN_VALUE:
         return UNKNOWN
+    # The wire form (protobuf Struct) carries every number as a double.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def reveal(value: Any) -> Any:
+    """Unwrap secret markers left in deserialized inputs (tests only: never for written output)."""
+    if isinstance(value, dict):
+        if value.get(_SIG) == _SECRET_SIG:
+            return reveal(value.get("value"))
+        return {k: reveal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [reveal(v) for v in value]
     return value
 
 
@@ -114,7 +128,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             retain_on_delete=bool(request.retainOnDelete),
             deleted_with=request.deletedWith,
             inputs=plain(wire),
-            raw_inputs=pulumi.runtime.rpc.deserialize_properties(request.object),
+            raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
         ))
         return response
 
@@ -165,9 +179,12 @@ class ProgramMocks(pmocks.Mocks):
 
 
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
-        project: str = "verl-gke") -> Run:
-    """Run `program` once under fresh mocks with `config`; return what it registered and exported."""
-    result = Run()
+        project: str = "verl-gke", result: Run | None = None) -> Run:
+    """Run `program` once under fresh mocks with `config`; return what it registered and exported.
+
+    Pass `result` to see what was registered even when the program raises.
+    """
+    result = result if result is not None else Run()
     gcp_project = config.get("gcp:project", "mock-project")
     set_all_config(dict(config), list(secret_keys or []))
     psettings.ROOT.set(None)

@@ -1,0 +1,200 @@
+"""Offline plan: what a stack would create, with no credentials, Pulumi CLI or network.
+
+    python -m stacks.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR]
+
+Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
+its inputs, secrets replaced by "[secret]"), DIR/manifests/*.yaml (the Kubernetes objects)
+and DIR/graph.mmd (components and their dependencies). Bad config: exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stacks import config as stack_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SECURE_PLACEHOLDER = "secure-value-not-decrypted-offline"
+# Inputs worth a glance in the printed tree.
+_TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfile", "machineType",
+              "enableAutopilot", "nodeLocations", "kind", "file", "entrypoint")
+
+
+def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
+    """Stack YAML -> (raw config as the CLI hands it to the program, secret keys).
+
+    `secure:` values cannot be decrypted offline: they become a placeholder, marked secret.
+    """
+    doc = yaml.safe_load(path.read_text()) or {}
+    raw: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in (doc.get("config") or {}).items():
+        if isinstance(value, Mapping) and "secure" in value:
+            raw[key] = SECURE_PLACEHOLDER
+            secret_keys.append(key)
+        elif isinstance(value, str):
+            raw[key] = value
+        else:
+            raw[key] = json.dumps(value)
+    declared_secret = {k.full for k in stack_config.KEYS if k.secret}
+    secret_keys += [k for k in raw if k in declared_secret and k not in secret_keys]
+    return raw, secret_keys
+
+
+def program(cfg: stack_config.StackConfig) -> None:
+    import pulumi
+
+    from stacks import compose
+
+    token = pulumi.Config().get_secret("hfToken")
+    for key, value in compose.build(cfg, hf_token=token).items():
+        pulumi.export(key, value)
+
+
+def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
+    from stacks import mocking
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    run = mocking.run(lambda: program(cfg), raw, stack, secret_keys, project=stack_config.PROJECT)
+    resources = []
+    for r in sorted(run.resources, key=lambda r: r.urn):  # registration order is async: sort for stable diffs
+        depends = list(dict.fromkeys(r.depends_on + [u for urns in r.property_dependencies.values() for u in urns]))
+        resources.append({
+            "urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "parent": r.parent,
+            "dependsOn": depends, "provider": r.provider, "protect": r.protect,
+            "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "inputs": r.inputs,
+        })
+    outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
+    plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs}
+    # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
+    return scrub(plan, [raw[k] for k in secret_keys if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+
+
+def scrub(value: Any, secrets: list[str]) -> Any:
+    if not secrets:
+        return value
+    if isinstance(value, dict):
+        return {k: scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, secrets) for v in value]
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, "[secret]")
+    return value
+
+
+def manifests(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Kubernetes objects the stack would apply, keyed by a file name."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in plan["resources"]:
+        inputs = r["inputs"]
+        if not r["type"].startswith("kubernetes:") or "kind" not in inputs:
+            continue
+        meta = inputs.get("metadata") or {}
+        obj_name = meta.get("name") or f"{r['name']} (auto-named)"
+        fname = re.sub(r"[^a-z0-9.-]+", "-", f"{inputs['kind']}-{meta.get('namespace', '')}-{obj_name}".lower())
+        out[re.sub(r"-+", "-", fname).strip("-") + ".yaml"] = inputs
+    return out
+
+
+def mermaid(plan: dict[str, Any]) -> str:
+    """Top-level components and the dependencies between them (edges point dependency -> user)."""
+    by_urn = {r["urn"]: r for r in plan["resources"]}
+
+    def top(urn: str) -> str | None:
+        r = by_urn.get(urn)
+        while r is not None and r["parent"] in by_urn:
+            r = by_urn[r["parent"]]
+        return r["urn"] if r is not None else None
+
+    nodes: dict[str, str] = {}
+    edges: set[tuple[str, str]] = set()
+    for r in plan["resources"]:
+        t = top(r["urn"])
+        if t is None or by_urn[t]["type"].startswith("pulumi:providers:"):
+            continue
+        nodes[t] = by_urn[t]["name"]
+        for dep in r["dependsOn"]:
+            d = top(dep)
+            if d and d != t and not by_urn[d]["type"].startswith("pulumi:providers:"):
+                edges.add((d, t))
+    ids = {urn: re.sub(r"\W", "_", name) for urn, name in nodes.items()}
+    lines = ["flowchart LR"]
+    for urn, name in nodes.items():
+        lines.append(f'  {ids[urn]}["{name}<br/><small>{by_urn[urn]["type"]}</small>"]')
+    for d, t in sorted(edges):
+        if d in ids:
+            lines.append(f"  {ids[d]} --> {ids[t]}")
+    return "\n".join(lines) + "\n"
+
+
+def tree(plan: dict[str, Any]) -> str:
+    children: dict[str, list[dict]] = {}
+    urns = {r["urn"] for r in plan["resources"]}
+    for r in plan["resources"]:
+        children.setdefault(r["parent"] if r["parent"] in urns else "", []).append(r)
+    lines = [f"{plan['project']} / {plan['stack']}: {len(plan['resources'])} resources"]
+
+    def walk(parent: str, depth: int) -> None:
+        for r in sorted(children.get(parent, []), key=lambda r: r["name"]):
+            shown = {k: r["inputs"][k] for k in _TREE_KEYS if k in r["inputs"] and k != "name"}
+            name = r["inputs"].get("name") or (r["inputs"].get("metadata") or {}).get("name") or ""
+            detail = " ".join(f"{k}={json.dumps(v)}" for k, v in shown.items())
+            flags = "".join(f" [{f}]" for f, on in (("retain", r["retainOnDelete"]), ("protect", r["protect"]))
+                            if on)
+            lines.append(f"{'  ' * depth}{'+' if r['custom'] else '*'} {r['name']} ({r['type']})"
+                         f"{' ' + json.dumps(name) if name else ''}{flags} {detail}".rstrip())
+            walk(r["urn"], depth + 1)
+
+    walk("", 1)
+    lines.append("outputs:")
+    lines += [f"  {k}: {json.dumps(v)}" for k, v in plan["outputs"].items()]
+    return "\n".join(lines)
+
+
+def write(plan: dict[str, Any], out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "manifests").mkdir(parents=True)
+    (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+    for fname, obj in manifests(plan).items():
+        (out / "manifests" / fname).write_text(yaml.safe_dump(obj, sort_keys=False))
+    (out / "graph.mmd").write_text(mermaid(plan))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", required=True, help="stack name, e.g. b200")
+    parser.add_argument("--config", type=Path, help="stack file (default: Pulumi.<stack>.yaml)")
+    parser.add_argument("--out", type=Path, help="output folder (default: build/plan/<stack>)")
+    parser.add_argument("--quiet", action="store_true", help="do not print the tree")
+    args = parser.parse_args(argv)
+    path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
+    if not path.is_file():
+        print(f"error: no stack file {path}", file=sys.stderr)
+        return 2
+    raw, secret_keys = read_stack_file(path)
+    try:
+        plan = build_plan(args.stack, raw, secret_keys)
+    except stack_config.ConfigError as err:
+        print(f"error: {path.name}: {err}", file=sys.stderr)
+        return 2
+    out = args.out or ROOT / "build" / "plan" / args.stack
+    write(plan, out)
+    if not args.quiet:
+        print(tree(plan))
+    print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

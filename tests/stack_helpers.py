@@ -1,0 +1,35 @@
+"""Shared helpers: compose a stack under mocks exactly as `pulumi up` would run it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+
+from stacks import compose, config, mocking, plan
+
+ROOT = Path(__file__).resolve().parent.parent
+STACK_FILES = sorted(ROOT.glob("Pulumi.*.yaml"))
+BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
+
+
+def program() -> None:
+    """What __main__.py does, minus the module-level side effects."""
+    cfg = config.from_pulumi(pulumi.get_stack())
+    for key, value in compose.build(cfg, hf_token=pulumi.Config().get_secret("hfToken")).items():
+        pulumi.export(key, value)
+
+
+def run_config(overrides: dict[str, object] | None = None, stack: str = "test",
+               secret_keys: list[str] | None = None, result: mocking.Run | None = None) -> mocking.Run:
+    raw = dict(BASE)
+    for key, value in (overrides or {}).items():
+        full = key if ":" in key else f"{config.PROJECT}:{key}"
+        raw[full] = value if isinstance(value, str) else plan.json.dumps(value)
+    return mocking.run(program, raw, stack, secret_keys, result=result)
+
+
+def run_stack_file(path: Path) -> mocking.Run:
+    raw, secret_keys = plan.read_stack_file(path)
+    raw["gcp:project"] = BASE["gcp:project"]  # the files ship a placeholder that `pulumi up` rejects
+    return mocking.run(program, raw, path.stem.split(".", 1)[1], secret_keys)

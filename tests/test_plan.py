@@ -1,0 +1,96 @@
+"""The offline plan command end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.stack_helpers import ROOT, STACK_FILES
+
+PLAIN_TOKEN = "hf_PLAINtextTOKENshouldNEVERshow42"
+
+
+def plan(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "stacks.plan", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def b200(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan") / "b200"
+    proc = plan(None, "--stack", "b200", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_plan_writes_files(b200):
+    out, proc = b200
+    data = json.loads((out / "plan.json").read_text())
+    assert data["project"] == "verl-gke" and data["stack"] == "b200"
+    keys = {"urn", "type", "name", "custom", "parent", "dependsOn", "provider", "protect", "retainOnDelete",
+            "deletedWith", "inputs"}
+    assert all(set(r) == keys for r in data["resources"])
+    types = {r["type"] for r in data["resources"]}
+    assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network", "verl-gke:network:RdmaNetwork",
+            "verl-gke:cluster:GkeCluster"} <= types
+    cluster = next(r for r in data["resources"] if r["type"] == "gcp:container/cluster:Cluster")
+    # dependsOn holds the resources whose outputs feed the inputs (the VPC feeds the cluster).
+    assert any("primary-net" in u for u in cluster["dependsOn"])
+    assert data["outputs"]["kubeconfig"] == "[secret]"
+    graph = (out / "graph.mmd").read_text()
+    assert graph.startswith("flowchart LR") and "network --> gke" in graph
+    assert "verl-gke / b200:" in proc.stdout and "gke-cluster" in proc.stdout
+
+
+def test_plan_manifests_are_kubernetes_objects(b200):
+    out, _ = b200
+    files = sorted((out / "manifests").glob("*.yaml"))
+    assert files, "the plan writes the Kubernetes objects it would apply"
+    for f in files:
+        obj = yaml.safe_load(f.read_text())
+        assert obj["apiVersion"] and obj["kind"], f.name
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
+def test_plan_every_stack(path, tmp_path):
+    stack = path.stem.split(".", 1)[1]
+    proc = plan(tmp_path, "--stack", stack, "--out", str(tmp_path / "o"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "o" / "plan.json").is_file()
+
+
+def test_plan_redacts_plain_and_secure_secrets(tmp_path):
+    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc["config"]["verl-gke:hfToken"] = PLAIN_TOKEN
+    plain_file = tmp_path / "Pulumi.plain.yaml"
+    plain_file.write_text(yaml.safe_dump(doc))
+    proc = plan(tmp_path, "--stack", "plain", "--config", str(plain_file), "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr
+    written = "".join(p.read_text() for p in (tmp_path / "p").rglob("*") if p.is_file())
+    assert PLAIN_TOKEN not in written + proc.stdout + proc.stderr
+    assert "[secret]" in written
+
+    doc["config"]["verl-gke:hfToken"] = {"secure": "v1:AAAAencryptedBLOB=="}
+    secure_file = tmp_path / "Pulumi.secure.yaml"
+    secure_file.write_text(yaml.safe_dump(doc))
+    proc = plan(tmp_path, "--stack", "secure", "--config", str(secure_file), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 0, proc.stderr
+    written = "".join(p.read_text() for p in (tmp_path / "s").rglob("*") if p.is_file())
+    assert "secure-value-not-decrypted-offline" not in written and "encryptedBLOB" not in written
+
+
+def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):
+    doc = yaml.safe_load((ROOT / "Pulumi.b200.yaml").read_text())
+    doc["config"]["verl-gke:gpuNodes"] = 0
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "never"
+    proc = plan(tmp_path, "--stack", "bad", "--config", str(bad), "--out", str(out))
+    assert proc.returncode == 2
+    assert "verl-gke:gpuNodes = 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
