@@ -1,8 +1,24 @@
-"""GRPO settings as the stack configures them (parsed and defaulted in stacks/config.py)."""
+"""The GRPO recipe: stack settings -> verl Hydra overrides, the Ray job's entrypoint and runtime env.
+
+It reproduces the tutorial's `ray job submit` run with its defects fixed (REFERENCE.md, "verl GRPO
+job"): KL applied as a loss term as verl's GRPO examples do, weights read from the bucket copy,
+checkpoints on the bucket with auto-resume, no pip installs, per-accelerator NCCL tuning.
+
+`preflight` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
+cluster is up, so a bad batch size fails `pulumi preview` instead of a job on 16 idle GPUs.
+Config key names come from stacks/config.py, imported lazily: config.py imports this module.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import shlex
 from dataclasses import dataclass
+
+from stacks.accelerators import Accelerator, nccl_env
+from stacks.paths import BucketPaths
 
 
 @dataclass(frozen=True)
@@ -29,3 +45,305 @@ class GrpoSettings:
     val_before_train: bool
     logger: tuple[str, ...]
     extra_overrides: tuple[str, ...]
+
+
+ENTRY_MODULE = "verl.trainer.main_ppo"
+# verl/utils/tracking.py Tracking.supported_backend (v0.6.1); the deprecated alias "tracking" is left out.
+LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio",
+           "file")
+# Rows in gsm8k train.parquet (REFERENCE.md). The loader drops the last partial batch, so a bigger
+# batch leaves it empty and RayPPOTrainer asserts "Train dataloader is empty!".
+GSM8K_TRAIN_ROWS = 7473
+# verl rollout defaults (trainer/config/rollout/rollout.yaml) that the length check depends on.
+ROLLOUT_MAX_NUM_BATCHED_TOKENS = 8192
+# (attention heads, KV heads) from each Qwen2.5 config.json; vLLM shards both across TP ranks.
+QWEN25_HEADS = {"0.5": (14, 2), "1.5": (12, 2), "3": (16, 2), "7": (28, 4), "14": (40, 8), "32": (40, 8),
+                "72": (64, 8)}
+_QWEN25 = re.compile(r"^Qwen/Qwen2\.5-(0\.5|1\.5|3|7|14|32|72)B(-Instruct)?$")
+
+# verl key -> GrpoSettings field; the field's config key is "grpo" + CamelCase(field).
+_FROM_SETTINGS = {
+    "data.train_batch_size": "train_batch_size",
+    "data.max_prompt_length": "max_prompt_length",
+    "data.max_response_length": "max_response_length",
+    "actor_rollout_ref.actor.strategy": "actor_strategy",
+    "actor_rollout_ref.actor.optim.lr": "learning_rate",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.kl_loss_coef": "kl_loss_coef",
+    "actor_rollout_ref.actor.kl_loss_type": "kl_loss_type",
+    "actor_rollout_ref.actor.entropy_coeff": "entropy_coeff",
+    "actor_rollout_ref.rollout.name": "rollout_engine",
+    "actor_rollout_ref.rollout.n": "rollout_n",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "tensor_parallel_size",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "gpu_memory_utilization",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "ref_log_prob_micro_batch_size_per_gpu",
+    "trainer.total_epochs": "total_epochs",
+    "trainer.save_freq": "save_freq",
+    "trainer.test_freq": "test_freq",
+    "trainer.val_before_train": "val_before_train",
+    "trainer.logger": "logger",
+}
+_FIXED = {
+    "algorithm.adv_estimator": "grpo",
+    # The tutorial's algorithm.kl_ctrl.kl_coef only acts with in-reward KL; GRPO uses the KL loss.
+    "algorithm.use_kl_in_reward": False,
+    "trainer.resume_mode": "auto",  # a resubmitted job continues from the last checkpoint
+    # truncation=error would kill the run mid-epoch on one over-long prompt; verl's examples filter.
+    "data.filter_overlong_prompts": True,
+}
+# Derived from the stack (paths, cluster shape, names) or from another setting.
+_DERIVED = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "trainer.default_local_dir",
+            "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.project_name", "trainer.experiment_name",
+            "actor_rollout_ref.actor.use_kl_loss")
+# Deprecated global micro batches: verl rejects them next to the *_per_gpu keys the recipe sets.
+_EXCLUSIVE = ("actor_rollout_ref.actor.ppo_micro_batch_size",
+              "actor_rollout_ref.rollout.log_prob_micro_batch_size",
+              "actor_rollout_ref.ref.log_prob_micro_batch_size")
+# Extra overrides the arithmetic below reads (verl defaults when absent).
+_SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+_MAX_TOKENS = "actor_rollout_ref.rollout.max_num_batched_tokens"
+_CHUNKED = "actor_rollout_ref.rollout.enable_chunked_prefill"
+_MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
+
+# Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
+_OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][\w-]*(?:[./@][A-Za-z_][\w-]*)*)"
+                       r"(?P<eq>=(?P<value>.*))?$", re.DOTALL)
+_CREDENTIAL_KEY = re.compile(r"(?i)(^|_)(token|secret|password|passwd|api_?key|credentials?)$")
+_CREDENTIAL_VALUE = re.compile(r"hf_[A-Za-z0-9]{20,}")
+# Strings Hydra reads back unchanged without quotes (after excluding its bool/null/inf/nan words).
+_HYDRA_BARE = re.compile(r"^[A-Za-z_/][\w./-]*$")
+_HYDRA_LITERALS = ("true", "false", "null", "inf", "nan")
+_MAX_STACK_IN_ID = 64  # keeps the id (plus the provider's "-r<k>" retries) within 128 chars
+
+
+def _key(name: str) -> str:
+    from stacks.config import KEYS_BY_NAME  # lazy: stacks.config imports this module
+
+    return KEYS_BY_NAME[name].full
+
+
+def _field_key(field: str) -> str:
+    return _key("grpo" + "".join(part.capitalize() for part in field.split("_")))
+
+
+def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -> list[str]:
+    """What verl rejects only on the running cluster; each names the key, value and what is allowed."""
+    problems: list[str] = []
+
+    def bad(field: str, value: object, allowed: str) -> None:
+        problems.append(f"{_field_key(field)} = {value!r}: {allowed}")
+
+    extras, extra_problems = _parse_extras(g.extra_overrides)
+    problems += extra_problems
+    world = nnodes * gpus_per_node
+    if world < 1:
+        return problems + [f"{_key('gpuNodes')} = {nnodes!r}: the cluster needs at least one GPU"]
+    shape = f"{nnodes} node(s) x {gpus_per_node} GPUs = {world} GPUs ({_key('gpuNodes')})"
+
+    for field in ("train_batch_size", "rollout_n", "max_prompt_length", "max_response_length",
+                  "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu",
+                  "ref_log_prob_micro_batch_size_per_gpu", "tensor_parallel_size", "total_epochs"):
+        if getattr(g, field) < 1:
+            bad(field, getattr(g, field), "must be an integer >= 1")
+    if problems:
+        return problems  # the arithmetic below needs positive numbers
+    if g.rollout_n < 2:
+        bad("rollout_n", g.rollout_n, "GRPO normalises rewards within a prompt's group: use >= 2 responses")
+
+    # verl/utils/config.py validate_config: real_train_batch_size % n_gpus.
+    samples = g.train_batch_size * g.rollout_n
+    if samples % world:
+        bad("train_batch_size", g.train_batch_size,
+            f"x rollout n {g.rollout_n} = {samples} samples must divide evenly over {shape}")
+    if g.train_batch_size > GSM8K_TRAIN_ROWS:
+        bad("train_batch_size", g.train_batch_size, f"exceeds the {GSM8K_TRAIN_ROWS} GSM8K training rows: "
+            "no full batch, so the train dataloader is empty")
+    # verl/workers/config/actor.py ActorConfig.validate.
+    if g.ppo_mini_batch_size > g.train_batch_size:
+        bad("ppo_mini_batch_size", g.ppo_mini_batch_size, f"must be <= train batch size {g.train_batch_size}")
+
+    # verl/workers/fsdp_workers.py ActorRolloutRefWorker.__init__ "normalize config": the mini batch is
+    # scaled by n and split over the data-parallel groups (GPUs / Ulysses sequence-parallel size).
+    sp = _extra_int(extras, _SP, 1, problems)
+    if world % sp:
+        problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} must divide {shape}")
+        sp = 1
+    dp = world // sp
+    mini = g.ppo_mini_batch_size * g.rollout_n
+    if mini % dp:
+        # verl floors it; the remainder becomes an extra, smaller optimizer step each iteration.
+        bad("ppo_mini_batch_size", g.ppo_mini_batch_size, f"x rollout n {g.rollout_n} = {mini} must divide "
+            f"evenly over {dp} data-parallel ranks ({shape})")
+    elif mini // dp % g.ppo_micro_batch_size_per_gpu:
+        bad("ppo_micro_batch_size_per_gpu", g.ppo_micro_batch_size_per_gpu,
+            f"must divide the per-GPU mini batch {mini // dp} "
+            f"(ppo_mini_batch_size {g.ppo_mini_batch_size} x n {g.rollout_n} / {dp} ranks)")
+    # Log-prob passes split each GPU's share of the rollout batch; a bigger micro batch is a unit mix-up.
+    per_gpu = samples // world
+    for field in ("log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu"):
+        if samples % world == 0 and getattr(g, field) > per_gpu:
+            bad(field, getattr(g, field), f"is per GPU: must be <= the {per_gpu} samples each GPU holds")
+
+    # fsdp_workers.py _build_rollout (world % infer TP) and vllm_rollout_spmd.py (TP <= world); a TP
+    # group spanning nodes would put vLLM's per-token all-reduce on the network.
+    tp = g.tensor_parallel_size
+    if world % tp or gpus_per_node % tp:
+        bad("tensor_parallel_size", tp,
+            f"must divide the GPUs per node ({gpus_per_node}) and the total ({world})")
+    if heads := _qwen25_heads(model):
+        q, kv = heads
+        # vLLM: heads % tp == 0; KV heads are split (kv % tp) or replicated (tp % kv).
+        if q % tp or (kv % tp and tp % kv):
+            bad("tensor_parallel_size", tp, f"vLLM cannot shard {model} ({q} attention / {kv} KV heads): use "
+                f"one of {', '.join(str(t) for t in _tp_choices(q, kv, gpus_per_node))}")
+
+    # vllm_rollout_spmd.py: with chunked prefill, max_num_batched_tokens must cover the max model length.
+    limit = _extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, problems)
+    model_len = _extra_int(extras, _MAX_MODEL_LEN, g.max_prompt_length + g.max_response_length, problems)
+    chunked = extras.get(_CHUNKED, "true").strip().lower() != "false"
+    if chunked and limit < model_len:
+        bad("max_response_length", g.max_response_length,
+            f"prompt {g.max_prompt_length} + response {g.max_response_length} tokens exceed vLLM's "
+            f"max_num_batched_tokens {limit}: shorten them or add {_MAX_TOKENS}=<n> to "
+            f"{_key('grpoExtraOverrides')}")
+
+    if not 0 < g.gpu_memory_utilization <= 1:
+        bad("gpu_memory_utilization", g.gpu_memory_utilization, "must be in (0, 1]")
+    if not g.logger:
+        bad("logger", list(g.logger), "needs at least one of " + ", ".join(LOGGERS))
+    for name in g.logger:
+        if name not in LOGGERS:
+            bad("logger", list(g.logger), f"{name!r} is not a verl logger; allowed: " + ", ".join(LOGGERS))
+    return problems
+
+
+def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """Extra overrides as {key: value}, plus problems: malformed, a credential, or a key the recipe owns."""
+    owned = {**{k: f"set {_field_key(f)} instead" for k, f in _FROM_SETTINGS.items()},
+             **{k: "is fixed by the recipe" for k in _FIXED},
+             **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
+             **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE}}
+    where = _key("grpoExtraOverrides")
+    parsed: dict[str, str] = {}
+    problems: list[str] = []
+    for item in extra:
+        m = _OVERRIDE.match(item.strip()) if isinstance(item, str) else None
+        if not m or (m["op"] != "~" and not m["eq"]):
+            problems.append(f"{where}: {item!r} must look like key=value, +key=value, ++key=value or ~key")
+        elif m["key"] in owned:
+            problems.append(f"{where}: {item!r} overrides {m['key']}, which {owned[m['key']]}")
+        elif _CREDENTIAL_KEY.search(m["key"].split(".")[-1]) or _CREDENTIAL_VALUE.search(m["value"] or ""):
+            # Overrides end up in the job's entrypoint, visible on the Ray dashboard: never a secret.
+            problems.append(f"{where}: {m['key']} looks like a credential; use a Kubernetes secret instead")
+        elif m["key"] in parsed:
+            problems.append(f"{where}: {m['key']} is set twice (the last would silently win)")
+        else:
+            parsed[m["key"]] = m["value"] or ""
+    return parsed, problems
+
+
+def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[str]) -> int:
+    if key not in extras:
+        return default
+    try:
+        value = int(extras[key])
+    except ValueError:
+        value = 0
+    if value < 1:
+        problems.append(f"{_key('grpoExtraOverrides')}: {key}={extras[key]!r} must be an integer >= 1")
+        return default
+    return value
+
+
+def _qwen25_heads(model: str) -> tuple[int, int] | None:
+    m = _QWEN25.match(model)
+    return QWEN25_HEADS[m[1]] if m else None
+
+
+def _tp_choices(q: int, kv: int, gpus_per_node: int) -> list[int]:
+    return [t for t in range(1, gpus_per_node + 1)
+            if not gpus_per_node % t and not q % t and not (kv % t and t % kv)]
+
+
+def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
+           paths: BucketPaths) -> dict[str, object]:
+    """verl config key -> typed value, before Hydra formatting (tests compare it with the composed config)."""
+    from stacks.config import PROJECT  # lazy: stacks.config imports this module
+
+    values: dict[str, object] = {
+        **_FIXED,
+        "data.train_files": paths.train_file,
+        "data.val_files": paths.val_file,
+        "actor_rollout_ref.model.path": paths.model_dir,  # the staged copy, not the hub id
+        # KL as a loss term needs the reference policy; a zero coefficient skips loading it.
+        "actor_rollout_ref.actor.use_kl_loss": g.kl_loss_coef > 0,
+        # Absolute, on the bucket: verl's relative default resolves in each pod's own ephemeral disk
+        # (shards on every GPU worker), lost with the pods, so a resubmitted job could not resume.
+        "trainer.default_local_dir": paths.checkpoint_dir,
+        "trainer.nnodes": nnodes,
+        "trainer.n_gpus_per_node": gpus_per_node,
+        "trainer.project_name": PROJECT,
+        "trainer.experiment_name": stack,
+        # The ref worker follows actor.strategy (ref.strategy interpolates it); GRPO runs no critic.
+        **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},
+    }
+    values["trainer.logger"] = list(g.logger)
+    return values
+
+
+def overrides(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
+              paths: BucketPaths) -> list[str]:
+    """verl Hydra overrides for the stack's GRPO run; the extra overrides come last."""
+    values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths)
+    return [f"{k}={_hydra(v)}" for k, v in values.items()] + [o.strip() for o in g.extra_overrides]
+
+
+def _hydra(value: object) -> str:
+    """A value in Hydra override syntax that parses back to the same type (floats keep a '.' or 'e')."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        if _HYDRA_BARE.match(value) and value.lower() not in _HYDRA_LITERALS:
+            return value
+        if '"' in value or "\\" in value:
+            raise ValueError(f"cannot pass {value!r} to Hydra unescaped")
+        return f'"{value}"'  # e.g. a stack named "123" or "true" must stay a string
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    raise TypeError(f"no Hydra form for {value!r}")
+
+
+def entrypoint(overrides: list[str]) -> str:
+    """The shell command the Ray job runs; each override is quoted as one argument."""
+    return " ".join(["python3", "-m", ENTRY_MODULE, *(shlex.quote(o) for o in overrides)])
+
+
+def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str]]:
+    """Ray runtime env: env vars only. The image ships verl's dependencies, so no pip/uv/working_dir
+    (the tutorial reinstalls torch), and verl comes from the bucket through PYTHONPATH.
+
+    verl's own ray.init adds TOKENIZERS_PARALLELISM, VLLM_* and NCCL_CUMEM_ENABLE for every worker
+    (trainer/constants_ppo.py), dropping only names already set here, so they are not repeated.
+    """
+    env = {
+        **nccl_env(acc),
+        "HF_HOME": paths.hf_home,
+        "PYTHONPATH": paths.verl_src,
+        "PYTHONUNBUFFERED": "1",
+    }
+    return {"env_vars": env}
+
+
+def submission_id(stack: str, entrypoint: str, runtime_env: dict, expected_gpus: int) -> str:
+    """`verl-grpo-<stack>-<hash>`: the same job keeps its id; any change to what runs gets a new one."""
+    job = {"entrypoint": entrypoint, "runtime_env": runtime_env, "expected_gpus": expected_gpus}
+    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    safe_stack = re.sub(r"[^A-Za-z0-9._-]", "-", stack)[:_MAX_STACK_IN_ID]
+    return f"verl-grpo-{safe_stack}-{digest}"

@@ -1,0 +1,317 @@
+"""DataPrep: an in-cluster Job on CPU nodes that stages the verl source, the model weights and the
+GSM8K parquet files into the training bucket (GCS FUSE PVC at MOUNT).
+
+The Job runs components/scripts/stage_data.py, shipped in a ConfigMap (the file is the single
+source). Every folder it writes carries COMPLETE_MARKER, so a rerun skips what is staged and
+resumes what is not. The Job is auto-named: a changed spec (model, verl version, image, script)
+replaces it create-before-delete, i.e. runs it again, cheaply. Pulumi waits for the Job to
+complete (the provider's Job await logic) and fails the update with the pod's status when it
+fails; `pulumi.com/replaceUnready` makes the next `pulumi up` rerun a failed Job. The Hugging
+Face token reaches the pod only through a secretKeyRef.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from stacks.paths import COMPLETE_MARKER, MOUNT, BucketPaths
+from stacks.versions import VERL_IMAGE, VERL_REPO
+
+SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
+SCRIPT_KEY = "stage_data.py"
+SCRIPTS_DIR = "/scripts"  # the ConfigMap, read-only
+SCRATCH_DIR = "/scratch"  # emptyDir: temp clone, preprocessing, HF datasets cache
+HF_HOME = posixpath.join(SCRATCH_DIR, "huggingface")
+CONTAINER = "stage"
+# The script's exit codes that no retry can fix: 2 bad arguments, 3 model gated/private/missing.
+PERMANENT_EXIT_CODES = (2, 3)
+FUSE_VOLUMES = "gke-gcsfuse/volumes"
+FUSE_STORAGE_REQUEST = "gke-gcsfuse/ephemeral-storage-request"
+FUSE_STORAGE_LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
+# The provider rule that reruns a failed Job on the next update instead of awaiting it again.
+REPLACE_UNREADY = "pulumi.com/replaceUnready"
+LABELS = {
+    "app.kubernetes.io/name": "data-prep",
+    "app.kubernetes.io/part-of": "verl-gke",
+    "app.kubernetes.io/managed-by": "pulumi",
+}
+
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# A git ref the script can fetch (tag, branch or commit), not an option and no odd characters.
+_GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]+(?<![./])$")
+_REPO_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
+_IMAGE = re.compile(r"^[\w./:@-]+$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+@dataclass
+class DataPrepArgs:
+    provider: pulumi.ProviderResource
+    namespace: pulumi.Input[str]
+    service_account: pulumi.Input[str]  # KSA bound to the bucket (Workload Identity)
+    pvc_name: pulumi.Input[str]  # the GCS FUSE PVC of the bucket, mounted at MOUNT
+    paths: BucketPaths  # stacks.paths.bucket_paths(...) for this stack
+    model_id: str
+    verl_version: str  # git ref staged into paths.verl_src
+    # GCS FUSE sidecar annotations from the storage component; must carry gke-gcsfuse/volumes.
+    pod_annotations: dict[str, str]
+    image: str = VERL_IMAGE
+    verl_repo: str = VERL_REPO
+    model_revision: str = "main"
+    hf_secret_name: pulumi.Input[str] | None = None  # None: no HF_TOKEN in the pod at all
+    hf_secret_key: str = "hf_api_token"
+    node_selector: dict[str, str] = field(default_factory=dict)  # CPU pool on Standard; {} on Autopilot
+    depends_on: list[pulumi.Resource] = field(default_factory=list)  # PVC, KSA + IAM binding, Secret
+    cpu_request: str = "2"
+    memory_request: str = "4Gi"  # the dataset step imports verl, hence torch
+    memory_limit: str = "8Gi"
+    # The stage container: its writable layer and logs, plus the scratch emptyDir for scheduling.
+    ephemeral_storage_request: str = "4Gi"
+    ephemeral_storage_limit: str = "8Gi"
+    scratch_size: str = "4Gi"  # emptyDir sizeLimit: temp clone, preprocessing, HF datasets cache
+    # The GCS FUSE sidecar stages non-streamed writes (resumed weight shards, up to 8 in parallel)
+    # on local disk. Limit big enough for those; request small enough for a 100 GB boot disk
+    # (~47Gi allocatable). The driver makes request = limit when only the limit is given.
+    fuse_ephemeral_storage_request: str = "5Gi"
+    fuse_ephemeral_storage_limit: str = "50Gi"
+    active_deadline_seconds: int = 3 * 3600  # ~65 GB of weights for a 32B model, pod start included
+    backoff_limit: int = 3  # reruns resume; preemptions and evictions do not count
+    # Pulumi waits this much longer than the deadline, so Kubernetes' verdict is what it reports.
+    await_margin_seconds: int = 15 * 60
+
+
+class DataPrep(pulumi.ComponentResource):
+    config_map: k8s.core.v1.ConfigMap
+    job: k8s.batch.v1.Job  # depend on this: it is created only once the Job has completed
+    job_name: pulumi.Output[str]
+    staged: pulumi.Output[bool]  # resolves (True) when the Job has completed
+    paths: BucketPaths
+    # The paths it wrote, as Outputs that carry the dependency on the completed Job.
+    verl_src: pulumi.Output[str]
+    model_dir: pulumi.Output[str]
+    dataset_dir: pulumi.Output[str]
+    train_file: pulumi.Output[str]
+    val_file: pulumi.Output[str]
+
+    def __init__(self, name: str, args: DataPrepArgs, opts: pulumi.ResourceOptions | None = None):
+        annotations = _validate(name, args)
+        script = SCRIPT_FILE.read_text()
+        super().__init__("verl-gke:data_prep:DataPrep", name, None, opts)
+        self.paths = args.paths
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+
+        # Auto-named and immutable: a changed script gets a new ConfigMap, hence a new Job.
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-script",
+            metadata={"namespace": args.namespace, "labels": LABELS},
+            data={SCRIPT_KEY: script},
+            immutable=True,
+            opts=child,
+        )
+        env = [
+            {"name": "HF_HOME", "value": HF_HOME},  # GSM8K download cache: local scratch, not the bucket
+            {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},  # no megabytes of \r in the logs
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ]
+        if args.hf_secret_name is not None:
+            # optional: a missing Secret/key fails a gated model fast (exit 3, actionable message)
+            # instead of leaving the pod in CreateContainerConfigError until the deadline.
+            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": args.hf_secret_name, "key": args.hf_secret_key, "optional": True}}})
+        container = {
+            "name": CONTAINER,
+            "image": args.image,
+            "command": ["python3", posixpath.join(SCRIPTS_DIR, SCRIPT_KEY)],
+            "args": command_flags(args),
+            "env": env,
+            "resources": {
+                "requests": {"cpu": args.cpu_request, "memory": args.memory_request,
+                             "ephemeral-storage": args.ephemeral_storage_request},
+                "limits": {"memory": args.memory_limit, "ephemeral-storage": args.ephemeral_storage_limit},
+            },
+            "volumeMounts": [
+                {"name": "bucket", "mountPath": MOUNT},
+                {"name": "script", "mountPath": SCRIPTS_DIR, "readOnly": True},
+                {"name": "scratch", "mountPath": SCRATCH_DIR},
+            ],
+        }
+        pod_spec = {
+            "restartPolicy": "Never",
+            "serviceAccountName": args.service_account,
+            "containers": [container],
+            "volumes": [
+                {"name": "bucket", "persistentVolumeClaim": {"claimName": args.pvc_name}},
+                {"name": "script", "configMap": {
+                    "name": self.config_map.metadata.name, "defaultMode": 0o444}},
+                {"name": "scratch", "emptyDir": {"sizeLimit": args.scratch_size}},
+            ],
+        }
+        if args.node_selector:
+            pod_spec["nodeSelector"] = dict(args.node_selector)
+        timeout = f"{args.active_deadline_seconds + args.await_margin_seconds}s"
+        # No metadata.name: auto-naming makes a spec change a create-before-delete replacement.
+        # No ttlSecondsAfterFinished: Pulumi must keep seeing the Job. No skipAwait.
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata={"namespace": args.namespace, "labels": LABELS,
+                      "annotations": {REPLACE_UNREADY: "true"}},
+            spec={
+                "backoffLimit": args.backoff_limit,
+                "activeDeadlineSeconds": args.active_deadline_seconds,
+                "podFailurePolicy": {"rules": [
+                    {"action": "FailJob", "onExitCodes": {
+                        "containerName": CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)}},
+                    # Spot preemption, node drain, eviction: retry without spending backoffLimit.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                ]},
+                "template": {
+                    "metadata": {"labels": LABELS, "annotations": annotations},
+                    "spec": pod_spec,
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout))),
+        )
+
+        def after_job(value):
+            return self.job.id.apply(lambda _: value)
+
+        self.job_name = self.job.metadata.name
+        self.staged = after_job(True)
+        self.verl_src = after_job(args.paths.verl_src)
+        self.model_dir = after_job(args.paths.model_dir)
+        self.dataset_dir = after_job(args.paths.dataset_dir)
+        self.train_file = after_job(args.paths.train_file)
+        self.val_file = after_job(args.paths.val_file)
+        self.register_outputs({
+            "job_name": self.job_name, "staged": self.staged, "verl_src": self.verl_src,
+            "model_dir": self.model_dir, "dataset_dir": self.dataset_dir,
+            "train_file": self.train_file, "val_file": self.val_file,
+        })
+
+
+def command_flags(args: DataPrepArgs) -> list[str]:
+    """stage_data.py's flags, from the shared path table and the pinned versions."""
+    return [
+        "--verl-repo", args.verl_repo,
+        "--verl-ref", args.verl_version,
+        "--verl-dir", args.paths.verl_src,
+        "--model-id", args.model_id,
+        "--model-revision", args.model_revision,
+        "--model-dir", args.paths.model_dir,
+        "--dataset-dir", args.paths.dataset_dir,
+        "--marker-name", COMPLETE_MARKER,
+        "--work-dir", SCRATCH_DIR,
+    ]
+
+
+def _quantity(value: str) -> float:
+    m = _QUANTITY.match(value)
+    assert m, value
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
+    """Check every arg before any child exists; return the pod annotations to use."""
+
+    def bad(arg: str, value: object, allowed: str) -> ValueError:
+        return ValueError(f"DataPrepArgs.{arg} = {value!r}: {allowed}")
+
+    # Auto-name "<name>-job-xxxxxxx" must stay a valid label value (<= 63) for the job-name label.
+    if not _DNS_LABEL.match(name) or len(name) > 40:
+        raise ValueError(f"DataPrep name {name!r}: must be a DNS label of at most 40 characters")
+    if not isinstance(args.provider, pulumi.ProviderResource):
+        raise bad("provider", args.provider, "must be the cluster's pulumi_kubernetes.Provider")
+    for arg, pattern in (("namespace", _DNS_LABEL), ("service_account", _DNS_SUBDOMAIN),
+                         ("pvc_name", _DNS_SUBDOMAIN), ("hf_secret_name", _DNS_SUBDOMAIN)):
+        value = getattr(args, arg)
+        if isinstance(value, str) and not (pattern.match(value) and len(value) <= 253):
+            raise bad(arg, value, "must be a Kubernetes object name (lowercase DNS name)")
+    if not _SECRET_KEY.match(args.hf_secret_key or ""):
+        raise bad("hf_secret_key", args.hf_secret_key, "must be a Secret data key ([-._a-zA-Z0-9]+)")
+    if not _IMAGE.match(args.image or "") or (":" not in args.image.split("/")[-1] and "@" not in args.image):
+        raise bad("image", args.image, "must be an image reference with a tag or digest")
+    if not _MODEL_ID.match(args.model_id or ""):
+        raise bad("model_id", args.model_id,
+                  "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct")
+    if not _GIT_REF.match(args.model_revision or ""):
+        raise bad("model_revision", args.model_revision, "must be a hub revision (branch, tag or commit)")
+    if not _GIT_REF.match(args.verl_version or ""):
+        raise bad("verl_version", args.verl_version, "must be a git tag, branch or commit such as v0.6.1")
+    if not _REPO_URL.match(args.verl_repo or ""):
+        raise bad("verl_repo", args.verl_repo,
+                  "must be a git URL (https://, ssh://, git://, file:// or user@host:path)")
+    _validate_paths(args, bad)
+
+    for arg in ("cpu_request", "memory_request", "memory_limit", "ephemeral_storage_request",
+                "ephemeral_storage_limit", "scratch_size", "fuse_ephemeral_storage_request",
+                "fuse_ephemeral_storage_limit"):
+        value = getattr(args, arg)
+        if not isinstance(value, str) or not _QUANTITY.match(value) or _quantity(value) <= 0:
+            raise bad(arg, value, "must be a positive Kubernetes quantity such as 2, 500m or 4Gi")
+    for request, limit in (("memory_request", "memory_limit"),
+                           ("ephemeral_storage_request", "ephemeral_storage_limit"),
+                           ("fuse_ephemeral_storage_request", "fuse_ephemeral_storage_limit")):
+        if _quantity(getattr(args, request)) > _quantity(getattr(args, limit)):
+            raise bad(request, getattr(args, request), f"must not exceed {limit} = {getattr(args, limit)!r}")
+    for arg, minimum in (("active_deadline_seconds", 60), ("backoff_limit", 0), ("await_margin_seconds", 60)):
+        value = getattr(args, arg)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise bad(arg, value, f"must be an integer >= {minimum}")
+
+    for arg in ("pod_annotations", "node_selector"):
+        value = getattr(args, arg)
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in value.items()):
+            raise bad(arg, value, "must be a dict of strings to strings")
+    if args.pod_annotations.get(FUSE_VOLUMES) != "true":
+        raise bad("pod_annotations", args.pod_annotations,
+                  f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)')
+    ours = {FUSE_STORAGE_REQUEST: args.fuse_ephemeral_storage_request,
+            FUSE_STORAGE_LIMIT: args.fuse_ephemeral_storage_limit}
+    for key, value in ours.items():
+        if args.pod_annotations.get(key, value) != value:
+            raise bad("pod_annotations", args.pod_annotations,
+                      f"sets {key}, which DataPrep sizes itself ({value!r}): "
+                      "use fuse_ephemeral_storage_request/_limit")
+    if not isinstance(args.depends_on, list | tuple) or not all(
+            isinstance(r, pulumi.Resource) for r in args.depends_on):
+        raise bad("depends_on", args.depends_on, "must be a list of Pulumi resources")
+    return {**args.pod_annotations, **ours}
+
+
+def _validate_paths(args: DataPrepArgs, bad) -> None:
+    paths = args.paths
+    if not isinstance(paths, BucketPaths):
+        raise bad("paths", paths, "must be a stacks.paths.BucketPaths (bucket_paths(...))")
+    folders = {"verl_src": paths.verl_src, "model_dir": paths.model_dir, "dataset_dir": paths.dataset_dir}
+    for field_name, value in {**folders, "train_file": paths.train_file, "val_file": paths.val_file}.items():
+        if (not isinstance(value, str) or posixpath.normpath(value) != value
+                or not value.startswith(MOUNT + "/") or any(c.isspace() for c in value)):
+            raise bad(f"paths.{field_name}", value, f"must be a normalised absolute path under {MOUNT}/")
+    # The script wipes verl_src and dataset_dir before restaging: no folder may hold another.
+    for a, pa in folders.items():
+        for b, pb in folders.items():
+            if a != b and (pa == pb or pb.startswith(pa + "/")):
+                raise bad(f"paths.{b}", pb, f"must not be inside or equal to paths.{a} = {pa!r}")
+    for field_name, file_name in (("train_file", "train.parquet"), ("val_file", "test.parquet")):
+        expected = posixpath.join(paths.dataset_dir, file_name)
+        if getattr(paths, field_name) != expected:
+            raise bad(f"paths.{field_name}", getattr(paths, field_name),
+                      f"must be {expected!r}: the script writes {file_name} into paths.dataset_dir")
+    if not paths.model_dir.endswith("/" + args.model_id):
+        raise bad("paths.model_dir", paths.model_dir, f"must be the folder of model_id = {args.model_id!r}")
+    if not paths.verl_src.endswith("/" + args.verl_version):
+        raise bad("paths.verl_src", paths.verl_src,
+                  f"must be the folder of verl_version = {args.verl_version!r}")

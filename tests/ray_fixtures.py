@@ -1,0 +1,364 @@
+"""Real local Ray nodes and a Kubernetes-like HTTPS service proxy for the provider tests and the bench.
+
+Each node is started by `ray start` in a session of its own, with its own temp dir and ports, so it
+can be stopped on its own: `ray stop` would stop every head on the machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import http.server
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ray_env() -> dict[str, str]:
+    """The environment for `ray start`: without the bogus RAY_ADDRESS the tests set for the provider."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return env
+
+
+class RayNode:
+    """One Ray node (a head, or a worker joining `join`), in its own process group and temp dir."""
+
+    def __init__(self, gpus: int, cpus: int = 1, join: RayNode | None = None):
+        self.gpus, self.cpus, self.join = gpus, cpus, join
+        # Short root: Ray's unix socket paths must stay under 108 bytes.
+        self.temp_dir = tempfile.mkdtemp(prefix="rj-", dir="/tmp")
+        self.gcs_port = join.gcs_port if join else free_port()
+        self.dashboard_port = join.dashboard_port if join else free_port()
+        self.pgid: int | None = None
+
+    @property
+    def address(self) -> str:
+        """The dashboard base URL."""
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            RAY,
+            "start",
+            f"--num-cpus={self.cpus}",
+            f"--num-gpus={self.gpus}",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+        ]
+        if self.join:
+            return [*cmd, f"--address=127.0.0.1:{self.gcs_port}"]
+        return [
+            *cmd,
+            "--head",
+            f"--port={self.gcs_port}",
+            f"--dashboard-port={self.dashboard_port}",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--ray-client-server-port={free_port()}",
+        ]
+
+    def start(self, timeout: float = 90) -> RayNode:
+        log = open(Path(self.temp_dir) / "ray-start.log", "wb")  # noqa: SIM115 - kept for post-mortems
+        proc = subprocess.Popen(
+            self.command(), env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        # The daemons `ray start` leaves behind keep its process group: that is how we stop this node only.
+        self.pgid = proc.pid
+        if proc.wait(timeout=timeout) != 0:
+            self.stop()
+            raise RuntimeError(f"ray start failed: {Path(log.name).read_text()[-3000:]}")
+        if not self.join:
+            self._wait_healthy(timeout)
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.address}/api/gcs_healthz", timeout=2).ok:
+                    if requests.get(f"{self.address}/api/jobs/", timeout=5).ok:
+                        return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"Ray head at {self.address} did not become healthy in {timeout}s")
+
+    def stop(self) -> None:
+        if self.pgid is not None:
+            _kill_group(self.pgid)
+            self.pgid = None
+        _kill_matching(self.temp_dir)  # workers and drivers that left the group (setsid)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _kill_group(pgid: int, grace: float = 3.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _kill_matching(needle: str) -> None:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle.encode() in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def gpus_on(address: str) -> float:
+    """Total GPUs on ALIVE nodes, straight from the state API (independent of the provider)."""
+    nodes = requests.get(f"{address}/api/v0/nodes?limit=1000", timeout=10).json()["data"]["result"]["result"]
+    return sum(n["resources_total"].get("GPU", 0) for n in nodes if n["state"] == "ALIVE")
+
+
+def jobs_on(address: str, prefix: str) -> list[dict]:
+    jobs = requests.get(f"{address}/api/jobs/", timeout=10).json()
+    return [j for j in jobs if (j.get("submission_id") or "").startswith(prefix)]
+
+
+def wait_status(address: str, job_id: str, wanted: set[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline:
+        status = requests.get(f"{address}/api/jobs/{job_id}", timeout=10).json()["status"]
+        if status in wanted:
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {status}, wanted {wanted}")
+
+
+# ----------------------------------------------------------------------------- TLS and the proxy
+
+
+def make_ca(name: str):
+    """(key, cert) of a throwaway CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def make_server_cert(ca_key, ca_cert, ip: str = "127.0.0.1"):
+    """(key, cert) for an API server reached by IP, as GKE's is."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def pem(obj) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    if hasattr(obj, "public_bytes"):
+        return obj.public_bytes(serialization.Encoding.PEM)
+    return obj.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def b64_pem(cert) -> str:
+    """A CA the way GKE returns `master_auth.cluster_ca_certificate`."""
+    return base64.b64encode(pem(cert)).decode()
+
+
+class ServiceProxy:
+    """The part of a Kubernetes API server the provider uses: HTTPS, a bearer token, and
+    `/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy/...` forwarded to one real Ray dashboard."""
+
+    def __init__(self, upstream: str, token: str, namespace: str = "ray", service: str = "rc-head-svc"):
+        self.upstream, self.token = upstream.rstrip("/"), token
+        self.prefix = f"/api/v1/namespaces/{namespace}/services/{service}:8265/proxy"
+        self.namespace, self.service = namespace, service
+        self.seen_auth: list[str] = []
+        self.ca_key, self.ca_cert = make_ca("test-cluster-ca")
+        self._dir = tempfile.mkdtemp(prefix="rj-tls-")
+        key, cert = make_server_cert(self.ca_key, self.ca_cert)
+        certfile, keyfile = Path(self._dir, "server.pem"), Path(self._dir, "server.key")
+        certfile.write_bytes(pem(cert))
+        keyfile.write_bytes(pem(key))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certfile, keyfile)
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+        self._server.handle_error = lambda *_: None  # clients that reject our cert end handshakes rudely
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ca_b64(self) -> str:
+        return b64_pem(self.ca_cert)
+
+    def gke(self, **overrides) -> dict:
+        return {
+            "endpoint": self.endpoint,
+            "ca_certificate": self.ca_b64,
+            "namespace": self.namespace,
+            "service": self.service,
+            "port": 8265,
+            **overrides,
+        }
+
+    def __enter__(self) -> ServiceProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _handler(self):
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_args) -> None:
+                pass
+
+            def _reply(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _status(self, code: int, reason: str, message: str) -> None:
+                body = (
+                    '{"kind":"Status","apiVersion":"v1","status":"Failure",'
+                    f'"message":"{message}","reason":"{reason}","code":{code}}}'
+                )
+                self._reply(code, body.encode())
+
+            def _forward(self) -> None:
+                auth = self.headers.get("Authorization", "")
+                proxy.seen_auth.append(auth)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if auth != f"Bearer {proxy.token}":
+                    return self._status(401, "Unauthorized", "Unauthorized")
+                if not self.path.startswith(proxy.prefix + "/"):
+                    return self._status(404, "NotFound", f"services not found for {self.path}")
+                request = urllib.request.Request(
+                    proxy.upstream + self.path[len(proxy.prefix) :], data=body, method=self.command
+                )
+                if self.headers.get("Content-Type"):
+                    request.add_header("Content-Type", self.headers["Content-Type"])
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as resp:
+                        self._reply(resp.status, resp.read(), resp.headers.get("Content-Type", "text/plain"))
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, err.read(), err.headers.get("Content-Type", "text/plain"))
+                except OSError as err:
+                    self._status(503, "ServiceUnavailable", f"error trying to reach service: {err}")
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._forward()
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._forward()
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._forward()
+
+        return Handler

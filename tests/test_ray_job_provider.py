@@ -1,0 +1,470 @@
+"""The Ray job provider against a real local Ray head (no fakes of Ray).
+
+Provider methods get their props the way Pulumi's engine hands them over (`wire`): numbers as
+doubles, None dropped. RAY_ADDRESS points nowhere in every test: the provider must not follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+
+import pulumi
+import pytest
+import requests
+from pulumi.runtime import rpc
+
+from components import ray_job
+from components.ray_job import (
+    GONE,
+    DashboardError,
+    GrpoJob,
+    RayJobArgs,
+    RayJobError,
+    RayJobProvider,
+    attempt_number,
+    base_url,
+    diff_inputs,
+    pick_attempt,
+    tail,
+    validate_inputs,
+    with_defaults,
+)
+from tests.ray_fixtures import (
+    REPO,
+    RayNode,
+    ServiceProxy,
+    b64_pem,
+    free_port,
+    gpus_on,
+    jobs_on,
+    make_ca,
+    wait_status,
+)
+
+BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"  # TEST-NET-3: nothing answers there
+HEAD_GPUS = 2
+
+
+def wire(props: dict) -> dict:
+    """Props as the engine's gRPC round trip delivers them to a provider."""
+    loop = asyncio.new_event_loop()
+    try:
+        return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(props, {})))
+    finally:
+        loop.close()
+
+
+def new_id(tag: str) -> str:
+    return f"t-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def head():
+    node = RayNode(gpus=HEAD_GPUS).start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(autouse=True)
+def bogus_ray_address(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", BOGUS_RAY_ADDRESS)
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", BOGUS_RAY_ADDRESS)
+    monkeypatch.delenv("CLOUDSDK_AUTH_ACCESS_TOKEN", raising=False)
+
+
+@pytest.fixture
+def provider() -> RayJobProvider:
+    return RayJobProvider()
+
+
+def props(address: str | None, tag: str = "job", **overrides) -> dict:
+    base = {
+        "submission_id": new_id(tag),
+        "entrypoint": "echo hello",
+        "expected_gpus": 1,
+        "ready_timeout_s": 30,
+        "address": address,
+    }
+    return wire({**base, **overrides})
+
+
+# ----------------------------------------------------------------------------- pure decisions
+
+
+def test_attempt_numbers():
+    assert attempt_number("s-abc", "s-abc") == 1
+    assert attempt_number("s-abc-r7", "s-abc") == 7
+    for other in ("s-abc-r1", "s-abc-rx", "s-abc-r", "s-abcd", "x-s-abc", None):
+        assert attempt_number(other, "s-abc") is None
+
+
+def test_pick_attempt():
+    def job(sid, status):
+        return {"submission_id": sid, "status": status}
+
+    assert pick_attempt([], "b", True) == ("b", 1, None)
+    assert pick_attempt([job("other", "FAILED")], "b", True) == ("b", 1, None)
+    for live in ("PENDING", "RUNNING", "SUCCEEDED"):
+        jobs = [job("b", "FAILED"), job("b-r2", live)]
+        assert pick_attempt(jobs, "b", True) == ("b-r2", 2, jobs[1])
+    for dead in ("FAILED", "STOPPED"):
+        jobs = [job("b-r2", dead), job("b", "FAILED"), job("b-r10", dead)]
+        assert pick_attempt(jobs, "b", True) == ("b-r11", 11, None)
+        assert pick_attempt(jobs, "b", False) == ("b-r10", 10, jobs[2])
+
+
+def test_base_url_plain_and_service_proxy():
+    assert base_url({"address": "http://10.0.0.2:8265/"}) == "http://10.0.0.2:8265"
+    gke = {
+        "endpoint": "https://34.1.2.3",
+        "ca_certificate": "x",
+        "namespace": "ray",
+        "service": "rc-head-svc",
+    }
+    assert base_url({"gke": gke}) == "https://34.1.2.3/api/v1/namespaces/ray/services/rc-head-svc:8265/proxy"
+    assert base_url({"gke": {**gke, "port": 9000.0}}).endswith("rc-head-svc:9000/proxy")
+
+
+def test_wire_numbers_come_back_as_ints():
+    inputs = with_defaults(wire({"expected_gpus": 16, "ready_timeout_s": 600, "address": None}))
+    assert inputs["expected_gpus"] == 16 and isinstance(inputs["expected_gpus"], int)
+    assert "address" in inputs and inputs["address"] is None
+
+
+def test_validate_inputs_names_the_property():
+    def bad(**kw):
+        return {prop for prop, _ in validate_inputs({"submission_id": "s", "entrypoint": "e", **kw})}
+
+    assert bad(address="http://h:8265") == set()
+    assert bad() == {"address"}
+    assert bad(address="h:8265") == {"address"}
+    assert "address" in bad(address="http://h", gke={"endpoint": "e"})
+    assert bad(gke={"endpoint": "e"}) == {"gke.ca_certificate", "gke.namespace", "gke.service"}
+    assert bad(address="http://h", submission_id="has space") == {"submission_id"}
+    assert bad(address="http://h", expected_gpus=-1, stop_timeout_s=0) == {"expected_gpus", "stop_timeout_s"}
+    assert bad(address="http://h", metadata={"k": 1}) == {"metadata"}
+    assert bad(address=rpc.UNKNOWN, expected_gpus=rpc.UNKNOWN) == set()  # preview: not known yet
+    assert {p for p, _ in validate_inputs({"address": "http://h"})} == {"submission_id", "entrypoint"}
+
+
+def test_diff_decisions():
+    old_in = {"submission_id": "s", "entrypoint": "e", "expected_gpus": 16, "address": "http://h:8265"}
+    olds = wire({**with_defaults(old_in), "job_id": "s", "attempt": 1, "status": "RUNNING", "message": ""})
+
+    def diff(status="RUNNING", **news):
+        return diff_inputs({**olds, "status": status}, wire({**old_in, **news}))
+
+    same = diff()
+    assert not same.changes and same.replaces == []
+    for key, value in [
+        ("entrypoint", "other"),
+        ("runtime_env", {"env_vars": {"A": "1"}}),
+        ("expected_gpus", 8),
+        ("submission_id", "s2"),
+        ("address", "http://other:8265"),
+    ]:
+        result = diff(**{key: value})
+        assert result.changes and result.replaces == [key] and result.delete_before_replace, key
+    for key, value in [("ready_timeout_s", 10), ("wait_for_completion", True), ("log_tail_lines", 5)]:
+        result = diff(**{key: value})
+        assert result.changes and result.replaces == [], key
+    # a dead job is resubmitted on `up --refresh`, unless resubmission is off
+    for dead in ("FAILED", "STOPPED", GONE):
+        assert diff(status=dead).replaces == ["status"]
+        assert diff(status=dead, resubmit_on_failure=False).replaces == []
+    assert diff(status="SUCCEEDED").replaces == []
+    # moving between target kinds replaces; a CA rotation on the same service does not
+    gke = {"endpoint": "1.2.3.4", "ca_certificate": "A", "namespace": "ray", "service": "svc", "port": 8265}
+    gke_olds = {**olds, "address": None, "gke": gke}
+    assert diff_inputs(olds, wire({**old_in, "address": None, "gke": gke})).replaces == ["address", "gke"]
+    rotated = diff_inputs(gke_olds, wire({**old_in, "address": None, "gke": {**gke, "ca_certificate": "B"}}))
+    assert rotated.changes and rotated.replaces == []
+    moved = diff_inputs(gke_olds, wire({**old_in, "address": None, "gke": {**gke, "service": "svc2"}}))
+    assert moved.replaces == ["gke"]
+
+
+def test_update_keeps_the_job(provider):
+    olds = wire(
+        {
+            "submission_id": "s",
+            "entrypoint": "e",
+            "address": "http://h:1",
+            "job_id": "s-r2",
+            "attempt": 2,
+            "status": "RUNNING",
+            "message": "m",
+            "dashboard_url": "http://h:1",
+        }
+    )
+    news = wire({"submission_id": "s", "entrypoint": "e", "address": "http://h:1", "ready_timeout_s": 5})
+    outs = provider.update("s-r2", olds, news).outs
+    assert (outs["job_id"], outs["attempt"], outs["status"], outs["ready_timeout_s"]) == (
+        "s-r2",
+        2,
+        "RUNNING",
+        5,
+    )
+
+
+def test_tail():
+    assert tail("a\nb\nc\n", 2) == "b\nc"
+    assert tail("a\nb", 0) == ""
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self):
+        self.resources = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        self.resources.append(args)
+        return [
+            f"{args.name}-id",
+            {**args.inputs, "status": "RUNNING", "job_id": args.inputs["submission_id"]},
+        ]
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+def test_grpo_job_resource_under_mocks():
+    mocks = _Mocks()
+    pulumi.runtime.set_mocks(mocks, preview=False)
+
+    @pulumi.runtime.test
+    def check():
+        job = GrpoJob(
+            "grpo",
+            RayJobArgs(
+                submission_id=pulumi.Output.from_input("s-1"),
+                entrypoint="python3 -m x",
+                expected_gpus=16,
+                address="http://h:8265",
+            ),
+        )
+
+        def verify(values):
+            job_id, status = values
+            (args,) = [r for r in mocks.resources if r.name == "grpo"]
+            assert args.typ == "pulumi-python:dynamic/verl-gke:GrpoJob"
+            assert args.inputs["entrypoint"] == "python3 -m x" and args.inputs["expected_gpus"] == 16
+            assert "__provider" in args.inputs
+            assert (job_id, status) == ("s-1", "RUNNING")
+
+        return pulumi.Output.all(job.job_id, job.status).apply(verify)
+
+    check()
+    with pytest.raises(ValueError, match="exactly one"):
+        GrpoJob("bad", RayJobArgs(submission_id="s", entrypoint="e", expected_gpus=1))
+
+
+# ----------------------------------------------------------------------------- against a real head
+
+
+def test_create_submits_then_adopts(head, provider):
+    p = props(
+        head.address,
+        "adopt",
+        entrypoint="echo hello $GREETING",
+        runtime_env={"env_vars": {"GREETING": "from-runtime-env"}},
+        metadata={"stack": "test"},
+    )
+    first = provider.create(p)
+    sid = p["submission_id"]
+    assert first.id == sid
+    assert first.outs["job_id"] == sid and first.outs["attempt"] == 1
+    assert first.outs["status"] in ("PENDING", "RUNNING", "SUCCEEDED")
+    assert first.outs["dashboard_url"] == head.address
+    assert first.outs["entrypoint"] == p["entrypoint"]
+    # a second create (a retried `up`, lost state) adopts: never a second job
+    second = provider.create({**p, "wait_for_completion": True})
+    assert second.id == sid and second.outs["status"] == "SUCCEEDED"
+    assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [sid]
+    logs = requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=10).json()["logs"]
+    assert "hello from-runtime-env" in logs
+    assert provider.read(sid, second.outs).outs["status"] == "SUCCEEDED"
+
+
+def test_concurrent_create_adopts_on_already_exists(head, provider, monkeypatch):
+    p = props(head.address, "race")
+    first = provider.create(p)
+    # The other create submitted between our listing of the jobs and our submit.
+    monkeypatch.setattr(ray_job._Dashboard, "jobs", lambda _self: [])
+    second = provider.create(p)
+    assert second.id == first.id == p["submission_id"] and second.outs["attempt"] == 1
+    assert len(jobs_on(head.address, p["submission_id"])) == 1
+
+
+def test_create_waits_for_gpus_that_join_later(head, provider):
+    have = int(gpus_on(head.address))
+    worker = RayNode(gpus=8, cpus=0, join=head)
+    joiner = threading.Thread(target=lambda: (threading.Event().wait(2), worker.start()))
+    joiner.start()
+    try:
+        p = props(head.address, "gpus", expected_gpus=have + 8, ready_timeout_s=120)
+        created = provider.create(p)
+        joiner.join()
+        assert gpus_on(head.address) >= have + 8
+        assert created.outs["job_id"] == p["submission_id"]
+        assert len(jobs_on(head.address, p["submission_id"])) == 1
+        wait_status(head.address, p["submission_id"], {"SUCCEEDED"})
+    finally:
+        joiner.join()
+        worker.stop()
+
+
+def test_deadline_says_what_is_missing_and_where(head, provider):
+    with pytest.raises(RayJobError) as missing_gpus:
+        provider.create(props(head.address, "deadline", expected_gpus=1000, ready_timeout_s=2))
+    text = str(missing_gpus.value)
+    assert "of 1000 GPUs" in text and "found" in text and head.address in text
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(RayJobError) as unreachable:
+        provider.create(props(dead, "nohead", ready_timeout_s=2))
+    text = str(unreachable.value)
+    assert dead in text and "unreachable" in text and "not ready" in text
+
+
+def test_failing_job_surfaces_its_log_tail(head, provider):
+    script = "import sys; [print(f'line {i}') for i in range(100)]; sys.exit(3)"
+    p = props(
+        head.address,
+        "fail",
+        entrypoint=f'python -c "{script}"',
+        wait_for_completion=True,
+        completion_timeout_s=60,
+        log_tail_lines=5,
+    )
+    with pytest.raises(RayJobError) as failed:
+        provider.create(p)
+    text = str(failed.value)
+    assert "FAILED" in text and p["submission_id"] in text
+    logs = text.split("--- last 5 log lines ---\n")[1]
+    assert logs.splitlines() == [f"line {i}" for i in range(95, 100)]
+
+
+def test_resubmission_after_failure_is_a_new_attempt(head, provider):
+    p = props(head.address, "resub", entrypoint="exit 1", resubmit_on_failure=True)
+    sid = p["submission_id"]
+    first = provider.create(p)
+    wait_status(head.address, sid, {"FAILED"})
+    refreshed = provider.read(first.id, first.outs).outs
+    assert refreshed["status"] == "FAILED"
+    # `pulumi up --refresh`: diff replaces, delete is a no-op on a finished job, create resubmits
+    assert provider.diff(first.id, refreshed, p).replaces == ["status"]
+    provider.delete(first.id, refreshed)
+    second = provider.create(p)
+    assert (second.id, second.outs["attempt"]) == (f"{sid}-r2", 2)
+    wait_status(head.address, f"{sid}-r2", {"FAILED"})
+    # without resubmission the newest attempt is adopted and reported, not resubmitted
+    adopted = provider.create({**p, "resubmit_on_failure": False})
+    assert (adopted.id, adopted.outs["status"]) == (f"{sid}-r2", "FAILED")
+    assert sorted(j["submission_id"] for j in jobs_on(head.address, sid)) == [sid, f"{sid}-r2"]
+
+
+def test_delete_stops_a_running_job(head, provider):
+    p = props(head.address, "stop", entrypoint="sleep 600", stop_timeout_s=60)
+    created = provider.create(p)
+    wait_status(head.address, created.id, {"RUNNING"})
+    provider.delete(created.id, created.outs)
+    assert requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"] == "STOPPED"
+    assert provider.read(created.id, created.outs).outs["status"] == "STOPPED"
+    provider.delete(created.id, created.outs)  # already terminal: nothing to do
+
+
+def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
+    never = props(head.address, "never")
+    outs = provider.read(never["submission_id"], {**never, "job_id": never["submission_id"]}).outs
+    assert outs["status"] == GONE and outs["job_id"] == never["submission_id"]
+    # a job deleted from the head
+    created = provider.create(props(head.address, "vanish", wait_for_completion=True))
+    requests.delete(f"{head.address}/api/jobs/{created.id}", timeout=10).raise_for_status()
+    outs = provider.read(created.id, created.outs).outs
+    assert outs["status"] == GONE and outs["job_id"] == created.id and "not found" in outs["message"]
+    provider.delete(created.id, created.outs)
+    # the whole cluster gone: nothing listens at the address any more
+    dead = {**created.outs, "address": f"http://127.0.0.1:{free_port()}"}
+    assert provider.read(created.id, dead).outs["status"] == GONE
+    provider.delete(created.id, dead)
+
+
+def test_service_proxy_with_bearer_token(head, provider, monkeypatch):
+    token = "ya29.test-" + uuid.uuid4().hex
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", token)
+    with ServiceProxy(head.address, token) as proxy:
+        p = props(None, "proxy", gke=proxy.gke(), entrypoint="sleep 600")
+        created = provider.create(p)
+        assert proxy.seen_auth and set(proxy.seen_auth) == {f"Bearer {token}"}
+        assert created.outs["dashboard_url"] == f"https://{proxy.endpoint}{proxy.prefix}"
+        assert token not in json.dumps(created.outs) and token not in repr(created.id)
+        assert [j["submission_id"] for j in jobs_on(head.address, created.id)] == [created.id]
+        wait_status(head.address, created.id, {"RUNNING"})
+        assert provider.read(created.id, wire(created.outs)).outs["status"] == "RUNNING"
+        # a deleted head service is Kubernetes' 404: the job is gone, not an error
+        moved = wire({**created.outs, "gke": proxy.gke(service="deleted-svc")})
+        assert provider.read(created.id, moved).outs["status"] == GONE
+        provider.delete(created.id, wire(created.outs))
+        assert requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"] == "STOPPED"
+        # a rejected token fails at once (waiting would not help), naming the status and the URL
+        monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "expired")
+        with pytest.raises(DashboardError) as denied:
+            provider.create(props(None, "denied", gke=proxy.gke(), ready_timeout_s=600))
+        assert "HTTP 401" in str(denied.value) and proxy.endpoint in str(denied.value)
+        assert "expired" not in str(denied.value)
+
+
+def test_wrong_cluster_ca_fails_tls_verification(head, provider, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+    with ServiceProxy(head.address, "tok") as proxy:
+        _, other_ca = make_ca("some-other-cluster")
+        p = props(None, "tls", gke=proxy.gke(ca_certificate=b64_pem(other_ca)), ready_timeout_s=600)
+        with pytest.raises(RayJobError) as tls:
+            provider.create(p)
+        assert "TLS verification" in str(tls.value) and proxy.endpoint in str(tls.value)
+        # refresh must not mistake a TLS failure for a vanished job
+        with pytest.raises(RayJobError, match="TLS verification"):
+            provider.read("x", {**p, "job_id": "x"})
+    assert proxy.seen_auth == []  # the token never left over an unverified connection
+
+
+def test_missing_google_credentials_is_a_clear_error(head, provider, monkeypatch, tmp_path):
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with ServiceProxy(head.address, "tok") as proxy:
+        with pytest.raises(RayJobError, match="no Google credentials") as err:
+            provider.create(props(None, "adc", gke=proxy.gke()))
+    assert "CLOUDSDK_AUTH_ACCESS_TOKEN" in str(err.value)
+
+
+def test_provider_pickled_like_pulumi_runs_in_a_fresh_interpreter(head, provider):
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    created = provider.create(props(head.address, "pickle", wait_for_completion=True))
+    blob = serialize_provider(RayJobProvider())  # the engine's own dill call (recurse=True)
+    # What `python -m pulumi.dynamic` does in the project directory for a refresh from state.
+    script = (
+        "import base64, dill, json, sys\n"
+        "from pulumi.runtime._serialization import _deserialize\n"
+        "assert 'components.ray_job' not in sys.modules\n"
+        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
+        "assert vars(p) == {}\n"
+        "print(json.dumps(p.read(sys.argv[2], json.loads(sys.argv[3])).outs))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    outs = json.loads(run.stdout.splitlines()[-1])
+    assert outs["status"] == "SUCCEEDED" and outs["job_id"] == created.id
