@@ -32,8 +32,8 @@ CONTAINER = "stage"
 # The script's exit codes that no retry can fix: 2 bad arguments, 3 model gated/private/missing.
 PERMANENT_EXIT_CODES = (2, 3)
 FUSE_VOLUMES = "gke-gcsfuse/volumes"
-FUSE_STORAGE_REQUEST = "gke-gcsfuse/ephemeral-storage-request"
 FUSE_STORAGE_LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
+UNLIMITED = "0"  # the sidecar annotations' "no limit" (Standard only)
 # The provider rule that reruns a failed Job on the next update instead of awaiting it again.
 REPLACE_UNREADY = "pulumi.com/replaceUnready"
 LABELS = {
@@ -80,10 +80,9 @@ class DataPrepArgs:
     ephemeral_storage_request: str = "4Gi"
     ephemeral_storage_limit: str = "8Gi"
     scratch_size: str = "4Gi"  # emptyDir sizeLimit: temp clone, preprocessing, HF datasets cache
-    # The GCS FUSE sidecar stages non-streamed writes (resumed weight shards, up to 8 in parallel)
-    # on local disk. Limit big enough for those; request small enough for a 100 GB boot disk
-    # (~47Gi allocatable). The driver makes request = limit when only the limit is given.
-    fuse_ephemeral_storage_request: str = "5Gi"
+    # The least GCS FUSE sidecar ephemeral-storage limit the Job needs: the sidecar stages writes
+    # it cannot stream (resumed weight shards, up to 8 at once) on the node's disk. A caller's
+    # "0" (unlimited, Standard) or larger limit is kept; a smaller one, or none, is raised to this.
     fuse_ephemeral_storage_limit: str = "50Gi"
     active_deadline_seconds: int = 3 * 3600  # ~65 GB of weights for a 32B model, pod start included
     backoff_limit: int = 3  # reruns resume; preemptions and evictions do not count
@@ -255,14 +254,12 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
     _validate_paths(args, bad)
 
     for arg in ("cpu_request", "memory_request", "memory_limit", "ephemeral_storage_request",
-                "ephemeral_storage_limit", "scratch_size", "fuse_ephemeral_storage_request",
-                "fuse_ephemeral_storage_limit"):
+                "ephemeral_storage_limit", "scratch_size", "fuse_ephemeral_storage_limit"):
         value = getattr(args, arg)
         if not isinstance(value, str) or not _QUANTITY.match(value) or _quantity(value) <= 0:
             raise bad(arg, value, "must be a positive Kubernetes quantity such as 2, 500m or 4Gi")
     for request, limit in (("memory_request", "memory_limit"),
-                           ("ephemeral_storage_request", "ephemeral_storage_limit"),
-                           ("fuse_ephemeral_storage_request", "fuse_ephemeral_storage_limit")):
+                           ("ephemeral_storage_request", "ephemeral_storage_limit")):
         if _quantity(getattr(args, request)) > _quantity(getattr(args, limit)):
             raise bad(request, getattr(args, request), f"must not exceed {limit} = {getattr(args, limit)!r}")
     for arg, minimum in (("active_deadline_seconds", 60), ("backoff_limit", 0), ("await_margin_seconds", 60)):
@@ -278,17 +275,19 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
     if args.pod_annotations.get(FUSE_VOLUMES) != "true":
         raise bad("pod_annotations", args.pod_annotations,
                   f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)')
-    ours = {FUSE_STORAGE_REQUEST: args.fuse_ephemeral_storage_request,
-            FUSE_STORAGE_LIMIT: args.fuse_ephemeral_storage_limit}
-    for key, value in ours.items():
-        if args.pod_annotations.get(key, value) != value:
-            raise bad("pod_annotations", args.pod_annotations,
-                      f"sets {key}, which DataPrep sizes itself ({value!r}): "
-                      "use fuse_ephemeral_storage_request/_limit")
+    annotations = dict(args.pod_annotations)
+    theirs = annotations.get(FUSE_STORAGE_LIMIT)
+    if theirs is not None and not (theirs == UNLIMITED or _QUANTITY.match(theirs)):
+        raise bad("pod_annotations", args.pod_annotations,
+                  f'{FUSE_STORAGE_LIMIT} must be "0" (unlimited) or a quantity such as 50Gi')
+    needed = _quantity(args.fuse_ephemeral_storage_limit)
+    if theirs is None or (theirs != UNLIMITED and _quantity(theirs) < needed):
+        # Without a request annotation the driver makes the sidecar's request equal to this limit.
+        annotations[FUSE_STORAGE_LIMIT] = args.fuse_ephemeral_storage_limit
     if not isinstance(args.depends_on, list | tuple) or not all(
             isinstance(r, pulumi.Resource) for r in args.depends_on):
         raise bad("depends_on", args.depends_on, "must be a list of Pulumi resources")
-    return {**args.pod_annotations, **ours}
+    return annotations
 
 
 def _validate_paths(args: DataPrepArgs, bad) -> None:
