@@ -18,7 +18,7 @@ from typing import Any
 
 from stacks import versions
 from stacks.accelerators import ACCELERATORS, Accelerator
-from stacks.grpo import GrpoSettings
+from stacks.grpo import GrpoSettings, preflight
 
 PROJECT = "verl-gke"
 PLACEHOLDER_PROJECT = "replace-with-your-project-id"  # what the stack files ship with
@@ -343,7 +343,10 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 
     bucket_location = r.str("bucketLocation") or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
+    parsed_so_far = len(r.problems)
     grpo = _grpo(r)
+    if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
+        r.problems += preflight(grpo, nnodes=gpu_nodes, gpus_per_node=acc.gpus_per_node, model=model)
     job = JobSettings(
         submit=r.bool("submitJob"),
         ready_timeout_s=r.int("jobReadyTimeoutMinutes", minimum=1) * 60,

@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from stacks.accelerators import Accelerator, nccl_env
 from stacks.paths import BucketPaths
@@ -106,9 +107,10 @@ _SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 _MAX_TOKENS = "actor_rollout_ref.rollout.max_num_batched_tokens"
 _CHUNKED = "actor_rollout_ref.rollout.enable_chunked_prefill"
 _MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
+_REMOVE_PADDING = "actor_rollout_ref.model.use_remove_padding"
 
 # Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
-_OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][\w-]*(?:[./@][A-Za-z_][\w-]*)*)"
+_OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][\w-]*(?:[./@][\w-]+)*)"
                        r"(?P<eq>=(?P<value>.*))?$", re.DOTALL)
 _CREDENTIAL_KEY = re.compile(r"(?i)(^|_)(token|secret|password|passwd|api_?key|credentials?)$")
 _CREDENTIAL_VALUE = re.compile(r"hf_[A-Za-z0-9]{20,}")
@@ -142,12 +144,13 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
         return problems + [f"{_key('gpuNodes')} = {nnodes!r}: the cluster needs at least one GPU"]
     shape = f"{nnodes} node(s) x {gpus_per_node} GPUs = {world} GPUs ({_key('gpuNodes')})"
 
+    before = len(problems)
     for field in ("train_batch_size", "rollout_n", "max_prompt_length", "max_response_length",
                   "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu",
                   "ref_log_prob_micro_batch_size_per_gpu", "tensor_parallel_size", "total_epochs"):
         if getattr(g, field) < 1:
             bad(field, getattr(g, field), "must be an integer >= 1")
-    if problems:
+    if len(problems) > before:
         return problems  # the arithmetic below needs positive numbers
     if g.rollout_n < 2:
         bad("rollout_n", g.rollout_n, "GRPO normalises rewards within a prompt's group: use >= 2 responses")
@@ -170,6 +173,9 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
     if world % sp:
         problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} must divide {shape}")
         sp = 1
+    if sp > 1 and extras.get(_REMOVE_PADDING, "false").strip().lower() != "true":
+        # verl/workers/config/actor.py FSDPActorConfig.validate.
+        problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} needs {_REMOVE_PADDING}=true")
     dp = world // sp
     mini = g.ppo_mini_batch_size * g.rollout_n
     if mini % dp:
@@ -340,7 +346,7 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
     return {"env_vars": env}
 
 
-def submission_id(stack: str, entrypoint: str, runtime_env: dict, expected_gpus: int) -> str:
+def submission_id(stack: str, entrypoint: str, runtime_env: dict[str, Any], expected_gpus: int) -> str:
     """`verl-grpo-<stack>-<hash>`: the same job keeps its id; any change to what runs gets a new one."""
     job = {"entrypoint": entrypoint, "runtime_env": runtime_env, "expected_gpus": expected_gpus}
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"))

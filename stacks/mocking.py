@@ -164,7 +164,7 @@ class ProgramMocks(pmocks.Mocks):
             meta = dict(inputs.get("metadata") or {})
             meta.setdefault("name", f"{args.name}-mock")
             state["metadata"] = meta
-        elif t == "pulumi-python:dynamic:Resource":
+        elif t.startswith("pulumi-python:dynamic"):
             state.update(job_id=inputs.get("submission_id"), status="PENDING", message="", attempt=1,
                          dashboard_url=inputs.get("address") or "")
         return f"{args.name}-id", state

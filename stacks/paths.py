@@ -37,5 +37,6 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
         train_file=posixpath.join(dataset_dir, "train.parquet"),
         val_file=posixpath.join(dataset_dir, "test.parquet"),
         hf_home=posixpath.join(MOUNT, "huggingface_cache"),
-        checkpoint_dir=posixpath.join(MOUNT, "checkpoints", stack),
+        # Per model too: `resume_mode=auto` must never load another model's checkpoint.
+        checkpoint_dir=posixpath.join(MOUNT, "checkpoints", stack, model_id),
     )

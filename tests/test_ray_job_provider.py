@@ -387,7 +387,7 @@ def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
     created = provider.create(props(head.address, "vanish", wait_for_completion=True))
     requests.delete(f"{head.address}/api/jobs/{created.id}", timeout=10).raise_for_status()
     outs = provider.read(created.id, created.outs).outs
-    assert outs["status"] == GONE and outs["job_id"] == created.id and "not found" in outs["message"]
+    assert outs["status"] == GONE and outs["job_id"] == created.id and "is gone" in outs["message"]
     provider.delete(created.id, created.outs)
     # the whole cluster gone: nothing listens at the address any more
     dead = {**created.outs, "address": f"http://127.0.0.1:{free_port()}"}

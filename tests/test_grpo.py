@@ -1,0 +1,297 @@
+"""The GRPO recipe: preflight arithmetic, the fixed overrides, entrypoint quoting, runtime env, job id."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from stacks import config, grpo, versions
+from stacks.accelerators import ACCELERATORS
+from stacks.paths import MOUNT, bucket_paths
+
+BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
+MODEL = "Qwen/Qwen2.5-32B-Instruct"
+UNKNOWN_MODEL = "acme/Frobnicator-7B"  # not in the Qwen2.5 head table: the head check is skipped
+RAY_SUBMISSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # components/ray_job.py
+
+
+@pytest.fixture(scope="module")
+def defaults() -> grpo.GrpoSettings:
+    return config.load(BASE, "b200").grpo
+
+
+def paths_for(stack: str = "b200", model: str = MODEL):
+    return bucket_paths(stack, model, "v0.6.1")
+
+
+def overrides_map(items: list[str]) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in items]
+    assert len({k for k, _ in pairs}) == len(pairs), "a key is overridden twice"
+    return dict(pairs)
+
+
+def test_every_setting_has_its_config_key():
+    fields = {f.name for f in dataclasses.fields(grpo.GrpoSettings)}
+    keys = {k.name for k in config.KEYS if k.name.startswith("grpo")}
+    assert {grpo._field_key(f).split(":", 1)[1] for f in fields} == keys
+
+
+@pytest.mark.parametrize("nnodes", [2, 1])
+def test_defaults_pass_preflight(defaults, nnodes):
+    assert grpo.preflight(defaults, nnodes=nnodes, gpus_per_node=8, model=MODEL) == []
+
+
+ACTOR, ROLLOUT = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
+
+
+def extra(*items: str) -> dict[str, tuple[str, ...]]:
+    return {"extra_overrides": items}
+
+
+# name: (settings changed, nodes, model, key named, text in the message). Batch arithmetic by hand:
+# world = nodes x 8; samples = train x n; per-GPU mini = mini x n / world.
+BAD = {
+    # 255 x 8 = 2040 samples over 16 GPUs leaves 8.
+    "samples-not-divisible": ({"train_batch_size": 255, "ppo_mini_batch_size": 128}, 2, MODEL,
+                              "grpoTrainBatchSize", "2040 samples"),
+    "mini-above-train": ({"train_batch_size": 128, "ppo_mini_batch_size": 256}, 2, MODEL,
+                         "grpoPpoMiniBatchSize", "<= train batch size 128"),
+    # 100 x 5 = 500 over 16 ranks is 31.25 (256 x 5 = 1280 samples divide: 80 per GPU).
+    "mini-not-integral": ({"rollout_n": 5, "ppo_mini_batch_size": 100}, 2, MODEL,
+                          "grpoPpoMiniBatchSize", "500 must divide evenly over 16"),
+    # 256 x 8 / 16 = 128 per GPU; 128 % 24 = 8.
+    "micro-not-dividing": ({"ppo_micro_batch_size_per_gpu": 24}, 2, MODEL,
+                           "grpoPpoMicroBatchSizePerGpu", "per-GPU mini batch 128"),
+    # 8 x 8 / 8 = 8 per GPU < 16.
+    "micro-above-mini": ({"train_batch_size": 8, "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 16,
+                          "log_prob_micro_batch_size_per_gpu": 4}, 1, MODEL,
+                         "grpoPpoMicroBatchSizePerGpu", "per-GPU mini batch 8"),
+    # 32 x 8 / 16 = 16 samples per GPU.
+    "log-prob-micro-too-big": ({"train_batch_size": 32, "ppo_mini_batch_size": 32,
+                                "log_prob_micro_batch_size_per_gpu": 32}, 2, MODEL,
+                               "grpoLogProbMicroBatchSizePerGpu", "16 samples each GPU holds"),
+    "ref-log-prob-micro-too-big": ({"train_batch_size": 32, "ppo_mini_batch_size": 32,
+                                    "ref_log_prob_micro_batch_size_per_gpu": 17}, 2, MODEL,
+                                   "grpoRefLogProbMicroBatchSizePerGpu", "16 samples"),
+    "tp-not-dividing-world": ({"tensor_parallel_size": 3}, 2, UNKNOWN_MODEL, "grpoTensorParallelSize",
+                              "must divide the GPUs per node (8) and the total (16)"),
+    "tp-spanning-nodes": ({"tensor_parallel_size": 16}, 2, UNKNOWN_MODEL, "grpoTensorParallelSize",
+                          "GPUs per node (8)"),
+    "tp-vs-heads-1.5b": ({}, 1, "Qwen/Qwen2.5-1.5B-Instruct", "grpoTensorParallelSize",
+                         "12 attention / 2 KV heads): use one of 1, 2, 4"),
+    "tp-vs-heads-7b": ({}, 2, "Qwen/Qwen2.5-7B", "grpoTensorParallelSize", "28 attention / 4 KV heads"),
+    "tp-vs-heads-0.5b": ({"tensor_parallel_size": 4}, 1, "Qwen/Qwen2.5-0.5B-Instruct",
+                         "grpoTensorParallelSize", "use one of 1, 2"),
+    "grpo-needs-a-group": ({"rollout_n": 1}, 2, MODEL, "grpoRolloutN", ">= 2"),
+    "batch-above-gsm8k": ({"train_batch_size": 8000}, 2, MODEL, "grpoTrainBatchSize", "7473 GSM8K"),
+    "zero-prompt-length": ({"max_prompt_length": 0}, 2, MODEL, "grpoMaxPromptLength", ">= 1"),
+    "too-long-for-vllm": ({"max_response_length": 8000}, 2, MODEL, "grpoMaxResponseLength",
+                          "max_num_batched_tokens 8192"),
+    "gpu-memory-zero": ({"gpu_memory_utilization": 0.0}, 2, MODEL, "grpoGpuMemoryUtilization", "(0, 1]"),
+    "gpu-memory-over-one": ({"gpu_memory_utilization": 1.2}, 2, MODEL, "grpoGpuMemoryUtilization", "(0, 1]"),
+    "bad-logger": ({"logger": ("console", "tensorbored")}, 2, MODEL, "grpoLogger", "'tensorbored' is not"),
+    "no-logger": ({"logger": ()}, 2, MODEL, "grpoLogger", "at least one"),
+    "extra-without-value": (extra("trainer.critic_warmup"), 2, MODEL, "grpoExtraOverrides",
+                            "must look like key=value"),
+    "extra-bad-key": (extra("trainer..x=1"), 2, MODEL, "grpoExtraOverrides", "must look like"),
+    "extra-no-key": (extra("=1"), 2, MODEL, "grpoExtraOverrides", "must look like"),
+    "extra-owns-setting": (extra("data.train_batch_size=8"), 2, MODEL, "grpoExtraOverrides",
+                           "set verl-gke:grpoTrainBatchSize instead"),
+    "extra-owns-shape": (extra("trainer.nnodes=4"), 2, MODEL, "grpoExtraOverrides", "derived from the stack"),
+    "extra-owns-path": (extra("~trainer.default_local_dir"), 2, MODEL, "grpoExtraOverrides", "derived"),
+    "extra-owns-kl-fix": (extra("algorithm.use_kl_in_reward=true"), 2, MODEL, "grpoExtraOverrides",
+                          "fixed by the recipe"),
+    "extra-deprecated-micro": (extra(ACTOR + "ppo_micro_batch_size=64"), 2, MODEL, "grpoExtraOverrides",
+                               "exclusive"),
+    "extra-credential-key": (extra("+trainer.wandb_api_key=abc"), 2, MODEL, "grpoExtraOverrides",
+                             "credential"),
+    "extra-credential-value": (extra("+trainer.note=hf_abcdefghijklmnopqrstuvwx"), 2, MODEL,
+                               "grpoExtraOverrides", "credential"),
+    "extra-twice": (extra("trainer.critic_warmup=1", "trainer.critic_warmup=2"), 2, MODEL,
+                    "grpoExtraOverrides", "set twice"),
+    "extra-sp-not-dividing": (extra(ACTOR + "ulysses_sequence_parallel_size=3"), 2, MODEL,
+                              "grpoExtraOverrides", "must divide"),
+    "extra-sp-without-rmpad": (extra(ACTOR + "ulysses_sequence_parallel_size=2"), 2, MODEL,
+                               "grpoExtraOverrides", "use_remove_padding=true"),
+    "extra-not-an-int": (extra(ROLLOUT + "max_num_batched_tokens=lots"), 2, MODEL, "grpoExtraOverrides",
+                         "must be an integer"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_settings_are_rejected_naming_the_key(defaults, case):
+    changes, nnodes, model, key, text = BAD[case]
+    g = dataclasses.replace(defaults, **changes)
+    problems = grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model)
+    named = [p for p in problems if p.startswith(f"{config.PROJECT}:{key}")]
+    assert named, problems
+    assert any(text in p for p in named), named
+    assert all(re.match(r"^verl-gke:grpo\w+", p) or p.startswith("verl-gke:gpuNodes") for p in problems)
+
+
+@pytest.mark.parametrize("case", ["samples-not-divisible", "mini-above-train", "mini-not-integral",
+                                  "micro-not-dividing", "tp-spanning-nodes", "tp-vs-heads-1.5b"])
+def test_batch_and_tp_cases_are_the_only_problem(defaults, case):
+    changes, nnodes, model, _, _ = BAD[case]
+    g = dataclasses.replace(defaults, **changes)
+    assert len(grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model)) == 1
+
+
+def test_all_problems_are_reported_at_once(defaults):
+    g = dataclasses.replace(defaults, train_batch_size=255, ppo_mini_batch_size=128, logger=("nope",),
+                            extra_overrides=("trainer.nnodes=3",))
+    problems = grpo.preflight(g, nnodes=2, gpus_per_node=8, model="Qwen/Qwen2.5-1.5B-Instruct")
+    keys = [p.split(" ", 1)[0].rstrip(":").removeprefix("verl-gke:") for p in problems]
+    assert keys == ["grpoExtraOverrides", "grpoTrainBatchSize", "grpoTensorParallelSize", "grpoLogger"]
+
+
+def test_good_variants_pass(defaults):
+    ok = [
+        ({"tensor_parallel_size": 2}, 1, "Qwen/Qwen2.5-1.5B-Instruct"),  # the dev stack's shape
+        ({"tensor_parallel_size": 4}, 2, "Qwen/Qwen2.5-7B-Instruct"),
+        ({"tensor_parallel_size": 8}, 2, "Qwen/Qwen2.5-72B-Instruct"),
+        ({"tensor_parallel_size": 8}, 2, UNKNOWN_MODEL),
+        ({"max_response_length": 8000,
+          "extra_overrides": ("actor_rollout_ref.rollout.max_num_batched_tokens=16384",)}, 2, MODEL),
+        ({"extra_overrides": ("actor_rollout_ref.model.use_remove_padding=true", "+trainer.note=x",
+                              "++trainer.balance_batch=true", "~trainer.critic_warmup")}, 2, MODEL),
+        ({"logger": ("console", "tensorboard")}, 2, MODEL),
+        # sp 2: 8 data-parallel ranks; 256 x 8 / 8 = 256 per rank, divisible by micro 16.
+        (extra(ACTOR + "ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=true"),
+         2, MODEL),
+        ({"kl_loss_coef": 0.0}, 2, MODEL),
+    ]
+    for changes, nnodes, model in ok:
+        g = dataclasses.replace(defaults, **changes)
+        assert grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model) == [], changes
+
+
+def test_overrides_fix_the_tutorial(defaults):
+    paths = paths_for()
+    ov = overrides_map(grpo.overrides(defaults, stack="b200", nnodes=2, gpus_per_node=8, paths=paths))
+    assert ov["algorithm.adv_estimator"] == "grpo"
+    # KL as verl's GRPO examples apply it; the tutorial's in-reward kl_ctrl is gone.
+    assert ov["actor_rollout_ref.actor.use_kl_loss"] == "true"
+    assert ov["algorithm.use_kl_in_reward"] == "false"
+    assert ov["actor_rollout_ref.actor.kl_loss_coef"] == "0.001"
+    assert ov["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
+    assert ov["actor_rollout_ref.actor.entropy_coeff"] == "0.0"
+    assert "algorithm.kl_ctrl.kl_coef" not in ov
+    assert float(ov["actor_rollout_ref.actor.optim.lr"]) == 1e-6
+    # Weights from the bucket copy, data from the bucket.
+    assert ov["actor_rollout_ref.model.path"] == paths.model_dir == f"{MOUNT}/models/{MODEL}"
+    assert ov["data.train_files"] == paths.train_file and ov["data.val_files"] == paths.val_file
+    # Checkpoints: absolute, on the bucket, resumed.
+    assert ov["trainer.default_local_dir"] == paths.checkpoint_dir
+    assert ov["trainer.default_local_dir"].startswith(MOUNT + "/")
+    assert ov["trainer.resume_mode"] == "auto"
+    # Shape and names from the stack; logger a Hydra list.
+    assert (ov["trainer.nnodes"], ov["trainer.n_gpus_per_node"]) == ("2", "8")
+    assert ov["trainer.logger"] == "[console]"
+    assert (ov["trainer.project_name"], ov["trainer.experiment_name"]) == ("verl-gke", "b200")
+    assert ov["actor_rollout_ref.rollout.name"] == "vllm"
+    assert ov["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "8"
+    assert ov["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
+    assert ov["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "4"
+    assert ov["actor_rollout_ref.actor.strategy"] == "fsdp2"
+    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("10", "10", "2")
+    assert ov["trainer.val_before_train"] == "false"
+
+
+def test_overrides_follow_shape_and_settings(defaults):
+    g = dataclasses.replace(defaults, logger=("console", "wandb"), kl_loss_coef=0.0,
+                            extra_overrides=(" +trainer.note=x ", "~trainer.critic_warmup"))
+    items = grpo.overrides(g, stack="dev", nnodes=1, gpus_per_node=8, paths=paths_for("dev"))
+    assert items[-2:] == ["+trainer.note=x", "~trainer.critic_warmup"]
+    ov = overrides_map(items[:-2])
+    assert ov["trainer.nnodes"] == "1"
+    assert ov["trainer.logger"] == "[console,wandb]"
+    assert ov["actor_rollout_ref.actor.use_kl_loss"] == "false"  # no KL: no reference model to load
+    assert ov["trainer.default_local_dir"] == f"{MOUNT}/checkpoints/dev"
+
+
+@pytest.mark.parametrize("value", ["b200", "123", "true", "False", "null", "nan", "1e5", "dev.2", "a-b_c",
+                                   "/data/models/Qwen/Qwen2.5-1.5B-Instruct", "with space", "x:y",
+                                   7, 0.6, 1e-6, 0.0, True, False, ["console", "wandb"]])
+def test_hydra_values_parse_back_to_the_same_type(value):
+    parser = pytest.importorskip("hydra.core.override_parser.overrides_parser").OverridesParser.create()
+    parsed = parser.parse_override(f"a.b={grpo._hydra(value)}").value()
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("text", ["a.b=1", "+a.b=1", "++a.b=x", "~a.b", "~a.b=1", "a_b.c-d=1", "a=",
+                                  "a.b=[1,2]", "a.0=x", "a/b=1", "a@b=1",
+                                  "a", "+a", "=1", "a..b=1", ".a=1", "a b=1", "1a=2", "a.b"])
+def test_override_shape_never_looser_than_hydra(text):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        OverridesParser.create().parse_override(text)
+        hydra_ok = text != "=1"  # Hydra parses an empty key; composing it fails
+    except HydraException:
+        hydra_ok = False
+    problems = grpo._parse_extras((text,))[1]
+    assert (not problems) == hydra_ok, (text, problems)
+
+
+def test_entrypoint_round_trips_through_the_shell(defaults):
+    g = dataclasses.replace(defaults, extra_overrides=("+trainer.note='it''s; rm -rf / $(x)'",))
+    items = grpo.overrides(g, stack="b200", nnodes=2, gpus_per_node=8, paths=paths_for())
+    command = grpo.entrypoint(items)
+    assert command.startswith("python3 -m verl.trainer.main_ppo ")
+    assert shlex.split(command) == ["python3", "-m", "verl.trainer.main_ppo", *items]
+
+
+@pytest.mark.parametrize("acc,tuner", [("b200", "tuner_config_a4.txtpb"), ("h200", "tuner_config_a3u.txtpb")])
+def test_runtime_env(acc, tuner):
+    paths = paths_for()
+    env = grpo.runtime_env(ACCELERATORS[acc], paths)
+    assert list(env) == ["env_vars"]  # no pip/uv/conda/working_dir/py_modules: the image has the deps
+    variables = env["env_vars"]
+    assert variables["NCCL_TUNER_CONFIG_PATH"].endswith("/" + tuner)
+    assert variables["HF_HOME"] == paths.hf_home
+    assert variables["PYTHONPATH"] == paths.verl_src
+    assert variables["PYTHONUNBUFFERED"] == "1"
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items())
+    secret_like = [k for k, v in variables.items() if re.search(r"TOKEN|SECRET|KEY|PASSWORD", k, re.I) and v]
+    assert secret_like == [] and not any("hf_" in v for v in variables.values())
+
+
+def test_no_secret_reaches_the_job():
+    token = "hf_DistinctiveGrpoTestToken7c1d"
+    cfg = config.load({**BASE, "verl-gke:hfToken": token}, "b200")
+    assert cfg.has_hf_token
+    paths = bucket_paths("b200", cfg.model, cfg.verl_version)
+    items = grpo.overrides(cfg.grpo, stack="b200", nnodes=cfg.gpu_nodes,
+                           gpus_per_node=cfg.accelerator.gpus_per_node, paths=paths)
+    env = grpo.runtime_env(cfg.accelerator, paths)
+    blob = json.dumps([items, grpo.entrypoint(items), env])
+    assert token not in blob and "HF_TOKEN" not in blob
+
+
+def test_submission_id():
+    env = grpo.runtime_env(ACCELERATORS["b200"], paths_for())
+    command = "python3 -m verl.trainer.main_ppo a=1"
+    first = grpo.submission_id("b200", command, env, 16)
+    assert first == grpo.submission_id("b200", command, json.loads(json.dumps(env)), 16)
+    assert re.fullmatch(r"verl-grpo-b200-[0-9a-f]{12}", first) and RAY_SUBMISSION_ID.match(first)
+    others = {
+        grpo.submission_id("b200", "python3 -m verl.trainer.main_ppo a=2", env, 16),
+        grpo.submission_id("b200", command, grpo.runtime_env(ACCELERATORS["h200"], paths_for()), 16),
+        grpo.submission_id("b200", command, env, 8),
+    }
+    assert first not in others and len(others) == 3
+    odd = grpo.submission_id("org/My Stack!" + "x" * 200, "e", {}, 8)
+    assert RAY_SUBMISSION_ID.match(odd) and len(odd) + len("-r99") <= 128
+
+
+def test_verl_test_requirement_matches_the_pin():
+    lines = (Path(__file__).resolve().parent.parent / "requirements-verl-test.txt").read_text().splitlines()
+    pinned = f"verl=={versions.VERL_VERSION.removeprefix('v')}"
+    assert [line for line in lines if line.startswith("verl")] == [pinned]

@@ -1,0 +1,175 @@
+"""The generated overrides against verl's own Hydra config at the pinned version.
+
+Needs the verl package WITHOUT its heavy deps (`pip install --no-deps -r requirements-verl-test.txt`):
+only its YAML and source are read, verl itself is never imported (importing it pulls in torch and
+ray). Every stack file's settings are composed into verl's `ppo_trainer` config: a misspelled key
+fails composition, and each value must come back with the type we meant.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks import config, grpo, versions
+from stacks.paths import bucket_paths
+
+_SPEC = importlib.util.find_spec("verl")  # finds the package without running its __init__
+if _SPEC is None or not _SPEC.submodule_search_locations:
+    pytest.skip("verl is not installed: pip install --no-deps -r requirements-verl-test.txt",
+                allow_module_level=True)
+hydra = pytest.importorskip("hydra", reason="hydra-core is needed to compose verl's config")
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.errors import ConfigCompositionException  # noqa: E402
+from omegaconf import DictConfig, ListConfig, OmegaConf  # noqa: E402
+
+VERL_DIR = Path(_SPEC.submodule_search_locations[0])
+CONFIG_DIR = VERL_DIR / "trainer" / "config"
+ROOT = Path(__file__).resolve().parent.parent
+STACK_FILES = sorted(ROOT.glob("Pulumi.*.yaml"))
+# Used only when the repo has no stack files yet: the shapes the stacks are meant to have.
+FALLBACK = {
+    "b200": {"verl-gke:accelerator": "b200", "verl-gke:gpuNodes": "2"},
+    "h200": {"verl-gke:accelerator": "h200", "verl-gke:gpuNodes": "2"},
+    "dev": {"verl-gke:gpuNodes": "1", "verl-gke:model": "Qwen/Qwen2.5-1.5B-Instruct",
+            "verl-gke:grpoTensorParallelSize": "2"},
+}
+BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
+
+
+def stack_raws() -> dict[str, dict[str, str]]:
+    """stack -> raw config as the Pulumi CLI hands it over (strings; secure values as a placeholder)."""
+    if not STACK_FILES:
+        return {stack: {**BASE, **raw} for stack, raw in FALLBACK.items()}
+    raws = {}
+    for path in STACK_FILES:
+        values = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+        raws[path.stem.split(".", 1)[1]] = {key: _cli_string(v) for key, v in values.items()}
+    return raws
+
+
+def _cli_string(value: object) -> str:
+    if isinstance(value, Mapping) and "secure" in value:
+        return "<secret>"  # encrypted: cannot be read offline, and is never needed here
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+STACKS = stack_raws()
+
+
+class Job:
+    def __init__(self, stack: str, raw: dict[str, str]):
+        self.cfg = config.load(raw, stack, allow_placeholder_project=True)
+        self.shape = {"nnodes": self.cfg.gpu_nodes, "gpus_per_node": self.cfg.accelerator.gpus_per_node}
+        paths = bucket_paths(stack, self.cfg.model, self.cfg.verl_version)
+        self.recipe = grpo.recipe(self.cfg.grpo, stack=stack, paths=paths, **self.shape)
+        self.overrides = grpo.overrides(self.cfg.grpo, stack=stack, paths=paths, **self.shape)
+
+
+def compose_verl(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def has_key(cfg: DictConfig, dotted: str) -> bool:
+    parent, _, leaf = dotted.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return isinstance(node, DictConfig) and leaf in node.keys()  # keys(): `in` is False for "???" values
+
+
+@pytest.fixture(scope="module")
+def verl_defaults() -> DictConfig:
+    return compose_verl([])
+
+
+@pytest.fixture(scope="module", params=sorted(STACKS))
+def job(request) -> Job:
+    return Job(request.param, STACKS[request.param])
+
+
+@pytest.fixture(scope="module")
+def composed(job) -> DictConfig:
+    return compose_verl(job.overrides)  # Hydra rejects a key verl does not have
+
+
+def test_installed_verl_is_the_pinned_version():
+    assert importlib.metadata.version("verl") == versions.VERL_VERSION.removeprefix("v")
+
+
+def test_stack_passes_preflight(job):
+    assert grpo.preflight(job.cfg.grpo, model=job.cfg.model, **job.shape) == []
+
+
+def test_every_override_key_exists_in_verl(job, verl_defaults):
+    assert [key for key in job.recipe if not has_key(verl_defaults, key)] == []
+
+
+def test_values_compose_with_the_meant_types(job, composed, verl_defaults):
+    for key, meant in job.recipe.items():
+        value = OmegaConf.select(composed, key)
+        if isinstance(value, ListConfig):
+            value = OmegaConf.to_container(value)
+        assert value == meant and type(value) is type(meant), (key, value, meant)
+        # verl's default says which type it expects (ints widen to floats, e.g. entropy_coeff: 0).
+        default = OmegaConf.select(verl_defaults, key, default=None, throw_on_missing=False)
+        if isinstance(default, ListConfig):
+            default = OmegaConf.to_container(default)
+        if default is not None:
+            widened = (type(default), type(value)) == (int, float)
+            assert type(value) is type(default) or widened, (key, default)
+
+
+def test_composed_config_resolves(job, composed):
+    resolved = OmegaConf.to_container(composed, resolve=True, throw_on_missing=True)
+    arr = resolved["actor_rollout_ref"]
+    assert arr["ref"]["strategy"] == arr["actor"]["strategy"] == job.cfg.grpo.actor_strategy
+    # GRPO runs no critic (verl's need_critic: critic.enable unset and adv_estimator != gae).
+    assert resolved["critic"]["enable"] is None and resolved["algorithm"]["adv_estimator"] == "grpo"
+
+
+@pytest.mark.parametrize("typo", ["trainer.nnodez=2", "actor_rollout_ref.actor.use_kl_los=true",
+                                  "data.train_batch=8"])
+def test_a_misspelled_key_fails(typo, verl_defaults):
+    j = Job(*next(iter(STACKS.items())))
+    with pytest.raises(ConfigCompositionException):
+        compose_verl([*j.overrides, typo])
+    assert not has_key(verl_defaults, typo.split("=", 1)[0])
+
+
+def test_extra_overrides_that_preflight_accepts_compose():
+    stack, raw = next(iter(STACKS.items()))
+    extras = ["actor_rollout_ref.model.use_remove_padding=true", "+trainer.note=x", "~trainer.critic_warmup",
+              "actor_rollout_ref.rollout.max_num_batched_tokens=16384"]
+    j = Job(stack, {**raw, "verl-gke:grpoExtraOverrides": json.dumps(extras)})
+    assert grpo.preflight(j.cfg.grpo, model=j.cfg.model, **j.shape) == []
+    composed = compose_verl(j.overrides)
+    assert composed.trainer.note == "x" and "critic_warmup" not in composed.trainer
+    assert composed.actor_rollout_ref.rollout.max_num_batched_tokens == 16384
+
+
+def test_loggers_are_verls():
+    tree = ast.parse((VERL_DIR / "utils" / "tracking.py").read_text())
+    supported = next(ast.literal_eval(node.value) for node in ast.walk(tree)
+                     if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "supported_backend"
+                                                             for t in node.targets))
+    assert set(grpo.LOGGERS) == set(supported)
+
+
+def test_verl_validate_config(job, composed):
+    # verl.utils.config.validate_config instantiates verl.workers.config dataclasses, and importing
+    # any verl module runs verl/__init__.py, which imports torch, ray and tensordict (verl.protocol).
+    for heavy in ("torch", "ray", "tensordict", "transformers"):
+        if importlib.util.find_spec(heavy) is None:
+            pytest.skip(f"verl's validate_config needs {heavy} (verl/__init__.py imports verl.protocol); "
+                        "the light test install has only verl's YAML and source")
+    from verl.utils.config import validate_config
+
+    validate_config(composed, use_reference_policy=bool(job.recipe["actor_rollout_ref.actor.use_kl_loss"]),
+                    use_critic=False)
