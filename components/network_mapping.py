@@ -65,7 +65,8 @@ class NetworkMappingArgs:
     def validate(self) -> None:
         problems = []
         if not isinstance(self.provider, pulumi.ProviderResource):
-            problems.append(f"NetworkMappingArgs.provider = {self.provider!r}: must be a pulumi_kubernetes.Provider")
+            problems.append(f"NetworkMappingArgs.provider = {self.provider!r}: "
+                            "must be a pulumi_kubernetes.Provider")
         if isinstance(self.rdma_subnets, str) or len(self.rdma_subnets) < 1:
             problems.append(f"NetworkMappingArgs.rdma_subnets = {self.rdma_subnets!r}: "
                             "must be a list of one or more subnet names in NIC order")

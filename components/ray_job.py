@@ -88,15 +88,15 @@ class RayJobError(Exception):
 class DashboardError(RayJobError):
     """An HTTP call to the dashboard failed: no answer (status None) or a non-2xx answer."""
 
-    def __init__(self, method: str, url: str, status: int | None, detail: str):
-        self.method, self.url, self.status, self.detail = method, url, status, detail
+    def __init__(self, method: str, url: str, status: int | None, detail: str, tls: bool = False):
+        self.method, self.url, self.status, self.detail, self.tls = method, url, status, detail, tls
         answer = f"HTTP {status}: {detail}" if status is not None else detail
         super().__init__(f"{method} {url} -> {answer}")
 
     @property
     def fatal(self) -> bool:
         """TLS or authorization failures do not heal by waiting: fail at once instead of at the deadline."""
-        return self.status in (401, 403) or self.detail.startswith("TLS")
+        return self.tls or self.status in (401, 403)
 
     @property
     def gone(self) -> bool:
@@ -275,12 +275,13 @@ class _Dashboard:
     def __enter__(self) -> Self:
         import requests
 
-        self._session = requests.Session()
         if self._gke:
             # requests verifies against a file: the cluster CA only, never the system store.
+            ca = _pem_from_base64(self._gke["ca_certificate"])
             fd, self._ca_file = tempfile.mkstemp(prefix="ray-job-ca-", suffix=".pem")
             with os.fdopen(fd, "wb") as out:
-                out.write(_pem_from_base64(self._gke["ca_certificate"]))
+                out.write(ca)
+        self._session = requests.Session()
         return self
 
     def __exit__(self, *_exc) -> None:
@@ -327,7 +328,7 @@ class _Dashboard:
             )
         except requests.exceptions.SSLError as err:
             detail = f"TLS verification against the cluster CA failed: {err}"
-            raise DashboardError(method, url, None, detail) from None
+            raise DashboardError(method, url, None, detail, tls=True) from None
         except requests.exceptions.RequestException as err:
             raise DashboardError(method, url, None, f"unreachable: {err}") from None
         if not 200 <= resp.status_code < 300:
@@ -429,18 +430,19 @@ def follow(dash: _Dashboard, job_id: str, timeout_s: float) -> dict[str, Any]:
 def probe(inputs: dict[str, Any], job_id: str, tries: int = 3) -> tuple[str, str]:
     """(status, message) of a job, GONE when it or its cluster no longer exists."""
     with _Dashboard(inputs) as dash:
-        for step in range(tries):
+        step = 0
+        while True:
             try:
                 job = dash.job(job_id)
                 return job.get("status", "UNKNOWN"), job.get("message") or ""
             except DashboardError as err:
                 if not err.gone:
-                    raise
+                    raise  # TLS, auth, a broken head: not a reason to resubmit
+                step += 1
                 # A 404 is Ray's or Kubernetes' definite answer; no answer at all may be a blip.
-                if err.status == 404 or step == tries - 1:
-                    return GONE, f"job {job_id} not found: {err}"
-                time.sleep(2.0 * (step + 1))
-    raise AssertionError("unreachable")
+                if err.status == 404 or step >= tries:
+                    return GONE, f"job {job_id} or its Ray cluster is gone: {err}"
+                time.sleep(2.0 * step)
 
 
 # ----------------------------------------------------------------------------- the provider

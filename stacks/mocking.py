@@ -172,10 +172,10 @@ class ProgramMocks(pmocks.Mocks):
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list | None]:
         if args.token == "gcp:organizations/getProject:getProject":
             pid = args.args.get("projectId") or self.project
-            return {"projectId": pid, "number": MOCK_PROJECT_NUMBER, "name": pid}, None
+            return {"projectId": pid, "number": MOCK_PROJECT_NUMBER, "name": pid}, []
         if args.token == "gcp:organizations/getClientConfig:getClientConfig":
-            return {"project": self.project, "accessToken": "mock-token"}, None
-        return dict(args.args), None
+            return {"project": self.project, "accessToken": "mock-token"}, []
+        return dict(args.args), []
 
 
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,

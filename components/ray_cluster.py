@@ -1,0 +1,330 @@
+"""RayCluster: the KubeRay `ray.io/v1` RayCluster that runs the GRPO job: a CPU head and one GPU worker group.
+
+Fixed from the tutorial's manifests: the name comes from the stack (never "b200" on H200); the head
+runs on on-demand CPU capacity and takes no Ray tasks; workers request what the accelerator's node
+can actually allocate (not a fixed 220 CPU / 2800Gi); only the host paths that are mounted are
+declared, read-only and on Standard only; verl comes from the bucket via PYTHONPATH (staged by the
+data-prep Job), so there is no editable-install init container.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.network_mapping import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
+from components.storage import SidecarResources, gcsfuse_pod_annotations
+from stacks.accelerators import (
+    ACCELERATORS,
+    GIB_HOST_DIR,
+    GIB_MOUNT,
+    NVIDIA_HOST_DIR,
+    NVIDIA_MOUNT,
+    Accelerator,
+    nccl_env,
+)
+from stacks.config import CAPACITIES, HEAD_CPU
+from stacks.paths import MOUNT, BucketPaths
+
+API_VERSION = "ray.io/v1"
+GCS_PORT = 6379
+DASHBOARD_PORT = 8265
+CLIENT_PORT = 10001
+HEAD_MEMORY_GIB = 32  # tutorial
+HEAD_EPHEMERAL_GIB = 9  # tutorial; logs live in their own emptyDir
+WORKER_GROUP = "gpu-group"
+WORKER_EPHEMERAL_GIB = 1000  # tutorial; on the GPU nodes' local SSDs: /tmp, Ray spill, GCS FUSE file cache
+SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
+GPU_RESOURCE = "nvidia.com/gpu"
+BUCKET_VOLUME = "training-bucket"
+# GCS FUSE sidecars on Autopilot (Standard lifts their limits): counted inside the pod, so the
+# worker's must fit the headroom the accelerator table leaves next to the Ray container.
+HEAD_SIDECAR = SidecarResources(cpu=1, memory_gib=4, ephemeral_storage_gib=5)
+WORKER_SIDECAR = SidecarResources(cpu=2, memory_gib=16, ephemeral_storage_gib=10)
+# GKE's sidecar default requests, which stay when Standard lifts the limits.
+STANDARD_SIDECAR_REQUEST = SidecarResources(cpu=0.25, memory_gib=0.25, ephemeral_storage_gib=5)
+MAX_NAME = 53  # KubeRay: "-serve-svc" must still fit in a 63-character Service name
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RAY_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def head_service(name: str) -> str:
+    """KubeRay's head Service for a RayCluster (headless, in-cluster only)."""
+    return f"{name}-head-svc"
+
+
+def shm_gib(acc: Accelerator) -> int:
+    """/dev/shm size: memory-backed, so it counts against the worker's memory limit."""
+    return min(SHM_MAX_GIB, acc.worker_memory_gib // 4)
+
+
+def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: str, reservation: str,
+                         gpu_pool_name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
+    """Where GPU workers run. Standard: the GPU pool (which fixes machine and capacity). Autopilot:
+    the accelerator and its capacity type, as string values."""
+    if not autopilot:
+        selector: dict[str, pulumi.Input[str]] = {"cloud.google.com/gke-nodepool": gpu_pool_name}
+    else:
+        selector = {
+            "cloud.google.com/gke-accelerator": acc.accelerator_type,
+            "cloud.google.com/gke-accelerator-count": str(acc.gpus_per_node),
+        }
+        if capacity == "spot":
+            selector["cloud.google.com/gke-spot"] = "true"
+        elif capacity == "reservation":
+            selector["cloud.google.com/reservation-name"] = reservation
+            selector["cloud.google.com/reservation-affinity"] = "specific"
+    if capacity == "flex-start":
+        # Flex-start nodes carry this label in both modes; GKE documents it as required on workloads.
+        selector["cloud.google.com/gke-flex-start"] = "true"
+    return selector
+
+
+def head_node_selector(autopilot: bool,
+                       cpu_pool_name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
+    """The head holds the GCS: on Standard the on-demand CPU pool; on Autopilot no selector at all,
+    i.e. general-purpose on-demand capacity (a spot preemption would take the whole Ray cluster)."""
+    return {} if autopilot else {"cloud.google.com/gke-nodepool": cpu_pool_name}
+
+
+def _env(values: Mapping[str, pulumi.Input[str]]) -> list[dict[str, pulumi.Input[str]]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _resources(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    # requests = limits: Guaranteed QoS, and what Autopilot bills and enforces anyway.
+    return {"requests": dict(values), "limits": dict(values)}
+
+
+def _bucket_volume(pvc_name: pulumi.Input[str]) -> dict:
+    return {"name": BUCKET_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name}}
+
+
+@dataclass
+class RayClusterArgs:
+    provider: pulumi.ProviderResource  # the cluster's Kubernetes provider
+    name: str  # RayCluster name, e.g. f"{prefix}-{stack}-ray"
+    namespace: pulumi.Input[str]  # TrainingStorage.namespace
+    accelerator: Accelerator
+    gpu_nodes: int
+    autopilot: bool
+    image: str
+    ray_version: str  # the Ray version inside `image`
+    service_account: pulumi.Input[str]  # TrainingStorage.ksa_name (bound on the bucket)
+    pvc_name: pulumi.Input[str]  # TrainingStorage.pvc_name
+    network_annotations: Mapping[str, str]  # NetworkMapping.pod_annotations
+    paths: BucketPaths
+    capacity: str = "spot"
+    reservation: str = ""
+    cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
+    gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
+    depends_on: Sequence[pulumi.Resource] = ()  # network objects, storage, NCCL installer
+    worker_ephemeral_storage_gib: int = WORKER_EPHEMERAL_GIB
+
+    def validate(self) -> None:
+        problems: list[str] = []
+
+        def bad(field_name: str, allowed: str, value: object = None) -> None:
+            shown = getattr(self, field_name) if value is None else value
+            problems.append(f"RayClusterArgs.{field_name} = {shown!r}: {allowed}")
+
+        acc = self.accelerator
+        if not isinstance(self.provider, pulumi.ProviderResource):
+            bad("provider", "must be a pulumi_kubernetes.Provider")
+        if not (_DNS_1035.match(str(self.name)) and len(self.name) <= MAX_NAME):
+            bad("name", f"must be a DNS-1035 label of at most {MAX_NAME} characters "
+                "(lowercase letters, digits, hyphens; starting with a letter)")
+        other = [k for k in ACCELERATORS if k != acc.key and k in str(self.name)]
+        if other:
+            bad("name", f"names accelerator {other[0]} but the cluster runs {acc.key}")
+        if isinstance(self.namespace, str) and not _DNS_LABEL.match(self.namespace):
+            bad("namespace", "must be a DNS label")
+        if isinstance(self.gpu_nodes, bool) or not isinstance(self.gpu_nodes, int) or self.gpu_nodes < 1:
+            bad("gpu_nodes", "must be an integer >= 1")
+        if self.capacity not in CAPACITIES:
+            bad("capacity", "must be one of " + ", ".join(CAPACITIES))
+        if (self.capacity == "reservation") != bool(self.reservation):
+            bad("reservation", "is required exactly when capacity is 'reservation' "
+                f"(capacity = {self.capacity!r})")
+        elif self.reservation and not _DNS_LABEL.match(self.reservation):
+            bad("reservation", "must be a reservation name (lowercase letters, digits, hyphens)")
+        for field_name in ("cpu_pool_name", "gpu_pool_name"):
+            given = getattr(self, field_name) is not None
+            if self.autopilot and given:
+                bad(field_name, "must be None on Autopilot (there are no node pools to select)")
+            elif not self.autopilot and not given:
+                bad(field_name, "is required on Standard (the node pool's name)", "None")
+        tail = str(self.image).rsplit("/", 1)[-1]
+        if not self.image or (":" not in tail and "@" not in str(self.image)):
+            bad("image", "must be an image reference with a tag or digest")
+        if not _RAY_VERSION.match(str(self.ray_version)):
+            bad("ray_version", "must be a Ray version such as 2.49.2")
+        missing = {DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION} - set(self.network_annotations)
+        if missing:
+            bad("network_annotations", f"lacks {sorted(missing)}: pass NetworkMapping.pod_annotations", "...")
+        elif (nics := rdma_count_of(dict(self.network_annotations))) != acc.rdma_nics:
+            bad("network_annotations",
+                f"attaches {nics} RDMA networks; {acc.key} has {acc.rdma_nics} RDMA NICs", "...")
+        for field_name in ("verl_src", "hf_home"):
+            path = getattr(self.paths, field_name)
+            if not path.startswith(MOUNT + "/"):
+                problems.append(f"RayClusterArgs.paths.{field_name} = {path!r}: "
+                                f"must be under the bucket mount {MOUNT}")
+        if not isinstance(self.worker_ephemeral_storage_gib, int) or self.worker_ephemeral_storage_gib < 1:
+            bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
+        # The accelerator table promises the worker fits its node next to the sidecar: hold it to that.
+        sidecar = WORKER_SIDECAR if self.autopilot else STANDARD_SIDECAR_REQUEST
+        if acc.worker_cpu + sidecar.cpu > acc.allocatable_cpu:
+            problems.append(f"accelerator {acc.key}: worker_cpu {acc.worker_cpu} + GCS FUSE sidecar "
+                            f"{sidecar.cpu} exceeds the node's allocatable {acc.allocatable_cpu:.2f} CPU")
+        if acc.worker_memory_gib + sidecar.memory_gib > acc.allocatable_memory_gib:
+            problems.append(f"accelerator {acc.key}: worker_memory_gib {acc.worker_memory_gib} + GCS FUSE "
+                            f"sidecar {sidecar.memory_gib} exceeds the node's allocatable "
+                            f"{acc.allocatable_memory_gib:.0f} GiB")
+        if problems:
+            raise ValueError("invalid RayCluster arguments:\n  - " + "\n  - ".join(problems))
+
+
+class RayCluster(pulumi.ComponentResource):
+    cluster: k8s.apiextensions.CustomResource
+    name: str
+    namespace: pulumi.Output[str]
+    head_service: str  # headless, reachable inside the cluster or via the API server's service proxy
+    dashboard_port: int
+    expected_gpus: int  # GPUs Ray must report before the job can start
+
+    def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        args.validate()
+        super().__init__("verl-gke:ray_cluster:RayCluster", name, None, opts)
+        acc = args.accelerator
+        spec = {
+            "rayVersion": args.ray_version,
+            "headGroupSpec": self._head(args),
+            "workerGroupSpecs": [self._workers(args)],
+        }
+        self.cluster = k8s.apiextensions.CustomResource(
+            f"{name}-raycluster", api_version=API_VERSION, kind="RayCluster",
+            metadata={"name": args.name, "namespace": args.namespace},
+            spec=spec,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=list(args.depends_on),
+                # KubeRay does not roll existing pods when the template changes: recreate the
+                # cluster so a changed image, env or size really takes effect (same name: delete first).
+                replace_on_changes=["spec"], delete_before_replace=True))
+        self.name = args.name
+        self.namespace = pulumi.Output.from_input(args.namespace)
+        self.head_service = head_service(args.name)
+        self.dashboard_port = DASHBOARD_PORT
+        self.expected_gpus = args.gpu_nodes * acc.gpus_per_node
+        self.register_outputs({
+            "name": self.name, "namespace": self.namespace, "head_service": self.head_service,
+            "dashboard_port": self.dashboard_port, "expected_gpus": self.expected_gpus,
+        })
+
+    @staticmethod
+    def _common_env(args: RayClusterArgs) -> dict[str, str]:
+        # Ray's worker processes inherit the raylet's environment: every actor imports verl from the bucket.
+        return {"PYTHONPATH": args.paths.verl_src, "HF_HOME": args.paths.hf_home}
+
+    def _head(self, args: RayClusterArgs) -> dict:
+        pod_spec: dict = {
+            "serviceAccountName": args.service_account,
+            "containers": [{
+                "name": "ray-head",
+                "image": args.image,
+                "ports": [
+                    {"containerPort": GCS_PORT, "name": "gcs-server"},
+                    {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+                    {"containerPort": CLIENT_PORT, "name": "client"},
+                ],
+                "env": _env(self._common_env(args)),
+                "resources": _resources({"cpu": str(HEAD_CPU), "memory": f"{HEAD_MEMORY_GIB}Gi",
+                                         "ephemeral-storage": f"{HEAD_EPHEMERAL_GIB}Gi"}),
+                "volumeMounts": [
+                    {"name": "ray-logs", "mountPath": "/tmp/ray"},
+                    {"name": BUCKET_VOLUME, "mountPath": MOUNT},
+                ],
+            }],
+            "volumes": [{"name": "ray-logs", "emptyDir": {}}, _bucket_volume(args.pvc_name)],
+        }
+        selector = head_node_selector(args.autopilot, args.cpu_pool_name)
+        if selector:
+            pod_spec["nodeSelector"] = selector
+        return {
+            # num-cpus 0: no task or actor is placed on the head. verl wants its TaskRunner off the
+            # head, and a 12-CPU/32Gi pod that also holds the GCS must not run data loading.
+            # The job's driver still runs here (Ray's job entrypoint needs no CPU by default).
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+            "template": {
+                "metadata": {"annotations": gcsfuse_pod_annotations(args.autopilot, HEAD_SIDECAR)},
+                "spec": pod_spec,
+            },
+        }
+
+    def _workers(self, args: RayClusterArgs) -> dict:
+        acc = args.accelerator
+        common = self._common_env(args)
+        nccl = nccl_env(acc)
+        clash = set(common) & set(nccl)
+        if clash:  # two owners for one variable: refuse rather than pick one silently
+            raise ValueError(f"RayCluster env: {sorted(clash)} set by both the bucket paths and nccl_env()")
+        gcsfuse = gcsfuse_pod_annotations(args.autopilot, WORKER_SIDECAR)
+        clash = set(gcsfuse) & set(args.network_annotations)
+        if clash:
+            raise ValueError(f"RayClusterArgs.network_annotations: {sorted(clash)} "
+                             "collide with the GCS FUSE annotations")
+        mounts = [
+            {"name": "shared-memory", "mountPath": "/dev/shm"},
+            {"name": "ray-tmp", "mountPath": "/tmp"},
+            {"name": BUCKET_VOLUME, "mountPath": MOUNT},
+        ]
+        volumes: list[dict] = [
+            {"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(acc)}Gi"}},
+            {"name": "ray-tmp", "emptyDir": {}},
+            _bucket_volume(args.pvc_name),
+        ]
+        if not args.autopilot:
+            # The driver's libraries and the gIB NCCL plugin (put there by the NCCL RDMA installer).
+            # Type Directory: the pod waits for the installer instead of mounting an empty directory.
+            host_dirs = (("nvidia", NVIDIA_HOST_DIR, NVIDIA_MOUNT), ("gib", GIB_HOST_DIR, GIB_MOUNT))
+            for vol, host, mount in host_dirs:
+                mounts.append({"name": vol, "mountPath": mount, "readOnly": True})
+                volumes.append({"name": vol, "hostPath": {"path": host, "type": "Directory"}})
+        container = {
+            "name": "ray-worker",
+            "image": args.image,
+            "env": _env({**common, **nccl}),
+            "resources": _resources({
+                "cpu": str(acc.worker_cpu),
+                "memory": f"{acc.worker_memory_gib}Gi",
+                GPU_RESOURCE: str(acc.gpus_per_node),
+                "ephemeral-storage": f"{args.worker_ephemeral_storage_gib}Gi",
+            }),
+            "volumeMounts": mounts,
+        }
+        return {
+            "groupName": WORKER_GROUP,
+            # Fixed size: the GRPO job needs every GPU node, and nothing scales this group.
+            "replicas": args.gpu_nodes,
+            "minReplicas": args.gpu_nodes,
+            "maxReplicas": args.gpu_nodes,
+            # Ray's CPU count = the pod's CPU request (GPUs and memory KubeRay derives from the limits).
+            "rayStartParams": {"num-cpus": str(acc.worker_cpu)},
+            "template": {
+                "metadata": {"annotations": {**gcsfuse, **args.network_annotations}},
+                "spec": {
+                    "serviceAccountName": args.service_account,
+                    "nodeSelector": worker_node_selector(acc, args.autopilot, args.capacity, args.reservation,
+                                                         args.gpu_pool_name),
+                    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        }
