@@ -71,7 +71,8 @@ class DataPrepArgs:
     model_revision: str = "main"
     hf_secret_name: pulumi.Input[str] | None = None  # None: no HF_TOKEN in the pod at all
     hf_secret_key: str = "hf_api_token"
-    node_selector: dict[str, str] = field(default_factory=dict)  # CPU pool on Standard; {} on Autopilot
+    # CPU pool on Standard ({} on Autopilot); values may be Outputs such as the pool's name.
+    node_selector: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     depends_on: list[pulumi.Resource] = field(default_factory=list)  # PVC, KSA + IAM binding, Secret
     cpu_request: str = "2"
     memory_request: str = "4Gi"  # the dataset step imports verl, hence torch
@@ -267,9 +268,9 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise bad(arg, value, f"must be an integer >= {minimum}")
 
-    for arg in ("pod_annotations", "node_selector"):
+    for arg, value_types in (("pod_annotations", (str,)), ("node_selector", (str, pulumi.Output))):
         value = getattr(args, arg)
-        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, value_types)
                                                   for k, v in value.items()):
             raise bad(arg, value, "must be a dict of strings to strings")
     if args.pod_annotations.get(FUSE_VOLUMES) != "true":
