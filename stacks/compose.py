@@ -43,12 +43,10 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         deletion_protection=cl.deletion_protection, capacity=cfg.capacity, reservation=cfg.reservation,
         cpu_machine_type=cl.cpu_machine_type, cpu_nodes_min=cl.cpu_nodes_min, cpu_nodes_max=cl.cpu_nodes_max,
     ), opts=after_apis)
-    # Kubernetes objects go with the cluster: once it is deleted they are gone too.
-    in_cluster = pulumi.ResourceOptions(deleted_with=cluster.cluster)
 
     mapping = NetworkMapping("network-mapping", NetworkMappingArgs(
         provider=cluster.provider, gvnic_network=network.gvnic_network, gvnic_subnet=network.gvnic_subnet,
-        rdma_network=network.rdma_network, rdma_subnets=network.rdma_subnets), opts=in_cluster)
+        rdma_network=network.rdma_network, rdma_subnets=network.rdma_subnets))
     storage = TrainingStorage("storage", TrainingStorageArgs(
         provider=cluster.provider, project_id=cfg.project,
         project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
@@ -65,7 +63,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         node_selector=cpu_selector,
         # CPU capacity and storage only: staging runs while the GPU pool is still scaling up.
         depends_on=[*storage.resources, *([cluster.cpu_pool] if cluster.cpu_pool else [])],
-    ), opts=in_cluster)
+    ))
 
     ray = RayCluster("ray", RayClusterArgs(
         provider=cluster.provider, name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
@@ -75,7 +73,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
         depends_on=[*mapping.resources, *storage.resources, cluster.nccl_installer,
                     *([cluster.gpu_pool] if cluster.gpu_pool else [])],
-    ), opts=in_cluster)
+    ))
 
     outputs: dict[str, Any] = {
         "clusterName": cluster.name,

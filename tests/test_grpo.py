@@ -212,7 +212,8 @@ def test_overrides_follow_shape_and_settings(defaults):
     assert ov["trainer.nnodes"] == "1"
     assert ov["trainer.logger"] == "[console,wandb]"
     assert ov["actor_rollout_ref.actor.use_kl_loss"] == "false"  # no KL: no reference model to load
-    assert ov["trainer.default_local_dir"] == paths_for("dev").checkpoint_dir == f"{MOUNT}/checkpoints/dev/Qwen/Qwen2.5-32B-Instruct"
+    expected = f"{MOUNT}/checkpoints/dev/Qwen/Qwen2.5-32B-Instruct"
+    assert ov["trainer.default_local_dir"] == paths_for("dev").checkpoint_dir == expected
 
 
 @pytest.mark.parametrize("value", ["b200", "123", "true", "False", "null", "nan", "1e5", "dev.2", "a-b_c",

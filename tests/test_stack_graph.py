@@ -1,0 +1,139 @@
+"""The composed stacks: one source for paths, the dependency edges, the job's inputs, no secrets."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from stacks import config
+from stacks.paths import COMPLETE_MARKER, bucket_paths
+from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
+
+TOKEN = "hf_GRAPHtestTOKENvalue0123456789"
+JOB = "pulumi-python:dynamic/verl-gke:GrpoJob"
+DATA_JOB = "kubernetes:batch/v1:Job"
+RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+
+
+def _job(run):
+    found = [r for r in run.resources if r.type.startswith("pulumi-python:dynamic")]
+    assert len(found) == 1, [r.type for r in run.resources if "dynamic" in r.type]
+    return found[0]
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    return {a: b for a, b in zip(argv, argv[1:]) if a.startswith("--")}
+
+
+def _container(job_inputs):
+    return job_inputs["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.fixture(scope="module", params=STACK_FILES, ids=lambda p: p.name)
+def stack(request):
+    path = request.param
+    run = run_stack_file(path)
+    raw = {**__import__("stacks.plan", fromlist=["x"]).read_stack_file(path)[0], "gcp:project": "test-project-1"}
+    return run, config.load(raw, path.stem.split(".", 1)[1])
+
+
+def test_paths_agree_between_staging_recipe_and_raycluster(stack):
+    run, cfg = stack
+    paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    container = _container(run.one(DATA_JOB).inputs)
+    flags = _flags(container["command"] + container.get("args", []))
+    assert flags["--verl-dir"] == paths.verl_src
+    assert flags["--model-dir"] == paths.model_dir
+    assert flags["--dataset-dir"] == paths.dataset_dir
+    assert flags["--marker-name"] == COMPLETE_MARKER
+    assert flags["--model-id"] == cfg.model and flags["--verl-ref"] == cfg.verl_version
+
+    overrides = dict(o.split("=", 1) for o in shlex.split(_job(run).inputs["entrypoint"])[3:])
+    assert overrides["actor_rollout_ref.model.path"] == paths.model_dir
+    assert overrides["data.train_files"] == paths.train_file
+    assert overrides["data.val_files"] == paths.val_file
+    assert overrides["trainer.default_local_dir"] == paths.checkpoint_dir
+    assert overrides["trainer.nnodes"] == str(cfg.gpu_nodes)
+
+    env = _job(run).inputs["runtime_env"]["env_vars"]
+    assert env["PYTHONPATH"] == paths.verl_src and env["HF_HOME"] == paths.hf_home
+    ray_spec = run.one(RAYCLUSTER).inputs["spec"]
+    for group in [ray_spec["headGroupSpec"], *ray_spec["workerGroupSpecs"]]:
+        ray_env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert ray_env["PYTHONPATH"] == paths.verl_src
+        mounts = group["template"]["spec"]["containers"][0]["volumeMounts"]
+        assert any(m["mountPath"] == "/data" for m in mounts)
+
+
+def test_job_inputs(stack):
+    run, cfg = stack
+    job = _job(run).inputs
+    assert job["expected_gpus"] == cfg.total_gpus
+    assert job["entrypoint"].startswith("python3 -m verl.trainer.main_ppo ")
+    assert job["submission_id"].startswith(f"verl-grpo-{cfg.stack}-")
+    gke = job["gke"]
+    assert gke["service"] == f"{cfg.prefix}-ray-head-svc" and gke["port"] == 8265
+    assert gke["namespace"] == cfg.namespace and gke["endpoint"]
+    assert job.get("address") is None
+    assert job["resubmit_on_failure"] is True and job["ready_timeout_s"] == 90 * 60
+    assert "pip" not in job["runtime_env"] and set(job["runtime_env"]) == {"env_vars"}
+
+
+def _ancestors_deps(run, urn):
+    by = run.by_urn()
+    return set(by[urn].depends_on) | {u for urns in by[urn].property_dependencies.values() for u in urns}
+
+
+def _reaches(run, start, target_pred):
+    """Does `start` depend (transitively, through parents' dependencies too) on a resource matching?"""
+    by = run.by_urn()
+    seen, todo = set(), [start]
+    while todo:
+        urn = todo.pop()
+        if urn in seen or urn not in by:
+            continue
+        seen.add(urn)
+        if urn != start and target_pred(by[urn]):
+            return True
+        todo += list(_ancestors_deps(run, urn))
+        if by[urn].parent in by:
+            todo.append(by[urn].parent)
+    return False
+
+
+def test_dependency_edges():
+    run = run_config({"clusterMode": "standard"})
+    job, data_job, ray = _job(run), run.one(DATA_JOB), run.one(RAYCLUSTER)
+    is_gpu_pool = lambda r: r.name == "gke-gpu-pool"  # noqa: E731
+    is_cpu_pool = lambda r: r.name == "gke-cpu-pool"  # noqa: E731
+    # Staging runs on CPU nodes while the GPU pool scales up: no path from it to the GPU pool.
+    assert _reaches(run, data_job.urn, is_cpu_pool)
+    assert not _reaches(run, data_job.urn, is_gpu_pool)
+    assert _reaches(run, ray.urn, is_gpu_pool)
+    assert _reaches(run, ray.urn, lambda r: r.type == "kubernetes:networking.gke.io/v1:Network")
+    assert _reaches(run, ray.urn, lambda r: r.type == "kubernetes:core/v1:PersistentVolumeClaim")
+    assert _reaches(run, ray.urn, lambda r: r.type == "kubernetes:yaml/v2:ConfigFile")
+    # The GRPO job is last: after the RayCluster and the completed staging Job.
+    assert ray.urn in job.depends_on and data_job.urn in job.depends_on
+
+
+def test_no_secret_in_plain_text_anywhere():
+    run = run_config({"hfToken": TOKEN}, secret_keys=["verl-gke:hfToken"])
+    secret = run.one("kubernetes:core/v1:Secret")
+    assert TOKEN in json.dumps(secret.raw_inputs), "the token reaches the Kubernetes Secret"
+    for r in run.resources:
+        assert TOKEN not in json.dumps(r.inputs), f"{r.name} carries the token in plain text"
+        if r is not secret:
+            assert TOKEN not in json.dumps(r.raw_inputs), f"{r.name} received the token"
+    assert TOKEN not in json.dumps(run.outputs, default=str)
+    env = _container(run.one(DATA_JOB).inputs)["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "hf_api_token",
+                                                               "optional": True}}} in env
+
+
+def test_submit_job_false_registers_no_job():
+    run = run_config({"submitJob": "false"})
+    assert not [r for r in run.resources if r.type.startswith("pulumi-python:dynamic")]
+    assert "jobId" not in run.outputs
