@@ -126,7 +126,7 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _kill_group(pgid: int, grace: float = 3.0) -> None:
+def _kill_group(pgid: int, grace: float = 1.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pgid, sig)
