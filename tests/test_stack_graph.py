@@ -24,7 +24,7 @@ def _job(run):
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
-    return {a: b for a, b in zip(argv, argv[1:]) if a.startswith("--")}
+    return {a: b for a, b in zip(argv, argv[1:], strict=False) if a.startswith("--")}
 
 
 def _container(job_inputs):
