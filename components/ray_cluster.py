@@ -17,6 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.network_mapping import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
+from components.ray_job import DASHBOARD_PORT  # the job provider's default: one place for the port
 from components.storage import SidecarResources, gcsfuse_pod_annotations
 from stacks.accelerators import (
     ACCELERATORS,
@@ -32,7 +33,6 @@ from stacks.paths import MOUNT, BucketPaths
 
 API_VERSION = "ray.io/v1"
 GCS_PORT = 6379
-DASHBOARD_PORT = 8265
 CLIENT_PORT = 10001
 HEAD_MEMORY_GIB = 32  # tutorial
 HEAD_EPHEMERAL_GIB = 9  # tutorial; logs live in their own emptyDir
