@@ -43,7 +43,7 @@ def main() -> None:
     imports, plans = [], []
     for _ in range(args.runs):  # interleaved so machine noise hits both alike
         imports.append(timed([sys.executable, "-c", SDK_IMPORTS]))
-        plans.append(timed([sys.executable, "-m", "stacks.plan", "--stack", args.stack, "--out", str(out),
+        plans.append(timed([sys.executable, "-m", "tools.plan", "--stack", args.stack, "--out", str(out),
                             "--quiet"]))
     imp, pln = statistics.median(imports), statistics.median(plans)
     print(f"{'import Pulumi SDKs':<22} median {imp:6.2f} s  ({', '.join(f'{t:.2f}' for t in imports)})")

@@ -13,15 +13,18 @@ Face token reaches the pod only through a secretKeyRef.
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks.paths import COMPLETE_MARKER, MOUNT, BucketPaths
-from stacks.versions import VERL_IMAGE, VERL_REPO
+from catalog import naming
+from catalog.gcsfuse import EPHEMERAL_STORAGE_LIMIT as FUSE_STORAGE_LIMIT
+from catalog.gcsfuse import SIDECAR_ANNOTATION as FUSE_VOLUMES
+from catalog.gcsfuse import UNLIMITED
+from catalog.paths import COMPLETE_MARKER, MOUNT, BucketPaths
+from catalog.versions import VERL_IMAGE, VERL_REPO
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
 SCRIPT_KEY = "stage_data.py"
@@ -31,9 +34,6 @@ HF_HOME = posixpath.join(SCRATCH_DIR, "huggingface")
 CONTAINER = "stage"
 # The script's exit codes that no retry can fix: 2 bad arguments, 3 model gated/private/missing.
 PERMANENT_EXIT_CODES = (2, 3)
-FUSE_VOLUMES = "gke-gcsfuse/volumes"
-FUSE_STORAGE_LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
-UNLIMITED = "0"  # the sidecar annotations' "no limit" (Standard only)
 # The provider rule that reruns a failed Job on the next update instead of awaiting it again.
 REPLACE_UNREADY = "pulumi.com/replaceUnready"
 LABELS = {
@@ -42,26 +42,12 @@ LABELS = {
     "app.kubernetes.io/managed-by": "pulumi",
 }
 
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-# A git ref the script can fetch (tag, branch or commit), not an option and no odd characters.
-_GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]+(?<![./])$")
-_REPO_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
-_IMAGE = re.compile(r"^[\w./:@-]+$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
 @dataclass
 class DataPrepArgs:
-    provider: pulumi.ProviderResource
     namespace: pulumi.Input[str]
     service_account: pulumi.Input[str]  # KSA bound to the bucket (Workload Identity)
     pvc_name: pulumi.Input[str]  # the GCS FUSE PVC of the bucket, mounted at MOUNT
-    paths: BucketPaths  # stacks.paths.bucket_paths(...) for this stack
+    paths: BucketPaths  # catalog.paths.bucket_paths(...) for this stack
     model_id: str
     verl_version: str  # git ref staged into paths.verl_src
     # GCS FUSE sidecar annotations from the storage component; must carry gke-gcsfuse/volumes.
@@ -73,7 +59,6 @@ class DataPrepArgs:
     hf_secret_key: str = "hf_api_token"
     # CPU pool on Standard ({} on Autopilot); values may be Outputs such as the pool's name.
     node_selector: dict[str, pulumi.Input[str]] = field(default_factory=dict)
-    depends_on: list[pulumi.Resource] = field(default_factory=list)  # PVC, KSA + IAM binding, Secret
     cpu_request: str = "2"
     memory_request: str = "4Gi"  # the dataset step imports verl, hence torch
     memory_limit: str = "8Gi"
@@ -109,7 +94,7 @@ class DataPrep(pulumi.ComponentResource):
         script = SCRIPT_FILE.read_text()
         super().__init__("verl-gke:data_prep:DataPrep", name, None, opts)
         self.paths = args.paths
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        child = pulumi.ResourceOptions(parent=self)
 
         # Auto-named and immutable: a changed script gets a new ConfigMap, hence a new Job.
         self.config_map = k8s.core.v1.ConfigMap(
@@ -216,12 +201,6 @@ def command_flags(args: DataPrepArgs) -> list[str]:
     ]
 
 
-def _quantity(value: str) -> float:
-    m = _QUANTITY.match(value)
-    assert m, value
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
 def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
     """Check every arg before any child exists; return the pod annotations to use."""
 
@@ -229,39 +208,31 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
         return ValueError(f"DataPrepArgs.{arg} = {value!r}: {allowed}")
 
     # Auto-name "<name>-job-xxxxxxx" must stay a valid label value (<= 63) for the job-name label.
-    if not _DNS_LABEL.match(name) or len(name) > 40:
+    if naming.dns_label(name, max_len=40):
         raise ValueError(f"DataPrep name {name!r}: must be a DNS label of at most 40 characters")
-    if not isinstance(args.provider, pulumi.ProviderResource):
-        raise bad("provider", args.provider, "must be the cluster's pulumi_kubernetes.Provider")
-    for arg, pattern in (("namespace", _DNS_LABEL), ("service_account", _DNS_SUBDOMAIN),
-                         ("pvc_name", _DNS_SUBDOMAIN), ("hf_secret_name", _DNS_SUBDOMAIN)):
+    checks = {
+        "namespace": naming.dns_label, "service_account": naming.dns_subdomain, "pvc_name": naming.dns_subdomain,
+        "hf_secret_name": naming.dns_subdomain,
+    }
+    for arg, check in checks.items():
         value = getattr(args, arg)
-        if isinstance(value, str) and not (pattern.match(value) and len(value) <= 253):
-            raise bad(arg, value, "must be a Kubernetes object name (lowercase DNS name)")
-    if not _SECRET_KEY.match(args.hf_secret_key or ""):
-        raise bad("hf_secret_key", args.hf_secret_key, "must be a Secret data key ([-._a-zA-Z0-9]+)")
-    if not _IMAGE.match(args.image or "") or (":" not in args.image.split("/")[-1] and "@" not in args.image):
-        raise bad("image", args.image, "must be an image reference with a tag or digest")
-    if not _MODEL_ID.match(args.model_id or ""):
-        raise bad("model_id", args.model_id,
-                  "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct")
-    if not _GIT_REF.match(args.model_revision or ""):
-        raise bad("model_revision", args.model_revision, "must be a hub revision (branch, tag or commit)")
-    if not _GIT_REF.match(args.verl_version or ""):
-        raise bad("verl_version", args.verl_version, "must be a git tag, branch or commit such as v0.6.1")
-    if not _REPO_URL.match(args.verl_repo or ""):
-        raise bad("verl_repo", args.verl_repo,
-                  "must be a git URL (https://, ssh://, git://, file:// or user@host:path)")
+        if isinstance(value, str) and (problem := check(value)):
+            raise bad(arg, value, problem)
+    for arg, check in (("hf_secret_key", naming.secret_key), ("image", naming.image_ref),
+                       ("model_id", naming.model_id), ("model_revision", naming.git_ref),
+                       ("verl_version", naming.git_ref), ("verl_repo", naming.repo_url)):
+        if problem := check(getattr(args, arg)):
+            raise bad(arg, getattr(args, arg), problem)
     _validate_paths(args, bad)
 
     for arg in ("cpu_request", "memory_request", "memory_limit", "ephemeral_storage_request",
                 "ephemeral_storage_limit", "scratch_size", "fuse_ephemeral_storage_limit"):
         value = getattr(args, arg)
-        if not isinstance(value, str) or not _QUANTITY.match(value) or _quantity(value) <= 0:
-            raise bad(arg, value, "must be a positive Kubernetes quantity such as 2, 500m or 4Gi")
+        if problem := naming.positive_quantity(value):
+            raise bad(arg, value, problem)
     for request, limit in (("memory_request", "memory_limit"),
                            ("ephemeral_storage_request", "ephemeral_storage_limit")):
-        if _quantity(getattr(args, request)) > _quantity(getattr(args, limit)):
+        if naming.quantity(getattr(args, request)) > naming.quantity(getattr(args, limit)):
             raise bad(request, getattr(args, request), f"must not exceed {limit} = {getattr(args, limit)!r}")
     for arg, minimum in (("active_deadline_seconds", 60), ("backoff_limit", 0), ("await_margin_seconds", 60)):
         value = getattr(args, arg)
@@ -278,23 +249,20 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
                   f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)')
     annotations = dict(args.pod_annotations)
     theirs = annotations.get(FUSE_STORAGE_LIMIT)
-    if theirs is not None and not (theirs == UNLIMITED or _QUANTITY.match(theirs)):
+    if theirs is not None and not (theirs == UNLIMITED or naming.quantity(theirs) is not None):
         raise bad("pod_annotations", args.pod_annotations,
                   f'{FUSE_STORAGE_LIMIT} must be "0" (unlimited) or a quantity such as 50Gi')
-    needed = _quantity(args.fuse_ephemeral_storage_limit)
-    if theirs is None or (theirs != UNLIMITED and _quantity(theirs) < needed):
+    needed = naming.quantity(args.fuse_ephemeral_storage_limit)
+    if theirs is None or (theirs != UNLIMITED and naming.quantity(theirs) < needed):
         # Without a request annotation the driver makes the sidecar's request equal to this limit.
         annotations[FUSE_STORAGE_LIMIT] = args.fuse_ephemeral_storage_limit
-    if not isinstance(args.depends_on, list | tuple) or not all(
-            isinstance(r, pulumi.Resource) for r in args.depends_on):
-        raise bad("depends_on", args.depends_on, "must be a list of Pulumi resources")
     return annotations
 
 
 def _validate_paths(args: DataPrepArgs, bad) -> None:
     paths = args.paths
     if not isinstance(paths, BucketPaths):
-        raise bad("paths", paths, "must be a stacks.paths.BucketPaths (bucket_paths(...))")
+        raise bad("paths", paths, "must be a catalog.paths.BucketPaths (bucket_paths(...))")
     folders = {"verl_src": paths.verl_src, "model_dir": paths.model_dir, "dataset_dir": paths.dataset_dir}
     for field_name, value in {**folders, "train_file": paths.train_file, "val_file": paths.val_file}.items():
         if (not isinstance(value, str) or posixpath.normpath(value) != value

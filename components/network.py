@@ -1,4 +1,9 @@
-"""RdmaNetwork: the cluster VPC, the gVNIC VPC and the RoCE VPC with one subnet per GPU NIC."""
+"""RdmaNetwork: the cluster VPC, the gVNIC VPC and the RoCE VPC with one subnet per GPU NIC.
+
+Its `handle` is what a cluster needs of it: the primary VPC and subnet with their secondary
+ranges, and the additional NICs in the one order (catalog.nics) that the node pool, the network
+objects and the pods' annotations all read.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,33 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
+
+from catalog import naming
+from catalog.nics import NicSpec, additional_nics
+
+
+@dataclass(frozen=True)
+class AttachedNic:
+    """One additional NIC of a GPU node and the VPC/subnet (names) that back it."""
+
+    spec: NicSpec
+    network: pulumi.Input[str]
+    subnet: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
+class ClusterNetwork:
+    """The networks a GKE cluster and its GPU nodes attach to."""
+
+    network: pulumi.Input[str]
+    subnet: pulumi.Input[str]
+    pods_range_name: str
+    services_range_name: str
+    nics: tuple[AttachedNic, ...]  # gVNIC first, then RDMA NIC 0..N-1
+
+    @property
+    def rdma_nics(self) -> int:
+        return sum(1 for n in self.nics if n.spec.vpc_role == "rdma")
 
 
 @dataclass
@@ -27,18 +59,14 @@ class RdmaNetworkArgs:
 class RdmaNetwork(pulumi.ComponentResource):
     """Three VPCs. Subnets live in the zone's region; the RoCE profile is per zone."""
 
-    primary_network: pulumi.Output[str]
-    primary_subnet: pulumi.Output[str]
+    handle: ClusterNetwork
     gvnic_network: pulumi.Output[str]
-    gvnic_subnet: pulumi.Output[str]
     rdma_network: pulumi.Output[str]
     rdma_subnets: list[pulumi.Output[str]]  # NIC order: rdma_subnets[i] backs GPU NIC i
-    pods_range_name: str
-    services_range_name: str
 
     def __init__(self, name: str, args: RdmaNetworkArgs, opts: pulumi.ResourceOptions | None = None):
-        if not args.zone.startswith(args.region + "-"):
-            raise ValueError(f"RdmaNetworkArgs.zone = {args.zone!r}: must be a zone of region {args.region!r}")
+        if problem := naming.zone_in_region(args.zone, args.region):
+            raise ValueError(f"RdmaNetworkArgs.zone = {args.zone!r}: {problem}")
         if not args.rdma_cidrs:
             raise ValueError("RdmaNetworkArgs.rdma_cidrs is empty: give one CIDR per RDMA NIC")
         super().__init__("verl-gke:network:RdmaNetwork", name, None, opts)
@@ -85,18 +113,18 @@ class RdmaNetwork(pulumi.ComponentResource):
             for i, cidr in enumerate(args.rdma_cidrs)
         ]
 
-        self.primary_network = primary.name
-        self.primary_subnet = primary_sub.name
         self.gvnic_network = gvnic.name
-        self.gvnic_subnet = gvnic_sub.name
         self.rdma_network = rdma.name
         self.rdma_subnets = [s.name for s in rdma_subs]
-        self.pods_range_name = args.pods_range_name
-        self.services_range_name = args.services_range_name
+        backing = [(gvnic.name, gvnic_sub.name)] + [(rdma.name, s) for s in self.rdma_subnets]
+        self.handle = ClusterNetwork(
+            network=primary.name, subnet=primary_sub.name, pods_range_name=args.pods_range_name,
+            services_range_name=args.services_range_name,
+            nics=tuple(AttachedNic(spec, vpc, subnet) for spec, (vpc, subnet)
+                       in zip(additional_nics(len(args.rdma_cidrs)), backing, strict=True)))
         self.register_outputs({
-            "primary_network": self.primary_network, "gvnic_network": self.gvnic_network,
-            "gvnic_subnet": self.gvnic_subnet, "rdma_network": self.rdma_network,
-            "rdma_subnets": self.rdma_subnets,
+            "primary_network": primary.name, "gvnic_network": self.gvnic_network,
+            "gvnic_subnet": gvnic_sub.name, "rdma_network": self.rdma_network, "rdma_subnets": self.rdma_subnets,
         })
 
 

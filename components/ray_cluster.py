@@ -9,54 +9,44 @@ data-prep Job), so there is no editable-install init container.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.network_mapping import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
-from components.ray_job import DASHBOARD_PORT  # the job provider's default: one place for the port
-from components.storage import SidecarResources, gcsfuse_pod_annotations
-from stacks.accelerators import (
-    ACCELERATORS,
+from catalog import naming
+from catalog.accelerators import (
     GIB_HOST_DIR,
     GIB_MOUNT,
+    GPU_RESOURCE,
     NVIDIA_HOST_DIR,
     NVIDIA_MOUNT,
     Accelerator,
+    foreign_accelerator_in_name,
     nccl_env,
 )
-from stacks.config import CAPACITIES, HEAD_CPU
-from stacks.paths import MOUNT, BucketPaths
+from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
+from catalog.gcsfuse import HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
+from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
+from catalog.nics import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
+from catalog.paths import MOUNT, BucketPaths
+from catalog.ray import (
+    API_VERSION,
+    CLIENT_PORT,
+    DASHBOARD_PORT,
+    GCS_PORT,
+    HEAD_CPU,
+    HEAD_EPHEMERAL_GIB,
+    HEAD_MEMORY_GIB,
+    MAX_CLUSTER_NAME,
+    WORKER_GROUP,
+    head_service,
+)
 
-API_VERSION = "ray.io/v1"
-GCS_PORT = 6379
-CLIENT_PORT = 10001
-HEAD_MEMORY_GIB = 32  # tutorial
-HEAD_EPHEMERAL_GIB = 9  # tutorial; logs live in their own emptyDir
-WORKER_GROUP = "gpu-group"
 WORKER_EPHEMERAL_GIB = 1000  # tutorial; on the GPU nodes' local SSDs: /tmp, Ray spill, GCS FUSE file cache
 SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
-GPU_RESOURCE = "nvidia.com/gpu"
 BUCKET_VOLUME = "training-bucket"
-# GCS FUSE sidecars on Autopilot (Standard lifts their limits): counted inside the pod, so the
-# worker's must fit the headroom the accelerator table leaves next to the Ray container.
-HEAD_SIDECAR = SidecarResources(cpu=1, memory_gib=4, ephemeral_storage_gib=5)
-WORKER_SIDECAR = SidecarResources(cpu=2, memory_gib=16, ephemeral_storage_gib=10)
-# GKE's sidecar default requests, which stay when Standard lifts the limits.
-STANDARD_SIDECAR_REQUEST = SidecarResources(cpu=0.25, memory_gib=0.25, ephemeral_storage_gib=5)
-MAX_NAME = 53  # KubeRay: "-serve-svc" must still fit in a 63-character Service name
-
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_RAY_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-
-
-def head_service(name: str) -> str:
-    """KubeRay's head Service for a RayCluster (headless, in-cluster only)."""
-    return f"{name}-head-svc"
 
 
 def shm_gib(acc: Accelerator) -> int:
@@ -64,7 +54,7 @@ def shm_gib(acc: Accelerator) -> int:
     return min(SHM_MAX_GIB, acc.worker_memory_gib // 4)
 
 
-def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: str, reservation: str,
+def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
                          gpu_pool_name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
     """Where GPU workers run. Standard: the GPU pool (which fixes machine and capacity). Autopilot:
     the accelerator and its capacity type, as string values."""
@@ -75,12 +65,12 @@ def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: str, reser
             "cloud.google.com/gke-accelerator": acc.accelerator_type,
             "cloud.google.com/gke-accelerator-count": str(acc.gpus_per_node),
         }
-        if capacity == "spot":
+        if capacity.kind == SPOT:
             selector["cloud.google.com/gke-spot"] = "true"
-        elif capacity == "reservation":
-            selector["cloud.google.com/reservation-name"] = reservation
+        elif capacity.kind == RESERVATION:
+            selector["cloud.google.com/reservation-name"] = capacity.reservation
             selector["cloud.google.com/reservation-affinity"] = "specific"
-    if capacity == "flex-start":
+    if capacity.kind == FLEX_START:
         # Flex-start nodes carry this label in both modes; GKE documents it as required on workloads.
         selector["cloud.google.com/gke-flex-start"] = "true"
     return selector
@@ -108,7 +98,6 @@ def _bucket_volume(pvc_name: pulumi.Input[str]) -> dict:
 
 @dataclass
 class RayClusterArgs:
-    provider: pulumi.ProviderResource  # the cluster's Kubernetes provider
     name: str  # RayCluster name, e.g. f"{prefix}-{stack}-ray"
     namespace: pulumi.Input[str]  # TrainingStorage.namespace
     accelerator: Accelerator
@@ -120,11 +109,9 @@ class RayClusterArgs:
     pvc_name: pulumi.Input[str]  # TrainingStorage.pvc_name
     network_annotations: Mapping[str, str]  # NetworkMapping.pod_annotations
     paths: BucketPaths
-    capacity: str = "spot"
-    reservation: str = ""
+    capacity: Capacity = field(default_factory=Capacity)
     cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
-    depends_on: Sequence[pulumi.Resource] = ()  # network objects, storage, NCCL installer
     worker_ephemeral_storage_gib: int = WORKER_EPHEMERAL_GIB
 
     def validate(self) -> None:
@@ -135,36 +122,25 @@ class RayClusterArgs:
             problems.append(f"RayClusterArgs.{field_name} = {shown!r}: {allowed}")
 
         acc = self.accelerator
-        if not isinstance(self.provider, pulumi.ProviderResource):
-            bad("provider", "must be a pulumi_kubernetes.Provider")
-        if not (_DNS_1035.match(str(self.name)) and len(self.name) <= MAX_NAME):
-            bad("name", f"must be a DNS-1035 label of at most {MAX_NAME} characters "
-                "(lowercase letters, digits, hyphens; starting with a letter)")
-        other = [k for k in ACCELERATORS if k != acc.key and k in str(self.name)]
-        if other:
-            bad("name", f"names accelerator {other[0]} but the cluster runs {acc.key}")
-        if isinstance(self.namespace, str) and not _DNS_LABEL.match(self.namespace):
-            bad("namespace", "must be a DNS label")
+        if problem := naming.dns_1035_label(self.name, MAX_CLUSTER_NAME):
+            bad("name", problem)
+        if problem := foreign_accelerator_in_name(str(self.name), acc.key):
+            bad("name", problem)
+        if isinstance(self.namespace, str) and (problem := naming.dns_label(self.namespace)):
+            bad("namespace", problem)
         if isinstance(self.gpu_nodes, bool) or not isinstance(self.gpu_nodes, int) or self.gpu_nodes < 1:
             bad("gpu_nodes", "must be an integer >= 1")
-        if self.capacity not in CAPACITIES:
-            bad("capacity", "must be one of " + ", ".join(CAPACITIES))
-        if (self.capacity == "reservation") != bool(self.reservation):
-            bad("reservation", "is required exactly when capacity is 'reservation' "
-                f"(capacity = {self.capacity!r})")
-        elif self.reservation and not _DNS_LABEL.match(self.reservation):
-            bad("reservation", "must be a reservation name (lowercase letters, digits, hyphens)")
+        for f, why in self.capacity.problems():
+            problems.append(f"RayClusterArgs.capacity.{f} = {getattr(self.capacity, f)!r}: {why}")
         for field_name in ("cpu_pool_name", "gpu_pool_name"):
             given = getattr(self, field_name) is not None
             if self.autopilot and given:
                 bad(field_name, "must be None on Autopilot (there are no node pools to select)")
             elif not self.autopilot and not given:
                 bad(field_name, "is required on Standard (the node pool's name)", "None")
-        tail = str(self.image).rsplit("/", 1)[-1]
-        if not self.image or (":" not in tail and "@" not in str(self.image)):
-            bad("image", "must be an image reference with a tag or digest")
-        if not _RAY_VERSION.match(str(self.ray_version)):
-            bad("ray_version", "must be a Ray version such as 2.49.2")
+        for field_name, check in (("image", naming.image_ref), ("ray_version", naming.ray_version)):
+            if problem := check(getattr(self, field_name)):
+                bad(field_name, problem)
         missing = {DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION} - set(self.network_annotations)
         if missing:
             bad("network_annotations", f"lacks {sorted(missing)}: pass NetworkMapping.pod_annotations", "...")
@@ -213,7 +189,7 @@ class RayCluster(pulumi.ComponentResource):
             metadata={"name": args.name, "namespace": args.namespace},
             spec=spec,
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=list(args.depends_on),
+                parent=self,
                 # KubeRay does not roll existing pods when the template changes: recreate the
                 # cluster so a changed image, env or size really takes effect (same name: delete first).
                 replace_on_changes=["spec"], delete_before_replace=True))
@@ -320,7 +296,7 @@ class RayCluster(pulumi.ComponentResource):
                 "metadata": {"annotations": {**gcsfuse, **args.network_annotations}},
                 "spec": {
                     "serviceAccountName": args.service_account,
-                    "nodeSelector": worker_node_selector(acc, args.autopilot, args.capacity, args.reservation,
+                    "nodeSelector": worker_node_selector(acc, args.autopilot, args.capacity,
                                                          args.gpu_pool_name),
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [container],

@@ -1,14 +1,15 @@
 """TrainingStorage: the training bucket, the pods' identity on it, the HF token secret, the GCS FUSE PV/PVC.
 
 The bucket holds verl's source, the model weights, the dataset and the checkpoints; every pod mounts
-it at `stacks.paths.MOUNT` through a static GCS FUSE PersistentVolume. Pods reach it as the
+it at `catalog.paths.MOUNT` through a static GCS FUSE PersistentVolume. Pods reach it as the
 Kubernetes service account, bound directly on the bucket with a Workload Identity principal (no
-Google service account). `gcsfuse_pod_annotations` gives what a pod mounting the PVC needs.
+Google service account). `catalog.gcsfuse.pod_annotations` gives what a pod mounting the PVC needs.
+Pass the cluster's Kubernetes provider in `opts` (`ResourceOptions(provider=...)`); depend on the
+component itself to wait until the claim is bound and the identity can read the bucket.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pulumi
@@ -16,95 +17,13 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
+from catalog import naming
+from catalog.gcsfuse import CSI_DRIVER, MOUNT_OPTIONS, VOLUME_ATTRIBUTES
+
 # Static provisioning: the class only pairs the PV with its PVC, so it must not name a real
 # StorageClass (a provisioner would otherwise try to create a volume for the claim).
 STORAGE_CLASS = "gcsfuse-static"
 BUCKET_ROLE = "roles/storage.objectUser"
-# The tutorial's options with upstream's corrections (GoogleCloudPlatform/gcsfuse samples/gke-csi-yaml/gpu):
-# metadata ttl -1 (0 would make the prefetch on mount pointless); no implicit-dirs, which a
-# hierarchical-namespace bucket does not need (its folders are real objects).
-MOUNT_OPTIONS = (
-    "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:-1",
-    "metadata-cache:stat-cache-max-size-mb:-1",
-    "metadata-cache:type-cache-max-size-mb:-1",
-    "file-cache:max-size-mb:-1",
-    "file-cache:cache-file-for-range-read:true",
-    "file-cache:enable-parallel-downloads:true",
-    "read_ahead_kb=1024",
-    "write:enable-streaming-writes:true",
-    "write:global-max-blocks:200000",
-)
-VOLUME_ATTRIBUTES = {
-    # Skip the driver's bucket probe before each mount: faster mounts; access comes from the KSA binding.
-    "skipCSIBucketAccessCheck": "true",
-    "gcsfuseMetadataPrefetchOnMount": "true",
-}
-SIDECAR_ANNOTATION = "gke-gcsfuse/volumes"
-_UNLIMITED = "0"  # "no limit" for the sidecar annotations; accepted on Standard only
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_SUFFIX_BYTES = 4  # 8 hex characters after "<prefix>-"
-_MAX_BUCKET_PREFIX = 63 - 1 - 2 * _SUFFIX_BYTES
-_RESERVED_NAMESPACES = ("kube-", "gke-", "gmp-")
-
-
-@dataclass(frozen=True)
-class SidecarResources:
-    """GCS FUSE sidecar requests (= limits) for Autopilot, which rejects the "0" = unlimited form."""
-
-    cpu: float
-    memory_gib: float
-    ephemeral_storage_gib: float
-
-    @property
-    def cpu_quantity(self) -> str:
-        millis = round(self.cpu * 1000)
-        return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
-
-    @property
-    def memory_quantity(self) -> str:
-        return _gib_quantity(self.memory_gib)
-
-    @property
-    def ephemeral_storage_quantity(self) -> str:
-        return _gib_quantity(self.ephemeral_storage_gib)
-
-
-def _gib_quantity(gib: float) -> str:
-    mib = round(gib * 1024)
-    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
-
-
-def gcsfuse_pod_annotations(autopilot: bool, sidecar: SidecarResources) -> dict[str, str]:
-    """Annotations for a pod that mounts the bucket PVC.
-
-    The sidecar's default 5Gi ephemeral-storage limit is added to the pod's total; with an unlimited
-    file cache (kept in the sidecar's default emptyDir `gke-gcsfuse-cache` on the node's ephemeral
-    storage) that gets the pod evicted. On Standard all sidecar limits are lifted ("0"), so the cache
-    is bounded by the workload container's own ephemeral-storage limit, and the metadata-prefetch
-    container is unthrottled too (annotation honoured from GKE 1.32.3-gke.1717000, ignored before).
-    Autopilot rejects "0": there the sidecar gets `sidecar` as requests = limits, counted in the pod.
-    """
-    if not autopilot:
-        return {
-            SIDECAR_ANNOTATION: "true",
-            "gke-gcsfuse/cpu-limit": _UNLIMITED,
-            "gke-gcsfuse/memory-limit": _UNLIMITED,
-            "gke-gcsfuse/ephemeral-storage-limit": _UNLIMITED,
-            "gke-gcsfuse/metadata-prefetch-cpu-limit": _UNLIMITED,
-            "gke-gcsfuse/metadata-prefetch-memory-limit": _UNLIMITED,
-        }
-    return {
-        SIDECAR_ANNOTATION: "true",
-        "gke-gcsfuse/cpu-limit": sidecar.cpu_quantity,
-        "gke-gcsfuse/memory-limit": sidecar.memory_quantity,
-        "gke-gcsfuse/ephemeral-storage-limit": sidecar.ephemeral_storage_quantity,
-    }
 
 
 def workload_identity_principal(project_number: str, project_id: str, namespace: str, ksa: str) -> str:
@@ -115,7 +34,6 @@ def workload_identity_principal(project_number: str, project_id: str, namespace:
 
 @dataclass
 class TrainingStorageArgs:
-    provider: pulumi.ProviderResource  # the cluster's Kubernetes provider
     project_id: str
     project_number: pulumi.Input[str]  # gcp.organizations.get_project_output().number
     location: str  # bucket location (region or multi-region)
@@ -133,38 +51,20 @@ class TrainingStorageArgs:
     hf_secret_key: str = "hf_api_token"
 
     def validate(self) -> None:
-        problems: list[str] = []
-
-        def bad(field_name: str, allowed: str) -> None:
-            problems.append(f"TrainingStorageArgs.{field_name} = {getattr(self, field_name)!r}: {allowed}")
-
-        if not isinstance(self.provider, pulumi.ProviderResource):
-            bad("provider", "must be a pulumi_kubernetes.Provider")
-        if not _PROJECT_ID.match(str(self.project_id)):
-            bad("project_id", "must be a project id (6-30 lowercase letters, digits, hyphens)")
-        if not self.location:
-            bad("location", "must be a Cloud Storage location such as us-central1")
-        prefix = str(self.bucket_prefix)
-        if not (_DNS_LABEL.match(prefix) and len(prefix) <= _MAX_BUCKET_PREFIX):
-            bad("bucket_prefix", f"must be 1-{_MAX_BUCKET_PREFIX} lowercase letters, digits or hyphens, "
-                "starting and ending with a letter or digit")
-        elif prefix.startswith("goog") or "google" in prefix:
-            bad("bucket_prefix", "must not start with 'goog' or contain 'google' (Cloud Storage rules)")
-        ns = str(self.namespace)
-        if not (_DNS_LABEL.match(ns) and len(ns) <= 63):
-            bad("namespace", "must be a DNS label: <= 63 lowercase letters, digits, hyphens")
-        elif ns.startswith(_RESERVED_NAMESPACES):
-            bad("namespace", f"must not start with {', '.join(_RESERVED_NAMESPACES)} (reserved)")
-        if not (_DNS_LABEL.match(str(self.ksa_name)) and len(self.ksa_name) <= 63):
-            bad("ksa_name", "must be a DNS label: <= 63 lowercase letters, digits, hyphens")
-        for field_name in ("pv_name", "pvc_name", "hf_secret_name"):
-            value = str(getattr(self, field_name))
-            if not (_DNS_SUBDOMAIN.match(value) and len(value) <= 253):
-                bad(field_name, "must be a DNS subdomain (lowercase letters, digits, '-', '.')")
-        if not _SECRET_KEY.match(str(self.hf_secret_key)):
-            bad("hf_secret_key", "must consist of letters, digits, '-', '_' or '.'")
-        if not isinstance(self.capacity_gib, int) or self.capacity_gib < 1:
-            bad("capacity_gib", "must be an integer >= 1")
+        checks = {
+            "project_id": naming.project_id(self.project_id),
+            "location": None if self.location else "must be a Cloud Storage location such as us-central1",
+            "bucket_prefix": naming.bucket_prefix(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
+            "namespace": naming.namespace(self.namespace),
+            "ksa_name": naming.dns_label(self.ksa_name),
+            "pv_name": naming.dns_subdomain(self.pv_name),
+            "pvc_name": naming.dns_subdomain(self.pvc_name),
+            "hf_secret_name": naming.dns_subdomain(self.hf_secret_name),
+            "hf_secret_key": naming.secret_key(self.hf_secret_key),
+            "capacity_gib": None if isinstance(self.capacity_gib, int) and self.capacity_gib >= 1
+            else "must be an integer >= 1",
+        }
+        problems = [f"TrainingStorageArgs.{k} = {getattr(self, k)!r}: {why}" for k, why in checks.items() if why]
         if self.hf_token is not None and not isinstance(self.hf_token, pulumi.Output):
             # A plain string has already been through non-secret code paths: refuse it.
             problems.append("TrainingStorageArgs.hf_token = <plain value>: must be a secret Output "
@@ -182,14 +82,13 @@ class TrainingStorage(pulumi.ComponentResource):
     hf_secret_name: pulumi.Output[str] | None
     hf_secret_key: str
     bucket_access: gcp.storage.BucketIAMMember
-    resources: list[pulumi.Resource]  # what pods mounting the bucket must wait for (depends_on)
 
     def __init__(self, name: str, args: TrainingStorageArgs, opts: pulumi.ResourceOptions | None = None):
         args.validate()
         super().__init__("verl-gke:storage:TrainingStorage", name, None, opts)
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        k8s_opts = pulumi.ResourceOptions(parent=self)
 
-        suffix = random.RandomId(f"{name}-bucket-suffix", byte_length=_SUFFIX_BYTES,
+        suffix = random.RandomId(f"{name}-bucket-suffix", byte_length=naming.BUCKET_SUFFIX_BYTES,
                                  opts=pulumi.ResourceOptions(parent=self))
         self.bucket = gcp.storage.Bucket(
             f"{name}-bucket",
@@ -203,14 +102,12 @@ class TrainingStorage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.delete_on_destroy))
         self.bucket_name = self.bucket.name
 
-        created: list[pulumi.Resource] = []
         if args.namespace == "default":
             self.namespace = pulumi.Output.from_input(args.namespace)
         else:
             namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata={"name": args.namespace},
                                               opts=k8s_opts)
             self.namespace = namespace.metadata.name
-            created.append(namespace)
 
         ksa = k8s.core.v1.ServiceAccount(
             f"{name}-ksa", metadata={"name": args.ksa_name, "namespace": self.namespace}, opts=k8s_opts)
@@ -262,8 +159,6 @@ class TrainingStorage(pulumi.ComponentResource):
             ),
             opts=k8s_opts)
         self.pvc_name = pvc.metadata.name
-        # The sidecar webhook reads the PV when a pod is admitted, and the mount needs the binding.
-        self.resources = [*created, ksa, self.bucket_access, pv, pvc]
         self.register_outputs({
             "bucket_name": self.bucket_name, "namespace": self.namespace, "ksa_name": self.ksa_name,
             "pvc_name": self.pvc_name, "hf_secret_name": self.hf_secret_name,

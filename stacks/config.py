@@ -1,26 +1,29 @@
-"""The typed, validated view of one stack's configuration.
+"""The typed, validated view of one stack's configuration: the one validation gate.
 
-KEYS is the single table of every project config key: its type, default and description.
-Pulumi.yaml's `config:` block is generated from it (`python -m stacks.schema --write`) and a
-test keeps the two equal. `load()` turns raw config strings into a frozen StackConfig and
-reports every problem at once, each naming the key, the bad value and what is allowed, before
-any resource is registered.
+`load()` turns raw config strings (as the Pulumi CLI hands them to the program) into a frozen
+StackConfig and reports every problem at once, each naming the key, the bad value and what is
+allowed, before any resource is registered. It checks every rule a component would enforce on a
+config-derived value, with the component's own implementation (catalog.naming, catalog.capacity),
+so a config that passes here never fails inside a component.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stacks import versions
-from stacks.accelerators import ACCELERATORS, Accelerator
+from catalog import naming
+from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
+from catalog.capacity import CAPACITIES, Capacity
+from catalog.models import is_gated
+from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
 from stacks.grpo import GrpoSettings, preflight
+from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
 
-PROJECT = "verl-gke"
+__all__ = ["KEYS", "KEYS_BY_NAME", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
 PLACEHOLDER_PROJECT = "replace-with-your-project-id"  # what the stack files ship with
 
 
@@ -32,101 +35,11 @@ class ConfigError(ValueError):
         super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(problems))
 
 
-@dataclass(frozen=True)
-class Key:
-    name: str  # without namespace for project keys; "gcp:..." for provider keys
-    type: str  # Pulumi project config schema type: string | integer | boolean | array
-    default: Any
-    description: str
-    secret: bool = False
-
-    @property
-    def full(self) -> str:
-        return self.name if ":" in self.name else f"{PROJECT}:{self.name}"
-
-
-_RDMA_DEFAULT = [f"192.168.{n + 1}.0/24" for n in range(8)]
-
-KEYS: tuple[Key, ...] = (
-    Key("gcp:project", "string", None, "Google Cloud project id (required)."),
-    Key("gcp:region", "string", None, "Region for the cluster, subnets and bucket (required)."),
-    Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),
-    Key("accelerator", "string", "b200", "GPU profile: b200 (A4, a4-highgpu-8g) or h200 (A3 Ultra)."),
-    Key("clusterMode", "string", "standard", "GKE mode: autopilot or standard."),
-    Key("gpuNodes", "integer", 2, "Number of 8-GPU nodes (Ray GPU workers)."),
-    Key("capacity", "string", "spot", "GPU capacity: spot, on-demand, reservation or flex-start."),
-    Key("reservation", "string", "", "Compute Engine reservation name (only with capacity=reservation)."),
-    Key("namePrefix", "string", "verl", "Prefix of every GCP resource name (lowercase, <= 20 chars)."),
-    Key("namespace", "string", "verl", "Kubernetes namespace for the Ray cluster and jobs."),
-    Key("primaryCidr", "string", "10.10.0.0/20", "Primary (node) subnet of the cluster VPC."),
-    Key("podsCidr", "string", "10.20.0.0/14", "Secondary range for pods."),
-    Key("servicesCidr", "string", "10.30.0.0/20", "Secondary range for services."),
-    Key("gvnicCidr", "string", "192.168.0.0/24", "Subnet of the additional gVNIC network."),
-    Key("rdmaCidrs", "array", _RDMA_DEFAULT, "One subnet per GPU NIC on the RoCE network, in NIC order."),
-    Key("mtu", "integer", 8896, "MTU of the gVNIC and RDMA networks."),
-    Key("gkeVersion", "string", "", "Minimum GKE version; empty = the accelerator's minimum."),
-    Key("releaseChannel", "string", "REGULAR", "GKE release channel: RAPID, REGULAR or STABLE."),
-    Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
-    Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard)."),
-    Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard)."),
-    Key("deletionProtection", "boolean", False, "GKE deletion protection (true blocks pulumi destroy)."),
-    Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
-    Key("bucketDeleteOnDestroy", "boolean", False,
-        "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
-    Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
-    Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
-        secret=True),
-    Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket."),
-    Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging."),
-    Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
-    Key("submitJob", "boolean", True, "Submit the GRPO job once the Ray cluster can run it."),
-    Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs."),
-    Key("jobWaitForCompletion", "boolean", False, "Keep pulumi up running until the job ends."),
-    Key("jobCompletionTimeoutMinutes", "integer", 1440, "Bound on waiting for completion."),
-    Key("jobResubmitOnFailure", "boolean", True,
-        "On refresh, resubmit a FAILED/STOPPED job (resumes from the last checkpoint)."),
-    Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step)."),
-    Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt)."),
-    Key("grpoMaxPromptLength", "integer", 512, "data.max_prompt_length (tokens)."),
-    Key("grpoMaxResponseLength", "integer", 512, "data.max_response_length (tokens)."),
-    Key("grpoLearningRate", "string", "1e-6", "actor_rollout_ref.actor.optim.lr."),
-    Key("grpoPpoMiniBatchSize", "integer", 256, "actor_rollout_ref.actor.ppo_mini_batch_size."),
-    Key("grpoPpoMicroBatchSizePerGpu", "integer", 16, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu."),
-    Key("grpoLogProbMicroBatchSizePerGpu", "integer", 8,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu."),
-    Key("grpoRefLogProbMicroBatchSizePerGpu", "integer", 4,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu."),
-    Key("grpoTensorParallelSize", "integer", 8, "actor_rollout_ref.rollout.tensor_model_parallel_size."),
-    Key("grpoGpuMemoryUtilization", "string", "0.6", "actor_rollout_ref.rollout.gpu_memory_utilization."),
-    Key("grpoRolloutEngine", "string", "vllm", "actor_rollout_ref.rollout.name: vllm or sglang."),
-    Key("grpoActorStrategy", "string", "fsdp2", "actor_rollout_ref.actor.strategy: fsdp or fsdp2."),
-    Key("grpoKlLossCoef", "string", "0.001", "actor_rollout_ref.actor.kl_loss_coef (KL as a loss term)."),
-    Key("grpoKlLossType", "string", "low_var_kl", "actor_rollout_ref.actor.kl_loss_type."),
-    Key("grpoEntropyCoeff", "string", "0", "actor_rollout_ref.actor.entropy_coeff."),
-    Key("grpoTotalEpochs", "integer", 2, "trainer.total_epochs."),
-    Key("grpoSaveFreq", "integer", 10, "trainer.save_freq (steps between checkpoints)."),
-    Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations)."),
-    Key("grpoValBeforeTrain", "boolean", False, "trainer.val_before_train."),
-    Key("grpoLogger", "array", ["console"], "trainer.logger backends, e.g. [console, wandb]."),
-    Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last."),
-)
-KEYS_BY_NAME = {k.name: k for k in KEYS}
-
-CAPACITIES = ("spot", "on-demand", "reservation", "flex-start")
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
-# Organisations whose models are gated on the hub: a token is required up front.
-GATED_MODEL_ORGS = ("meta-llama", "google", "mistralai")
-
-_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$")
-_MACHINE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+-(\d+)(-[a-z0-9]+)?$")
-_MODEL = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
-# Ray head request (tutorial): the CPU pool's machine must hold it with room for DaemonSets.
-HEAD_CPU = 12
+MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
+# Names the program derives from namePrefix: each must pass the rule of the component that uses it.
+DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name"}
 
 
 @dataclass(frozen=True)
@@ -171,8 +84,7 @@ class StackConfig:
     zone: str
     accelerator: Accelerator
     gpu_nodes: int
-    capacity: str
-    reservation: str
+    capacity: Capacity
     prefix: str
     namespace: str
     network: NetworkConfig
@@ -202,6 +114,7 @@ class _Reader:
     def __init__(self, raw: Mapping[str, str]):
         self.raw = raw
         self.problems: list[str] = []
+        self.missing: set[str] = set()
 
     def bad(self, key: str, value: object, allowed: str) -> None:
         self.problems.append(f"{KEYS_BY_NAME[key].full} = {value!r}: {allowed}")
@@ -213,11 +126,18 @@ class _Reader:
         return spec.default
 
     def str(self, key: str) -> str:
+        """The value as text; a required key (no default) that is unset or empty is reported once."""
         value = self._value(key)
-        if value is None:
+        text = "" if value is None else str(value).strip()
+        if not text and KEYS_BY_NAME[key].default is None:
             self.problems.append(f"{KEYS_BY_NAME[key].full} is not set: {KEYS_BY_NAME[key].description}")
-            return ""
-        return str(value).strip()
+            self.missing.add(key)
+        return text
+
+    def check(self, key: str, value: object, problem: str | None) -> None:
+        """Record `problem` (a catalog rule's answer) against key, unless the key was reported missing."""
+        if problem and key not in self.missing:
+            self.bad(key, value, problem)
 
     def int(self, key: str, minimum: int | None = None) -> int:
         value = self._value(key)
@@ -272,11 +192,6 @@ class _Reader:
         return value
 
 
-def parse_gke_version(version: str) -> tuple[int, ...] | None:
-    m = _GKE_VERSION.match(version)
-    return tuple(int(g) for g in m.groups()) if m else None
-
-
 def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = False) -> StackConfig:
     """Validate raw config (full keys -> strings, as Pulumi stores them) into a StackConfig."""
     r = _Reader(raw)
@@ -285,61 +200,50 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         r.problems.append(f"{key} is not a known key (see Pulumi.yaml for the declared keys)")
 
     project = r.str("gcp:project")
-    if project and not _PROJECT_ID.match(project):
-        r.bad("gcp:project", project, "must be a project id: 6-30 chars, lowercase letters, digits, hyphens")
+    r.check("gcp:project", project, naming.project_id(project))
     if project == PLACEHOLDER_PROJECT and not allow_placeholder_project:
         r.bad("gcp:project", project, "is the placeholder; run `pulumi config set gcp:project <your-project>`")
     region = r.str("gcp:region")
-    if region and not _REGION.match(region):
-        r.bad("gcp:region", region, "must be a region such as us-central1")
+    r.check("gcp:region", region, naming.region(region))
     zone = r.str("gcp:zone")
-    if zone and region and not re.fullmatch(re.escape(region) + r"-[a-z]", zone):
-        r.bad("gcp:zone", zone, f"must be a zone in gcp:region {region} (e.g. {region}-b)")
+    if region and "gcp:region" not in r.missing:
+        r.check("gcp:zone", zone, naming.zone_in_region(zone, region))
 
     acc_key = r.choice("accelerator", tuple(ACCELERATORS))
     acc = ACCELERATORS.get(acc_key, ACCELERATORS["b200"])
     mode = r.choice("clusterMode", MODES)
     gpu_nodes = r.int("gpuNodes", minimum=1)
-    capacity = r.choice("capacity", CAPACITIES)
-    reservation = r.str("reservation")
-    if capacity == "reservation" and not reservation:
-        r.bad("reservation", reservation, "must name a Compute Engine reservation when capacity=reservation")
-    if reservation and capacity != "reservation":
-        why = {"spot": "spot VMs cannot consume reservations",
-               "flex-start": "flex-start capacity cannot consume reservations"}.get(capacity, "it is unused")
-        r.bad("reservation", reservation, f"is set but capacity={capacity}: {why}; "
-              "set capacity=reservation or unset reservation")
-    if reservation and not _RFC1035.match(reservation):
-        r.bad("reservation", reservation, "must be a reservation name (lowercase letters, digits, hyphens)")
+    capacity = Capacity(r.choice("capacity", CAPACITIES), r.str("reservation"))
+    for field_name, why in capacity.problems():
+        if field_name == "reservation":
+            r.bad("reservation", capacity.reservation, why)
+    if capacity.reservation:
+        r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
 
     prefix = r.str("namePrefix")
-    if not (_RFC1035.match(prefix) and len(prefix) <= _MAX_PREFIX):
-        r.bad("namePrefix", prefix, f"must be 1-{_MAX_PREFIX} lowercase letters, digits or hyphens, "
-              "starting with a letter and not ending with a hyphen")
+    if problem := naming.dns_1035_label(prefix, MAX_PREFIX):
+        r.bad("namePrefix", prefix, problem)
+    else:
+        _derived_names(r, prefix, acc)
     namespace = r.str("namespace")
-    if not (_RFC1035.match(namespace) and len(namespace) <= 63):
-        r.bad("namespace", namespace, "must be a DNS label: <= 63 lowercase letters, digits, hyphens")
+    r.check("namespace", namespace, naming.namespace(namespace))
 
     network = _network(r, acc, gpu_nodes)
-    cluster = _cluster(r, acc, mode, capacity)
+    cluster = _cluster(r, acc, mode)
 
     model = r.str("model")
-    if not _MODEL.match(model):
-        r.bad("model", model, "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct")
+    r.check("model", model, naming.model_id(model))
     has_token = bool(raw.get(KEYS_BY_NAME["hfToken"].full))
-    if model.split("/")[0] in GATED_MODEL_ORGS and not has_token:
+    if is_gated(model) and not has_token:
         r.bad("hfToken", "<unset>", f"model {model} is gated on the hub: run "
               "`pulumi config set --secret hfToken <token>` with a token that has access")
 
     verl_version = r.str("verlVersion")
-    if not re.fullmatch(r"v\d+\.\d+\.\d+(\.post\d+)?", verl_version):
-        r.bad("verlVersion", verl_version, "must be a verl release tag such as v0.6.1")
+    r.check("verlVersion", verl_version, naming.release_tag(verl_version))
     image = r.str("image")
-    if not re.fullmatch(r"[\w./:@-]+", image) or ":" not in image.split("/")[-1] and "@" not in image:
-        r.bad("image", image, "must be an image reference with a tag or digest")
+    r.check("image", image, naming.image_ref(image))
     ray_version = r.str("rayVersion")
-    if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
-        r.bad("rayVersion", ray_version, "must be a Ray version such as 2.49.2")
+    r.check("rayVersion", ray_version, naming.ray_version(ray_version))
 
     bucket_location = r.str("bucketLocation") or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
@@ -358,11 +262,23 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         raise ConfigError(r.problems)
     return StackConfig(
         stack=stack, project=project, region=region, zone=zone, accelerator=acc, gpu_nodes=gpu_nodes,
-        capacity=capacity, reservation=reservation, prefix=prefix, namespace=namespace, network=network,
+        capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
     )
+
+
+def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
+    """The names built from namePrefix must pass the rules of the components that use them."""
+    bucket = f"{prefix}-data"
+    if problem := naming.bucket_prefix(bucket, naming.MAX_BUCKET_PREFIX):
+        r.bad("namePrefix", prefix, f"the bucket name {bucket}-<suffix> {problem.removeprefix('must ')}"
+              if problem.startswith("must not") else problem)
+    if problem := naming.dns_1035_label(f"{prefix}-ray", MAX_CLUSTER_NAME):
+        r.bad("namePrefix", prefix, f"the RayCluster name {prefix}-ray: {problem}")
+    if problem := foreign_accelerator_in_name(f"{prefix}-ray", acc.key):
+        r.bad("namePrefix", prefix, problem)
 
 
 def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
@@ -409,20 +325,20 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
     return NetworkConfig(primary, pods, services, gvnic, rdma, mtu)
 
 
-def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: str) -> ClusterConfig:
+def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
     version = r.str("gkeVersion") or acc.min_gke_version
-    parsed = parse_gke_version(version)
+    parsed = naming.gke_version(version)
     if parsed is None:
         r.bad("gkeVersion", version, "must be a GKE version such as 1.32.2-gke.1422000")
-    elif parsed < parse_gke_version(acc.min_gke_version):
+    elif parsed < naming.gke_version(acc.min_gke_version):
         r.bad("gkeVersion", version, f"is below {acc.min_gke_version}, the minimum for {acc.key}")
     channel = r.choice("releaseChannel", CHANNELS)
     machine = r.str("cpuMachineType")
-    m = _MACHINE.match(machine)
-    if not m:
+    vcpus = naming.machine_vcpus(machine)
+    if vcpus is None:
         r.bad("cpuMachineType", machine, "must be a machine type such as c2-standard-16")
-    elif int(m.group(1)) <= HEAD_CPU:
-        r.bad("cpuMachineType", machine, f"has {m.group(1)} vCPUs; the Ray head requests {HEAD_CPU}: "
+    elif vcpus <= HEAD_CPU:
+        r.bad("cpuMachineType", machine, f"has {vcpus} vCPUs; the Ray head requests {HEAD_CPU}: "
               "use 16 or more vCPUs (e.g. c2-standard-16)")
     lo = r.int("cpuNodesMin", minimum=1)
     hi = r.int("cpuNodesMax", minimum=1)
@@ -458,9 +374,9 @@ def _grpo(r: _Reader) -> GrpoSettings:
     )
 
 
-def from_pulumi(stack: str) -> StackConfig:
+def from_pulumi(stack: str, allow_placeholder_project: bool = False) -> StackConfig:
     """Load from the running Pulumi program's config (the CLI or the mocks set it)."""
     import pulumi.runtime.config as rc
 
     # The CLI passes config in PULUMI_CONFIG; mocks and tests set it in-process.
-    return load({**rc.get_config_env(), **rc.CONFIG.get()}, stack)
+    return load({**rc.get_config_env(), **rc.CONFIG.get()}, stack, allow_placeholder_project)

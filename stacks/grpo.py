@@ -6,7 +6,7 @@ checkpoints on the bucket with auto-resume, no pip installs, per-accelerator NCC
 
 `preflight` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
 cluster is up, so a bad batch size fails `pulumi preview` instead of a job on 16 idle GPUs.
-Config key names come from stacks/config.py, imported lazily: config.py imports this module.
+Key names come from stacks.keys; stacks.config calls `preflight` as part of its one gate.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from stacks.accelerators import Accelerator, nccl_env
-from stacks.paths import BucketPaths
+from catalog.accelerators import Accelerator, nccl_env
+from catalog.models import model_spec, tp_choices
+from catalog.paths import BucketPaths
+from stacks import keys
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,6 @@ LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console"
 GSM8K_TRAIN_ROWS = 7473
 # verl rollout defaults (trainer/config/rollout/rollout.yaml) that the length check depends on.
 ROLLOUT_MAX_NUM_BATCHED_TOKENS = 8192
-# (attention heads, KV heads) from each Qwen2.5 config.json; vLLM shards both across TP ranks.
-QWEN25_HEADS = {"0.5": (14, 2), "1.5": (12, 2), "3": (16, 2), "7": (28, 4), "14": (40, 8), "32": (40, 8),
-                "72": (64, 8)}
-_QWEN25 = re.compile(r"^Qwen/Qwen2\.5-(0\.5|1\.5|3|7|14|32|72)B(-Instruct)?$")
 
 # verl key -> GrpoSettings field; the field's config key is "grpo" + CamelCase(field).
 _FROM_SETTINGS = {
@@ -121,9 +119,7 @@ _MAX_STACK_IN_ID = 64  # keeps the id (plus the provider's "-r<k>" retries) with
 
 
 def _key(name: str) -> str:
-    from stacks.config import KEYS_BY_NAME  # lazy: stacks.config imports this module
-
-    return KEYS_BY_NAME[name].full
+    return keys.full(name)
 
 
 def _field_key(field: str) -> str:
@@ -198,12 +194,10 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
     if world % tp or gpus_per_node % tp:
         bad("tensor_parallel_size", tp,
             f"must divide the GPUs per node ({gpus_per_node}) and the total ({world})")
-    if heads := _qwen25_heads(model):
-        q, kv = heads
-        # vLLM: heads % tp == 0; KV heads are split (kv % tp) or replicated (tp % kv).
-        if q % tp or (kv % tp and tp % kv):
-            bad("tensor_parallel_size", tp, f"vLLM cannot shard {model} ({q} attention / {kv} KV heads): use "
-                f"one of {', '.join(str(t) for t in _tp_choices(q, kv, gpus_per_node))}")
+    if (spec := model_spec(model)) and tp not in (choices := tp_choices(spec, gpus_per_node)) \
+            and not gpus_per_node % tp:
+        bad("tensor_parallel_size", tp, f"vLLM cannot shard {model} ({spec.attention_heads} attention / "
+            f"{spec.kv_heads} KV heads): use one of {', '.join(str(t) for t in choices)}")
 
     # vllm_rollout_spmd.py: with chunked prefill, max_num_batched_tokens must cover the max model length.
     limit = _extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, problems)
@@ -263,21 +257,9 @@ def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[st
     return value
 
 
-def _qwen25_heads(model: str) -> tuple[int, int] | None:
-    m = _QWEN25.match(model)
-    return QWEN25_HEADS[m[1]] if m else None
-
-
-def _tp_choices(q: int, kv: int, gpus_per_node: int) -> list[int]:
-    return [t for t in range(1, gpus_per_node + 1)
-            if not gpus_per_node % t and not q % t and not (kv % t and t % kv)]
-
-
 def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
            paths: BucketPaths) -> dict[str, object]:
     """verl config key -> typed value, before Hydra formatting (tests compare it with the composed config)."""
-    from stacks.config import PROJECT  # lazy: stacks.config imports this module
-
     values: dict[str, object] = {
         **_FIXED,
         "data.train_files": paths.train_file,
@@ -290,7 +272,7 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         "trainer.default_local_dir": paths.checkpoint_dir,
         "trainer.nnodes": nnodes,
         "trainer.n_gpus_per_node": gpus_per_node,
-        "trainer.project_name": PROJECT,
+        "trainer.project_name": keys.PROJECT,
         "trainer.experiment_name": stack,
         # The ref worker follows actor.strategy (ref.strategy interpolates it); GRPO runs no critic.
         **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},

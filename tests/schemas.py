@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from stacks import mocking
+from tools import mocking
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS_ENV = "VERL_GKE_SCHEMAS"

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pulumi
-
-from stacks import compose, config, mocking, plan
+from stacks import compose, config
+from tools import mocking, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_FILES = sorted(ROOT.glob("Pulumi.*.yaml"))
 BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
 
 
-def program() -> None:
-    """What __main__.py does, minus the module-level side effects."""
-    cfg = config.from_pulumi(pulumi.get_stack())
-    for key, value in compose.build(cfg, hf_token=pulumi.Config().get_secret("hfToken")).items():
-        pulumi.export(key, value)
-
+program = compose.program  # what __main__.py runs
 
 def run_config(overrides: dict[str, object] | None = None, stack: str = "test",
                secret_keys: list[str] | None = None, result: mocking.Run | None = None) -> mocking.Run:

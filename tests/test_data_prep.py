@@ -15,13 +15,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
+from catalog.paths import COMPLETE_MARKER, MOUNT, bucket_paths
+from catalog.versions import VERL_IMAGE, VERL_REPO, VERL_VERSION
 from components import data_prep
 from components.data_prep import DataPrep, DataPrepArgs
-from stacks import mocking
-from stacks.paths import COMPLETE_MARKER, MOUNT, bucket_paths
-from stacks.versions import VERL_IMAGE, VERL_REPO, VERL_VERSION
 from tests.test_stage_data import MODEL_ID as STUB_MODEL_ID
 from tests.test_stage_data import base_env, env, gsm8k_runs, marker, stub_log  # noqa: F401 - env: fixture
+from tools import mocking
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "components" / "scripts" / "stage_data.py"
@@ -38,12 +38,12 @@ STACKS = {
 K8S_VERSION = "1.32.0"  # schemas shipped by kubernetes-validate; GKE >= 1.31 here
 
 
-def make_args(provider, stack: str = "dev", **overrides) -> DataPrepArgs:
+def make_args(stack: str = "dev", **overrides) -> DataPrepArgs:
     model, selector = STACKS[stack]
     model = overrides.pop("model_id", model)
     verl = overrides.pop("verl_version", VERL_VERSION)
     fields = dict(
-        provider=provider, namespace="verl", service_account="verl-ksa", pvc_name="verl-bucket-pvc",
+        namespace="verl", service_account="verl-ksa", pvc_name="verl-bucket-pvc",
         paths=bucket_paths(stack, model, verl), model_id=model, verl_version=verl,
         pod_annotations=dict(FUSE), image=VERL_IMAGE, verl_repo=VERL_REPO,
         hf_secret_name=SECRET_NAME, hf_secret_key=SECRET_KEY, node_selector=dict(selector),
@@ -64,7 +64,8 @@ def run_data_prep(stack: str = "dev", with_token_secret: bool = True, **override
                 "hf-token", metadata={"name": SECRET_NAME, "namespace": "verl"},
                 string_data={SECRET_KEY: pulumi.Output.secret(TOKEN)},
                 opts=pulumi.ResourceOptions(provider=provider)))
-        prep = DataPrep("data-prep", make_args(provider, stack, depends_on=deps, **overrides))
+        prep = DataPrep("data-prep", make_args(stack, **overrides),
+                        opts=pulumi.ResourceOptions(provider=provider, depends_on=deps))
         for name in ("job_name", "staged", "verl_src", "model_dir", "dataset_dir", "train_file", "val_file"):
             pulumi.export(name, getattr(prep, name))
 
@@ -175,8 +176,8 @@ def test_every_kubernetes_resource_uses_the_explicit_provider_and_waits_for_its_
     for r in run.resources:
         if r.type.startswith("kubernetes:"):
             assert r.provider.startswith(provider.urn + "::"), r.name
-    for r in children:
-        assert secret.urn in r.depends_on, r.name
+    # depends_on names the component; its children wait for it (they await the parent's registration).
+    assert secret.urn in component.depends_on
 
 
 def test_outputs_resolve_to_the_paths_it_wrote():
@@ -278,17 +279,14 @@ DEV_PATHS = bucket_paths("dev", "Qwen/Qwen2.5-1.5B-Instruct", VERL_VERSION)
     ("fuse_ephemeral_storage_limit", {"fuse_ephemeral_storage_limit": "lots"}),
     ("active_deadline_seconds", {"active_deadline_seconds": 0}),
     ("backoff_limit", {"backoff_limit": -1}),
-    ("provider", {"provider": "k8s"}),
-    ("depends_on", {"depends_on": ["storage"]}),
 ])
 def test_bad_args_are_named_and_create_nothing(arg, overrides):
     errors = []
 
     def program():
         provider = k8s.Provider("k8s", kubeconfig="{}")
-        given = dict(overrides)
         try:
-            DataPrep("data-prep", make_args(given.pop("provider", provider), **given))
+            DataPrep("data-prep", make_args(**overrides), opts=pulumi.ResourceOptions(provider=provider))
         except ValueError as e:
             errors.append(str(e))
 

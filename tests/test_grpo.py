@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from stacks import config, grpo, versions
-from stacks.accelerators import ACCELERATORS
-from stacks.paths import MOUNT, bucket_paths
+from catalog import versions
+from catalog.accelerators import ACCELERATORS
+from catalog.paths import MOUNT, bucket_paths
+from stacks import config, grpo
 
 BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
 MODEL = "Qwen/Qwen2.5-32B-Instruct"

@@ -17,14 +17,17 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
+from catalog import gcsfuse, nics
+from catalog.accelerators import ACCELERATORS, GIB_MOUNT, NVIDIA_MOUNT, nccl_env
+from catalog.capacity import Capacity
+from catalog.paths import MOUNT, bucket_paths
+from catalog.ray import HEAD_CPU
 from components import network_mapping as nm
 from components import ray_cluster as rc
 from components import storage as st
-from stacks import mocking
-from stacks.accelerators import ACCELERATORS, GIB_MOUNT, NVIDIA_MOUNT, nccl_env
-from stacks.config import HEAD_CPU
-from stacks.paths import MOUNT, bucket_paths
+from components.network import AttachedNic
 from tests import schemas
+from tools import mocking
 
 TOKEN = "hf_K8sLayerDistinctiveToken5e0c7b91"
 PROJECT = "verl-test-project"
@@ -66,33 +69,38 @@ class Case:
         return f"verl-{self.stack}-ray"
 
 
+def attached_nics(rdma: int = 8) -> list[AttachedNic]:
+    """The NIC list RdmaNetwork.handle carries, with fixed VPC/subnet names."""
+    backing = [(GVNIC_NET, GVNIC_SUB)] + [(RDMA_NET, s) for s in RDMA_SUBNETS[:rdma]]
+    return [AttachedNic(spec, vpc, sub) for spec, (vpc, sub) in zip(nics.additional_nics(rdma), backing, strict=True)]
+
+
 def program(case: Case) -> None:
     provider = k8s.Provider("k8s", kubeconfig="{}")
+    in_cluster = pulumi.ResourceOptions(provider=provider)
     acc = ACCELERATORS[case.accelerator]
     # Stands in for the NCCL RDMA installer the lead passes in depends_on.
     installer = k8s.core.v1.ConfigMap(
         "installer-standin", metadata={"name": "standin", "namespace": "kube-system"},
         opts=pulumi.ResourceOptions(provider=provider))
-    mapping = nm.NetworkMapping("netmap", nm.NetworkMappingArgs(
-        provider=provider, gvnic_network=GVNIC_NET, gvnic_subnet=GVNIC_SUB,
-        rdma_network=RDMA_NET, rdma_subnets=RDMA_SUBNETS))
+    mapping = nm.NetworkMapping("netmap", attached_nics(), opts=in_cluster)
     store = st.TrainingStorage("storage", st.TrainingStorageArgs(
-        provider=provider, project_id=PROJECT,
+        project_id=PROJECT,
         # The stack passes gcp.organizations.get_project_output().number; the mocks answer this number.
         project_number=pulumi.Output.from_input(mocking.MOCK_PROJECT_NUMBER),
         location="us-central1", bucket_prefix=f"verl-{case.stack}", namespace=case.namespace, ksa_name=KSA,
         hf_token=pulumi.Output.secret(TOKEN) if case.token else None,
-        delete_on_destroy=case.delete_on_destroy))
+        delete_on_destroy=case.delete_on_destroy), opts=in_cluster)
     standard = not case.autopilot
     ray = rc.RayCluster("ray", rc.RayClusterArgs(
-        provider=provider, name=case.ray_name, namespace=store.namespace, accelerator=acc, gpu_nodes=2,
-        autopilot=case.autopilot, capacity=case.capacity, reservation=case.reservation,
+        name=case.ray_name, namespace=store.namespace, accelerator=acc, gpu_nodes=2,
+        autopilot=case.autopilot, capacity=Capacity(case.capacity, case.reservation),
         cpu_pool_name=pulumi.Output.from_input("cpu-pool") if standard else None,
         gpu_pool_name=pulumi.Output.from_input("gpu-pool") if standard else None,
         image="verlai/verl:vllm011.latest", ray_version="2.49.2", service_account=store.ksa_name,
         pvc_name=store.pvc_name, network_annotations=mapping.pod_annotations,
         paths=bucket_paths(case.stack, MODEL, VERL),
-        depends_on=[*mapping.resources, *store.resources, installer]))
+    ), opts=pulumi.ResourceOptions(provider=provider, depends_on=[mapping, store, installer]))
     pulumi.export("network_names", mapping.network_names)
     pulumi.export("pod_annotations", mapping.pod_annotations)
     pulumi.export("bucket_name", store.bucket_name)
@@ -144,11 +152,11 @@ def quantity_gib(q: str) -> float:
 
 
 def test_pod_interfaces_order():
-    ifaces = nm.pod_interfaces(8)
+    ifaces = nics.pod_interfaces(nics.additional_nics(8))
     assert [i["interfaceName"] for i in ifaces] == [f"eth{n}" for n in range(10)]
     assert [i["network"] for i in ifaces] == ["default", "gvnic-1", *(f"rdma-{n}" for n in range(8))]
     with pytest.raises(ValueError, match="rdma_count"):
-        nm.pod_interfaces(0)
+        nics.additional_nics(0)
 
 
 @pytest.mark.parametrize("acc,autopilot", ALL_MODES, ids=MODE_IDS)
@@ -181,7 +189,7 @@ def test_interfaces_annotation_is_the_network_objects(acc, autopilot):
     annotations = worker_group(r)["template"]["metadata"]["annotations"]
     assert annotations["networking.gke.io/default-interface"] == "eth0"
     interfaces = json.loads(annotations["networking.gke.io/interfaces"])
-    assert interfaces == nm.pod_interfaces(ACCELERATORS[acc].rdma_nics)
+    assert interfaces == nics.pod_interfaces(nics.additional_nics(ACCELERATORS[acc].rdma_nics))
     assert interfaces[0] == {"interfaceName": "eth0", "network": "default"}
     assert [i["network"] for i in interfaces[1:]] == r.outputs["network_names"]
     objects = {n.inputs["metadata"]["name"] for n in r.of_type(NETWORK)}
@@ -286,12 +294,12 @@ def test_no_secret_without_token():
 
 
 def test_gcsfuse_annotations_per_mode():
-    standard = st.gcsfuse_pod_annotations(False, rc.WORKER_SIDECAR)
+    standard = gcsfuse.pod_annotations(False, gcsfuse.WORKER_SIDECAR)
     assert standard["gke-gcsfuse/volumes"] == "true"
     assert all(standard[f"gke-gcsfuse/{k}-limit"] == "0" for k in ("cpu", "memory", "ephemeral-storage"))
-    sidecar = st.SidecarResources(cpu=0.5, memory_gib=4, ephemeral_storage_gib=10)
-    assert st.SidecarResources(cpu=2, memory_gib=0.25, ephemeral_storage_gib=1.5).memory_quantity == "256Mi"
-    autopilot = st.gcsfuse_pod_annotations(True, sidecar)
+    sidecar = gcsfuse.SidecarResources(cpu=0.5, memory_gib=4, ephemeral_storage_gib=10)
+    assert gcsfuse.SidecarResources(cpu=2, memory_gib=0.25, ephemeral_storage_gib=1.5).memory_quantity == "256Mi"
+    autopilot = gcsfuse.pod_annotations(True, sidecar)
     assert autopilot == {"gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "500m",
                          "gke-gcsfuse/memory-limit": "4Gi", "gke-gcsfuse/ephemeral-storage-limit": "10Gi"}
     assert "0" not in autopilot.values()  # Autopilot rejects "0" (unlimited)
@@ -422,7 +430,9 @@ def test_node_selectors(case, expected):
 
 def test_ordering_waits_for_networks_storage_and_installer():
     r = run(Case())
-    cluster = r.one(RAY)
+    # depends_on names the RayCluster component; its children wait for the component's registration.
+    cluster = r.one("verl-gke:ray_cluster:RayCluster")
+    assert r.one(RAY).parent == cluster.urn
     needed = [*r.of_type(PARAM_SET), *r.of_type(NETWORK), r.one(PV), r.one(PVC), r.one(SA), r.one(MEMBER),
               r.one(NS), r.one("kubernetes:core/v1:ConfigMap")]
     missing = [f"{x.type} {x.name}" for x in needed if x.urn not in cluster.depends_on]
@@ -460,25 +470,27 @@ def test_components_are_parents_with_typed_tokens():
 
 def _ray_args(**changes: Any) -> rc.RayClusterArgs:
     values: dict[str, Any] = dict(
-        provider=k8s.Provider.__new__(k8s.Provider), name="verl-h200-ray", namespace=NAMESPACE,
+        name="verl-h200-ray", namespace=NAMESPACE,
         accelerator=ACCELERATORS["h200"], gpu_nodes=2, autopilot=False, image="verlai/verl:vllm011.latest",
         ray_version="2.49.2", service_account=KSA, pvc_name="training-bucket-pvc",
-        network_annotations=nm.interface_annotations(8), paths=bucket_paths("h200", MODEL, VERL),
+        network_annotations=nics.interface_annotations(nics.additional_nics(8)),
+        paths=bucket_paths("h200", MODEL, VERL),
         cpu_pool_name="cpu-pool", gpu_pool_name="gpu-pool")
     values.update(changes)
     return rc.RayClusterArgs(**values)
 
 
 @pytest.mark.parametrize("changes,needle", [
-    ({"capacity": "preemptible"}, "RayClusterArgs.capacity = 'preemptible'"),
-    ({"capacity": "reservation"}, "RayClusterArgs.reservation = ''"),
-    ({"reservation": "my-res"}, "RayClusterArgs.reservation = 'my-res'"),
+    ({"capacity": Capacity("preemptible")}, "RayClusterArgs.capacity.kind = 'preemptible'"),
+    ({"capacity": Capacity("reservation")}, "RayClusterArgs.capacity.reservation = ''"),
+    ({"capacity": Capacity("spot", "my-res")}, "RayClusterArgs.capacity.reservation = 'my-res'"),
     ({"gpu_pool_name": None}, "RayClusterArgs.gpu_pool_name = 'None': is required on Standard"),
     ({"autopilot": True}, "RayClusterArgs.cpu_pool_name = 'cpu-pool': must be None on Autopilot"),
-    ({"name": "b200-ray-cluster"}, "names accelerator b200 but the cluster runs h200"),
+    ({"name": "b200-ray-cluster"}, "names accelerator b200 but the stack runs h200"),
     ({"name": "x" * 54}, "at most 53"),
     ({"gpu_nodes": 0}, "RayClusterArgs.gpu_nodes = 0"),
-    ({"network_annotations": nm.interface_annotations(7)}, "attaches 7 RDMA networks; h200 has 8"),
+    ({"network_annotations": nics.interface_annotations(nics.additional_nics(7))},
+     "attaches 7 RDMA networks; h200 has 8"),
     ({"network_annotations": {}}, "pass NetworkMapping.pod_annotations"),
     ({"image": "verlai/verl"}, "RayClusterArgs.image = 'verlai/verl'"),
     ({"ray_version": "latest"}, "RayClusterArgs.ray_version = 'latest'"),
@@ -492,7 +504,7 @@ def test_ray_cluster_args_are_validated(changes, needle):
 
 def _storage_args(**changes: Any) -> st.TrainingStorageArgs:
     values: dict[str, Any] = dict(
-        provider=k8s.Provider.__new__(k8s.Provider), project_id=PROJECT, project_number="1",
+        project_id=PROJECT, project_number="1",
         location="us-central1", bucket_prefix="verl-b200", namespace=NAMESPACE)
     values.update(changes)
     return st.TrainingStorageArgs(**values)
@@ -514,15 +526,20 @@ def test_storage_args_are_validated(changes, needle):
 
 
 def test_network_mapping_args_are_validated():
-    with pytest.raises(ValueError, match=r"NetworkMappingArgs.rdma_subnets = \[\]"):
-        nm.NetworkMappingArgs(provider=k8s.Provider.__new__(k8s.Provider), gvnic_network="a",
-                              gvnic_subnet="b", rdma_network="c", rdma_subnets=[]).validate()
+    def bad_program() -> None:
+        nm.NetworkMapping("netmap", [])
+
+    seen = mocking.Run()
+    with pytest.raises(ValueError, match=r"NetworkMapping nics = \[\]"):
+        mocking.run(bad_program, {"gcp:project": PROJECT}, "bad", result=seen)
+    assert seen.resources == []
 
 
 def test_bad_args_create_nothing():
     def bad_program() -> None:
         provider = k8s.Provider("k8s", kubeconfig="{}")
-        rc.RayCluster("ray", _ray_args(provider=provider, capacity="preemptible"))
+        rc.RayCluster("ray", _ray_args(capacity=Capacity("preemptible")),
+                      opts=pulumi.ResourceOptions(provider=provider))
 
     seen = mocking.Run()
     with pytest.raises(ValueError, match="capacity"):

@@ -15,7 +15,7 @@ PLAIN_TOKEN = "hf_PLAINtextTOKENshouldNEVERshow42"
 
 
 def plan(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "stacks.plan", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -32,7 +32,7 @@ def test_plan_writes_files(b200):
     data = json.loads((out / "plan.json").read_text())
     assert data["project"] == "verl-gke" and data["stack"] == "b200"
     keys = {"urn", "type", "name", "custom", "parent", "dependsOn", "provider", "protect", "retainOnDelete",
-            "deletedWith", "inputs"}
+            "deletedWith", "aliases", "inputs"}
     assert all(set(r) == keys for r in data["resources"])
     types = {r["type"] for r in data["resources"]}
     assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network", "verl-gke:network:RdmaNetwork",

@@ -19,22 +19,10 @@ import pytest
 import requests
 from pulumi.runtime import rpc
 
-from components import ray_job
-from components.ray_job import (
-    GONE,
-    DashboardError,
-    GrpoJob,
-    RayJobArgs,
-    RayJobError,
-    RayJobProvider,
-    attempt_number,
-    base_url,
-    diff_inputs,
-    pick_attempt,
-    tail,
-    validate_inputs,
-    with_defaults,
-)
+from components import ray_client
+from components.ray_client import GONE, DashboardError, RayJobError, base_url, tail
+from components.ray_job import RayJob, RayJobArgs, RayJobProvider
+from components.ray_job_provider import attempt_number, diff_inputs, pick_attempt, validate_inputs, with_defaults
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -230,13 +218,13 @@ class _Mocks(pulumi.runtime.Mocks):
         return {}
 
 
-def test_grpo_job_resource_under_mocks():
+def test_ray_job_resource_under_mocks():
     mocks, verified = _Mocks(), []
     pulumi.runtime.set_mocks(mocks, preview=False)
 
     @pulumi.runtime.test
     def check():
-        job = GrpoJob(
+        job = RayJob(
             "grpo",
             RayJobArgs(
                 submission_id=pulumi.Output.from_input("s-1"),
@@ -249,7 +237,7 @@ def test_grpo_job_resource_under_mocks():
         def verify(values):
             job_id, status = values
             (args,) = [r for r in mocks.resources if r.name == "grpo"]
-            assert args.typ == "pulumi-python:dynamic/verl-gke:GrpoJob"
+            assert args.typ == "pulumi-python:dynamic/verl-gke:RayJob"
             assert args.inputs["entrypoint"] == "python3 -m x" and args.inputs["expected_gpus"] == 16
             assert "__provider" in args.inputs
             assert (job_id, status) == ("s-1", "RUNNING")
@@ -260,7 +248,7 @@ def test_grpo_job_resource_under_mocks():
     check()
     assert verified  # the apply ran: not a vacuous pass
     with pytest.raises(ValueError, match="exactly one"):
-        GrpoJob("bad", RayJobArgs(submission_id="s", entrypoint="e", expected_gpus=1))
+        RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", expected_gpus=1))
 
 
 # ----------------------------------------------------------------------------- against a real head
@@ -294,7 +282,7 @@ def test_concurrent_create_adopts_on_already_exists(head, provider, monkeypatch)
     p = props(head.address, "race")
     first = provider.create(p)
     # The other create submitted between our listing of the jobs and our submit.
-    monkeypatch.setattr(ray_job._Dashboard, "jobs", lambda _self: [])
+    monkeypatch.setattr(ray_client.Dashboard, "jobs", lambda _self: [])
     second = provider.create(p)
     assert second.id == first.id == p["submission_id"] and second.outs["attempt"] == 1
     assert len(jobs_on(head.address, p["submission_id"])) == 1
@@ -449,7 +437,7 @@ def test_provider_pickled_like_pulumi_runs_in_a_fresh_interpreter(head, provider
     script = (
         "import base64, dill, json, sys\n"
         "from pulumi.runtime._serialization import _deserialize\n"
-        "assert 'components.ray_job' not in sys.modules\n"
+        "assert not [m for m in sys.modules if m.startswith('components')]\n"
         "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
         "assert vars(p) == {}\n"
         "print(json.dumps(p.read(sys.argv[2], json.loads(sys.argv[3])).outs))\n"

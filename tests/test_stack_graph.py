@@ -7,12 +7,12 @@ import shlex
 
 import pytest
 
+from catalog.paths import COMPLETE_MARKER, bucket_paths
 from stacks import config
-from stacks.paths import COMPLETE_MARKER, bucket_paths
 from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
 
 TOKEN = "hf_GRAPHtestTOKENvalue0123456789"
-JOB = "pulumi-python:dynamic/verl-gke:GrpoJob"
+JOB = "pulumi-python:dynamic/verl-gke:RayJob"
 DATA_JOB = "kubernetes:batch/v1:Job"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 
@@ -35,7 +35,7 @@ def _container(job_inputs):
 def stack(request):
     path = request.param
     run = run_stack_file(path)
-    raw = {**__import__("stacks.plan", fromlist=["x"]).read_stack_file(path)[0], "gcp:project": "test-project-1"}
+    raw = {**__import__("tools.plan", fromlist=["x"]).read_stack_file(path)[0], "gcp:project": "test-project-1"}
     return run, config.load(raw, path.stem.split(".", 1)[1])
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import config, grpo, versions
-from stacks.paths import bucket_paths
+from catalog import versions
+from catalog.paths import bucket_paths
+from stacks import config, grpo
 
 _SPEC = importlib.util.find_spec("verl")  # finds the package without running its __init__
 if _SPEC is None or not _SPEC.submodule_search_locations:

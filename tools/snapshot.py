@@ -25,7 +25,7 @@ def shipped_stacks() -> list[str]:
 
 
 def render(stack: str) -> str:
-    from stacks import plan  # moves to tools.plan with the re-layout
+    from tools import plan
 
     raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
     data = plan.build_plan(stack, raw, secret_keys)

@@ -1,6 +1,6 @@
 """Offline plan: what a stack would create, with no credentials, Pulumi CLI or network.
 
-    python -m stacks.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR]
+    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR]
 
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
 its inputs, secrets replaced by "[secret]"), DIR/manifests/*.yaml (the Kubernetes objects)
@@ -50,28 +50,22 @@ def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
     return raw, secret_keys
 
 
-def program(cfg: stack_config.StackConfig) -> None:
-    import pulumi
-
-    from stacks import compose
-
-    token = pulumi.Config().get_secret("hfToken")
-    for key, value in compose.build(cfg, hf_token=token).items():
-        pulumi.export(key, value)
-
-
 def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
-    from stacks import mocking
+    from stacks.compose import program
+    from tools import mocking
 
-    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
-    run = mocking.run(lambda: program(cfg), raw, stack, secret_keys, project=stack_config.PROJECT)
+    # The gate first: bad config exits 2 before the program (and the mocks) ever start.
+    stack_config.load(raw, stack, allow_placeholder_project=True)
+    run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
+                      project=stack_config.PROJECT)
     resources = []
     for r in sorted(run.resources, key=lambda r: r.urn):  # registration order is async: sort for stable diffs
         depends = list(dict.fromkeys(r.depends_on + [u for urns in r.property_dependencies.values() for u in urns]))
         resources.append({
             "urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "parent": r.parent,
             "dependsOn": depends, "provider": r.provider, "protect": r.protect,
-            "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "inputs": r.inputs,
+            "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "aliases": r.aliases,
+            "inputs": r.inputs,
         })
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
     plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs}
@@ -172,7 +166,7 @@ def write(plan: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True, help="stack name, e.g. b200")
     parser.add_argument("--config", type=Path, help="stack file (default: Pulumi.<stack>.yaml)")
     parser.add_argument("--out", type=Path, help="output folder (default: build/plan/<stack>)")

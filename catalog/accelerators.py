@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog.versions import GIB_INSTALLER_REVISION
+
 GiB = 1024**3
+GPU_RESOURCE = "nvidia.com/gpu"  # the device plugin's resource, also the GPU nodes' taint key
+INSTALLER_BASE = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators"
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,18 @@ GIB_HOST_DIR = "/home/kubernetes/bin/gib"
 GIB_MOUNT = "/usr/local/gib"
 NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
 NVIDIA_MOUNT = "/usr/local/nvidia"
+
+
+def foreign_accelerator_in_name(name: str, key: str) -> str | None:
+    """A name that spells another accelerator (the tutorial's b200-ray-cluster on H200) misleads operators."""
+    other = [k for k in ACCELERATORS if k != key and k in name]
+    return f"{name!r} names accelerator {other[0]} but the stack runs {key}" if other else None
+
+
+def installer_url(autopilot: bool, revision: str = GIB_INSTALLER_REVISION) -> str:
+    """The NCCL RDMA (gIB) installer DaemonSet for a cluster mode (container-engine-accelerators gpudirect-rdma/)."""
+    variant = "nccl-rdma-installer-autopilot.yaml" if autopilot else "nccl-rdma-installer.yaml"
+    return f"{INSTALLER_BASE}/{revision}/gpudirect-rdma/{variant}"
 
 
 def nccl_env(acc: Accelerator) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Everything that can drift upstream, pinned in one place."""
+"""Everything that can drift upstream, pinned in one place (a pin, never a floor)."""
 
 # verl source tag staged into the bucket; the image below ships verl's dependencies, not verl.
 VERL_VERSION = "v0.6.1"

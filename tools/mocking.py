@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,7 @@ class Registration:
     protect: bool
     retain_on_delete: bool
     deleted_with: str
+    aliases: list[str]  # the type/name/parent a resource was known under before (aliasSpecs, as given)
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
 
@@ -127,6 +129,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             protect=bool(request.protect),
             retain_on_delete=bool(request.retainOnDelete),
             deleted_with=request.deletedWith,
+            aliases=[json.dumps(json_format.MessageToDict(a), sort_keys=True) for a in request.aliases],
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
         ))

@@ -1,0 +1,41 @@
+"""GPU capacity types and the rules that decide which combinations GKE accepts.
+
+Sources: REFERENCE.md "Capacity" (spot VMs cannot consume reservations; flex-start excludes spot
+and reservations; COMPACT placement needs a single zone), cluster-toolkit gke-node-pool preconditions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SPOT, ON_DEMAND, RESERVATION, FLEX_START = "spot", "on-demand", "reservation", "flex-start"
+CAPACITIES = (SPOT, ON_DEMAND, RESERVATION, FLEX_START)
+_NO_RESERVATION_WHY = {SPOT: "spot VMs cannot consume reservations",
+                       FLEX_START: "flex-start capacity cannot consume reservations"}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How the GPU nodes are obtained: a capacity type and, for `reservation`, the reservation's name."""
+
+    kind: str = SPOT
+    reservation: str = ""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(field, what is allowed) for each broken rule; field is `kind` or `reservation`."""
+        found: list[tuple[str, str]] = []
+        if self.kind not in CAPACITIES:
+            found.append(("kind", "must be one of " + ", ".join(CAPACITIES)))
+        elif self.kind == RESERVATION and not self.reservation:
+            found.append(("reservation", "must name a Compute Engine reservation when capacity=reservation"))
+        elif self.reservation and self.kind != RESERVATION:
+            why = _NO_RESERVATION_WHY.get(self.kind, "it is unused")
+            found.append(("reservation", f"is set but capacity={self.kind}: {why}; set capacity=reservation "
+                                         "or unset reservation"))
+        return found
+
+    @property
+    def compact_placement(self) -> bool:
+        """COMPACT needs a single zone (we have one); a reservation brings its own placement and
+        flex-start capacity cannot be placed compactly."""
+        return self.kind in (SPOT, ON_DEMAND)

@@ -1,0 +1,164 @@
+"""Naming and format rules of Kubernetes, GCP, Hugging Face and git, each written once.
+
+Every check returns None when the value is allowed, else the text that says what is allowed, so
+the config gate (stacks.config) and the components' own assertions share one implementation and
+phrase the same rule the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Kubernetes: RFC 1123 label (namespaces, most names), RFC 1035 label (Services, so RayClusters),
+# RFC 1123 subdomain (PVs, PVCs, Secrets, ServiceAccounts, ConfigMaps).
+# Source: kubernetes/apimachinery pkg/util/validation/validation.go.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # ConfigMap/Secret data keys (IsConfigMapKey)
+# Namespaces GKE and Kubernetes reserve for themselves (kube-system, gke-managed-*, gmp-system).
+RESERVED_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
+# GCP: project ids (Resource Manager "Creating and managing projects"), regions, zones.
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+# Compute Engine resource names (networks, subnets, clusters): RFC 1035, at most 63 characters.
+GCE_NAME_MAX = 63
+# Cloud Storage bucket names are at most 63 characters; the storage component appends "-<8 hex>".
+BUCKET_SUFFIX_BYTES = 4
+MAX_BUCKET_PREFIX = 63 - 1 - 2 * BUCKET_SUFFIX_BYTES
+_MACHINE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+-(\d+)(-[a-z0-9]+)?$")
+_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$")
+# Hugging Face repo ids, git refs (git check-ref-format, roughly) and URLs, image references.
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]+(?<![./])$")
+_REPO_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
+_IMAGE = re.compile(r"^[\w./:@-]+$")
+_RAY_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def dns_label(value: object, max_len: int = 63) -> str | None:
+    if isinstance(value, str) and _DNS_LABEL.match(value) and len(value) <= max_len:
+        return None
+    return f"must be a DNS label: at most {max_len} lowercase letters, digits or '-', starting and ending " \
+           "with a letter or digit"
+
+
+def dns_1035_label(value: object, max_len: int = 63) -> str | None:
+    if isinstance(value, str) and _DNS_1035.match(value) and len(value) <= max_len:
+        return None
+    return f"must be a DNS-1035 label: at most {max_len} lowercase letters, digits or '-', starting with a " \
+           "letter and not ending with '-'"
+
+
+def dns_subdomain(value: object) -> str | None:
+    if isinstance(value, str) and _DNS_SUBDOMAIN.match(value) and len(value) <= 253:
+        return None
+    return "must be a DNS subdomain: at most 253 lowercase letters, digits, '-' or '.'"
+
+
+def namespace(value: object) -> str | None:
+    if problem := dns_label(value):
+        return problem
+    if str(value).startswith(RESERVED_NAMESPACE_PREFIXES):
+        return f"must not start with {', '.join(RESERVED_NAMESPACE_PREFIXES)} (reserved by Kubernetes and GKE)"
+    return None
+
+
+def secret_key(value: object) -> str | None:
+    if isinstance(value, str) and _SECRET_KEY.match(value):
+        return None
+    return "must be a Secret data key: letters, digits, '-', '_' or '.'"
+
+
+def project_id(value: object) -> str | None:
+    if isinstance(value, str) and _PROJECT_ID.match(value):
+        return None
+    return "must be a project id: 6-30 lowercase letters, digits or hyphens, starting with a letter"
+
+
+def region(value: object) -> str | None:
+    if isinstance(value, str) and _REGION.match(value):
+        return None
+    return "must be a region such as us-central1"
+
+
+def zone_in_region(zone: object, region_name: str) -> str | None:
+    if isinstance(zone, str) and re.fullmatch(re.escape(region_name) + r"-[a-z]", zone):
+        return None
+    return f"must be a zone in region {region_name} (e.g. {region_name}-b)"
+
+
+def bucket_prefix(value: object, max_len: int) -> str | None:
+    """Cloud Storage bucket naming ("Bucket names" in the Cloud Storage docs) for `<prefix>-<suffix>`."""
+    if not (isinstance(value, str) and _DNS_LABEL.match(value) and len(value) <= max_len):
+        return f"must be 1-{max_len} lowercase letters, digits or hyphens, starting and ending with a letter " \
+               "or digit"
+    if value.startswith("goog") or "google" in value:
+        return "must not start with 'goog' or contain 'google' (Cloud Storage bucket naming rules)"
+    return None
+
+
+def machine_vcpus(machine_type: str) -> int | None:
+    """vCPUs of a predefined machine type such as c2-standard-16; None when not of that form."""
+    m = _MACHINE.match(machine_type)
+    return int(m.group(1)) if m else None
+
+
+def gke_version(version: str) -> tuple[int, ...] | None:
+    """A GKE version as a comparable tuple; None when not of the form 1.32.2-gke.1475000."""
+    m = _GKE_VERSION.match(version)
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
+def model_id(value: object) -> str | None:
+    if isinstance(value, str) and _MODEL_ID.match(value):
+        return None
+    return "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct"
+
+
+def git_ref(value: object) -> str | None:
+    if isinstance(value, str) and _GIT_REF.match(value):
+        return None
+    return "must be a git tag, branch or commit such as v0.6.1"
+
+
+def release_tag(value: object) -> str | None:
+    """A release tag (v0.6.1): a branch would stage a moving target under a versioned folder."""
+    if isinstance(value, str) and re.fullmatch(r"v\d+\.\d+\.\d+(\.post\d+)?", value):
+        return None
+    return "must be a release tag such as v0.6.1"
+
+
+def repo_url(value: object) -> str | None:
+    if isinstance(value, str) and _REPO_URL.match(value):
+        return None
+    return "must be a git URL (https://, ssh://, git://, file:// or user@host:path)"
+
+
+def image_ref(value: object) -> str | None:
+    """An image reference with a tag or a digest (a bare name would float to :latest)."""
+    if isinstance(value, str) and _IMAGE.match(value) and (":" in value.rsplit("/", 1)[-1] or "@" in value):
+        return None
+    return "must be an image reference with a tag or digest, e.g. repo/image:tag or repo/image@sha256:..."
+
+
+def ray_version(value: object) -> str | None:
+    if isinstance(value, str) and _RAY_VERSION.match(value):
+        return None
+    return "must be a Ray version such as 2.49.2"
+
+
+def quantity(value: str) -> float | None:
+    """A Kubernetes quantity in base units (2 -> 2.0, 500m -> 0.5, 4Gi -> 4294967296); None if malformed."""
+    m = _QUANTITY.match(value) if isinstance(value, str) else None
+    return float(m.group(1)) * _UNITS[m.group(2)] if m else None
+
+
+def positive_quantity(value: object) -> str | None:
+    number = quantity(value) if isinstance(value, str) else None
+    if number is not None and number > 0:
+        return None
+    return "must be a positive Kubernetes quantity such as 2, 500m or 4Gi"

@@ -1,0 +1,299 @@
+"""A client for one Ray dashboard's REST Jobs API, reached directly or through GKE's API server proxy.
+
+The dashboard is reached over plain HTTP (`address`) or through the Kubernetes API server's service
+proxy (`gke`), with a bearer token minted at run time from the operator's Google credentials: the
+token is never an input, an output or in state. We talk to Ray's REST Jobs API with `requests`
+instead of `ray.job_submission`, which would let RAY_ADDRESS silently redirect us. Heavy imports
+happen inside functions: the job provider that uses this module is unpickled in a fresh process.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import tempfile
+import time
+from typing import Any, Self, TypedDict
+
+from catalog.ray import DASHBOARD_PORT
+
+ACTIVE = frozenset({"PENDING", "RUNNING"})
+TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+GONE = "GONE"  # our own status: the job or the whole cluster no longer exists
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+TOKEN_ENV = "CLOUDSDK_AUTH_ACCESS_TOKEN"  # gcloud's own override, honoured first
+READY_POLL_CAP_S = 2.0  # a poll is three small GETs: cheap even through the API server
+FOLLOW_POLL_CAP_S = 10.0
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 30
+
+
+class GkeDashboard(TypedDict, total=False):
+    """The KubeRay head service, reached through the cluster's API server service proxy."""
+
+    endpoint: str  # API server host or IP (GKE `endpoint`), https assumed
+    ca_certificate: str  # base64 PEM cluster CA, as GKE returns `master_auth.cluster_ca_certificate`
+    namespace: str
+    service: str  # KubeRay head service, `<raycluster>-head-svc`
+    port: int  # dashboard port, 8265
+
+
+class RayJobError(Exception):
+    """A failure the operator has to act on; the message says what was tried and where."""
+
+
+class DashboardError(RayJobError):
+    """An HTTP call to the dashboard failed: no answer (status None) or a non-2xx answer."""
+
+    def __init__(self, method: str, url: str, status: int | None, detail: str, tls: bool = False):
+        self.method, self.url, self.status, self.detail, self.tls = method, url, status, detail, tls
+        answer = f"HTTP {status}: {detail}" if status is not None else detail
+        super().__init__(f"{method} {url} -> {answer}")
+
+    @property
+    def fatal(self) -> bool:
+        """TLS or authorization failures do not heal by waiting: fail at once instead of at the deadline."""
+        return self.tls or self.status in (401, 403)
+
+    @property
+    def gone(self) -> bool:
+        """The job or the cluster does not exist: Ray's or Kubernetes' 404, no endpoints, no listener."""
+        return not self.fatal and (self.status is None or self.status in (404, 502, 503, 504))
+
+
+def _gke_parts(gke: dict[str, Any]) -> tuple[str, str, str, int]:
+    endpoint = str(gke["endpoint"]).removeprefix("https://").rstrip("/")
+    return endpoint, gke["namespace"], gke["service"], int(gke.get("port") or DASHBOARD_PORT)
+
+
+def base_url(inputs: dict[str, Any]) -> str:
+    """The dashboard base URL: the plain address, or the API server's proxy for the head service."""
+    if inputs.get("address"):
+        return str(inputs["address"]).rstrip("/")
+    endpoint, namespace, service, port = _gke_parts(inputs["gke"])
+    return f"https://{endpoint}/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"
+
+
+def target_key(inputs: dict[str, Any]) -> tuple:
+    """Which Ray cluster the job lives on (the CA is how we check it, not which one it is)."""
+    if inputs.get("address"):
+        return ("address", str(inputs["address"]).rstrip("/"))
+    if inputs.get("gke"):
+        return ("gke", *_gke_parts(inputs["gke"]))
+    return ("none",)
+
+
+def tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
+
+
+def _pause(step: int, deadline: float, cap: float) -> bool:
+    """Sleep a capped exponential backoff, never past the deadline; False once the deadline has passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    time.sleep(min(cap, 0.25 * 2**step, remaining))
+    return True
+
+
+def _pem_from_base64(ca_certificate: str) -> bytes:
+    """GKE hands out the CA as base64 of the PEM; accept a bare PEM too."""
+    if ca_certificate.lstrip().startswith("-----BEGIN"):
+        return ca_certificate.encode()
+    try:
+        pem = base64.b64decode(ca_certificate, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise RayJobError(f"gke.ca_certificate is neither PEM nor base64 of a PEM: {err}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise RayJobError("gke.ca_certificate decodes to something that is not a PEM certificate")
+    return pem
+
+
+
+# ----------------------------------------------------------------------------- the dashboard
+
+
+class Dashboard:
+    """HTTP access to one Ray dashboard for the span of one provider call; never kept on the provider."""
+
+    def __init__(self, inputs: dict[str, Any]):
+        self.url = base_url(inputs)
+        self._gke = inputs.get("gke")
+        self._credentials = None
+        self._ca_file: str | None = None
+        self._session = None
+
+    def __enter__(self) -> Self:
+        import requests
+
+        if self._gke:
+            # requests verifies against a file: the cluster CA only, never the system store.
+            ca = _pem_from_base64(self._gke["ca_certificate"])
+            fd, self._ca_file = tempfile.mkstemp(prefix="ray-job-ca-", suffix=".pem")
+            with os.fdopen(fd, "wb") as out:
+                out.write(ca)
+        self._session = requests.Session()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self._session is not None:
+            self._session.close()
+        if self._ca_file:
+            os.unlink(self._ca_file)
+
+    def _token(self) -> str:
+        """Minted per call, refreshed when stale: a create can wait longer than a token lives."""
+        if os.environ.get(TOKEN_ENV):
+            return os.environ[TOKEN_ENV]
+        import google.auth
+        import google.auth.exceptions
+        import google.auth.transport.requests
+
+        try:
+            if self._credentials is None:
+                self._credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+            if not self._credentials.valid:
+                self._credentials.refresh(google.auth.transport.requests.Request())
+        except google.auth.exceptions.GoogleAuthError as err:
+            raise RayJobError(
+                f"no Google credentials to reach {self.url}: {err}. Run `gcloud auth application-default "
+                f"login` or set {TOKEN_ENV}."
+            ) from None
+        return self._credentials.token
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S):
+        """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token."""
+        import requests
+
+        url = self.url + path
+        headers = {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
+        try:
+            resp = self._session.request(
+                method,
+                url,
+                json=body,
+                headers=headers,
+                timeout=(CONNECT_TIMEOUT_S, timeout),
+                verify=self._ca_file if self._gke else True,
+                allow_redirects=False,
+            )
+        except requests.exceptions.SSLError as err:
+            detail = f"TLS verification against the cluster CA failed: {err}"
+            raise DashboardError(method, url, None, detail, tls=True) from None
+        except requests.exceptions.RequestException as err:
+            raise DashboardError(method, url, None, f"unreachable: {err}") from None
+        if not 200 <= resp.status_code < 300:
+            raise DashboardError(method, url, resp.status_code, resp.text.strip()[:2000])
+        try:
+            return resp.json()
+        except ValueError:
+            return resp.text
+
+    # Ray's Jobs API --------------------------------------------------------------------------
+
+    def jobs(self) -> list[dict[str, Any]]:
+        listed = self.call("GET", "/api/jobs/")
+        return list(listed.values()) if isinstance(listed, dict) else list(listed)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.call("GET", f"/api/jobs/{job_id}")
+
+    def logs(self, job_id: str) -> str:
+        answer = self.call("GET", f"/api/jobs/{job_id}/logs")
+        return answer.get("logs", "") if isinstance(answer, dict) else str(answer)
+
+    def gpus(self) -> tuple[float, int]:
+        """(total GPUs, nodes) over ALIVE nodes, from the state API (Ray >= 2.0)."""
+        answer = self.call("GET", "/api/v0/nodes?limit=10000&detail=false")
+        data = answer.get("data", {}).get("result", {})
+        nodes = data.get("result", []) if isinstance(data, dict) else data
+        alive = [n for n in nodes if n.get("state") == "ALIVE"]
+        return sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive), len(alive)
+
+
+def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Poll until the dashboard is healthy, the Jobs API answers and the GPUs have joined.
+
+    Returns the jobs on the head (to pick the attempt from). At the deadline: what was missing, where.
+    """
+    deadline = time.monotonic() + timeout_s
+    missing = "nothing polled yet"
+    step = 0
+    while True:
+        try:
+            dash.call("GET", "/api/gcs_healthz", timeout=10)
+            gpus, nodes = dash.gpus()
+            if gpus >= expected_gpus:
+                return dash.jobs()
+            missing = f"found {gpus:g} of {expected_gpus} GPUs on {nodes} alive node(s)"
+        except DashboardError as err:
+            if err.fatal:
+                raise
+            missing = f"dashboard not ready; last error: {err}"
+        if not _pause(step, deadline, READY_POLL_CAP_S):
+            raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}")
+        step += 1
+
+
+def submit(dash: Dashboard, job_id: str, inputs: dict[str, Any], deadline: float) -> str:
+    """Submit with the fixed id: 'submitted', or 'adopted' when a job with that id already exists."""
+    body = {
+        "entrypoint": inputs["entrypoint"],
+        "submission_id": job_id,
+        "runtime_env": inputs.get("runtime_env") or None,
+        "metadata": inputs.get("metadata") or None,
+    }
+    step = 0
+    while True:
+        try:
+            dash.call("POST", "/api/jobs/", body)
+            return "submitted"
+        except DashboardError as err:
+            if "already exists" in err.detail:
+                return "adopted"  # an earlier or concurrent create got there first
+            # Right after the head is up the job agent may not be registered yet.
+            transient = err.gone or "No available agent" in err.detail
+            if err.fatal or not transient or not _pause(step, deadline, READY_POLL_CAP_S):
+                raise RayJobError(f"submitting Ray job {job_id} failed: {err}") from None
+        step += 1
+
+
+def follow(dash: Dashboard, job_id: str, timeout_s: float) -> dict[str, Any]:
+    """The job once terminal; raises if it is not terminal by the deadline."""
+    deadline = time.monotonic() + timeout_s
+    step, job = 0, {}
+    while True:
+        try:
+            job = dash.job(job_id)
+            if job.get("status") in TERMINAL:
+                return job
+        except DashboardError as err:
+            if err.fatal or err.status == 404:
+                raise RayJobError(f"lost Ray job {job_id} while waiting for it: {err}") from None
+        if not _pause(step, deadline, FOLLOW_POLL_CAP_S):
+            raise RayJobError(
+                f"Ray job {job_id} at {dash.url} is still {job.get('status', 'unknown')} after "
+                f"{timeout_s:g}s; it keeps running and the next `pulumi up` adopts it"
+            )
+        step += 1
+
+
+def probe(inputs: dict[str, Any], job_id: str, tries: int = 3) -> tuple[str, str]:
+    """(status, message) of a job, GONE when it or its cluster no longer exists."""
+    with Dashboard(inputs) as dash:
+        step = 0
+        while True:
+            try:
+                job = dash.job(job_id)
+                return job.get("status", "UNKNOWN"), job.get("message") or ""
+            except DashboardError as err:
+                if not err.gone:
+                    raise  # TLS, auth, a broken head: not a reason to resubmit
+                step += 1
+                # A 404 is Ray's or Kubernetes' definite answer; no answer at all may be a blip.
+                if err.status == 404 or step >= tries:
+                    return GONE, f"job {job_id} or its Ray cluster is gone: {err}"
+                time.sleep(2.0 * step)
+
+

@@ -1,0 +1,270 @@
+"""RayJobProvider: the dynamic provider that submits a Ray job once the cluster can run it, and tracks it.
+
+Pulumi pickles the provider (dill, by reference to this module) into state and runs it in a separate
+process, also for refresh and destroy. So this module has no import-time side effects, the provider
+keeps nothing on `self`, heavy imports happen inside functions, and every deadline lives in `create`
+(custom timeouts do not apply to dynamic providers).
+
+Like KubeRay's RayJob: wait for the cluster (healthy dashboard and `expected_gpus` GPUs), submit with
+a fixed submission id and adopt on "already exists", resubmit a failed or vanished job as a new
+attempt (`<id>-r<k>`), stop the job on delete.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pulumi.dynamic as dyn
+
+from components.ray_client import (
+    GONE,
+    READY_POLL_CAP_S,
+    TERMINAL,
+    Dashboard,
+    DashboardError,
+    RayJobError,
+    _pause,
+    base_url,
+    follow,
+    probe,
+    submit,
+    tail,
+    target_key,
+    wait_until_ready,
+)
+
+RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
+
+DEFAULTS: dict[str, Any] = {
+    "address": None,
+    "gke": None,
+    "runtime_env": {},
+    "metadata": {},
+    "expected_gpus": 0,
+    "ready_timeout_s": 3600,
+    "wait_for_completion": False,
+    "completion_timeout_s": 86400,
+    "resubmit_on_failure": True,
+    "log_tail_lines": 50,
+    "stop_timeout_s": 120,
+}
+INPUT_KEYS = ("submission_id", "entrypoint", *DEFAULTS)
+INT_KEYS = (
+    "expected_gpus",
+    "ready_timeout_s",
+    "completion_timeout_s",
+    "log_tail_lines",
+    "stop_timeout_s",
+    "attempt",
+)
+OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url")
+# What makes a different job. The target is compared without the CA, so a CA rotation is no restart.
+REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
+
+SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SUBMIT_MIN_WINDOW_S = 30  # retries of "No available agent" get at least this long after readiness
+
+
+
+def with_defaults(props: dict[str, Any]) -> dict[str, Any]:
+    """Inputs with defaults filled in and engine-private keys (`__provider`) dropped.
+
+    Pulumi's wire format has only doubles and drops None: 16 comes back as 16.0, so counts are
+    turned back into ints here, once, for every method.
+    """
+    given = {k: v for k, v in props.items() if not k.startswith("__") and v is not None}
+    for key in INT_KEYS:
+        if isinstance(given.get(key), float) and given[key].is_integer():
+            given[key] = int(given[key])
+    return {**DEFAULTS, **given}
+
+
+def _is_unknown(value: Any) -> bool:
+    from pulumi.runtime import rpc
+
+    return isinstance(value, str) and value == rpc.UNKNOWN
+
+
+def validate_inputs(inputs: dict[str, Any]) -> list[tuple[str, str]]:
+    """(property, reason) for each bad input; values still unknown at preview are not judged."""
+    bad: list[tuple[str, str]] = []
+    known = {k: v for k, v in with_defaults(inputs).items() if not _is_unknown(v)}
+    has_address, has_gke = bool(inputs.get("address")), bool(inputs.get("gke"))
+    if has_address == has_gke:
+        bad.append(("address", "give exactly one of `address` (dashboard URL) and `gke` (service proxy)"))
+    address = known.get("address")
+    if isinstance(address, str) and not address.startswith(("http://", "https://")):
+        bad.append(("address", f"{address!r} is not an http(s):// URL"))
+    gke = known.get("gke")
+    if isinstance(gke, dict):
+        for key in ("endpoint", "ca_certificate", "namespace", "service"):
+            if not gke.get(key):
+                bad.append((f"gke.{key}", "required"))
+    for key in ("submission_id", "entrypoint"):
+        if not inputs.get(key):
+            bad.append((key, "required"))
+    sid = known.get("submission_id")
+    if sid and not (isinstance(sid, str) and SUBMISSION_ID_RE.match(sid)):
+        bad.append(("submission_id", f"{sid!r} must match {SUBMISSION_ID_RE.pattern}"))
+    entrypoint = known.get("entrypoint")
+    if entrypoint and not (isinstance(entrypoint, str) and entrypoint.strip()):
+        bad.append(("entrypoint", "must be a non-empty shell command"))
+    for key in ("expected_gpus", "log_tail_lines"):
+        if key in known and not (isinstance(known[key], int) and known[key] >= 0):
+            bad.append((key, f"{known[key]!r} must be an integer >= 0"))
+    for key in ("ready_timeout_s", "completion_timeout_s", "stop_timeout_s"):
+        if key in known and not (isinstance(known[key], (int, float)) and known[key] > 0):
+            bad.append((key, f"{known[key]!r} must be a number of seconds > 0"))
+    metadata = known.get("metadata")
+    if isinstance(metadata, dict) and not all(isinstance(v, str) for v in metadata.values()):
+        bad.append(("metadata", "Ray job metadata values must be strings"))
+    return bad
+
+
+def attempt_number(job_id: str | None, base_id: str) -> int | None:
+    """1 for the base id, k for `<base>-r<k>`, None for somebody else's job."""
+    if job_id == base_id:
+        return 1
+    if job_id and job_id.startswith(base_id + "-r") and job_id[len(base_id) + 2 :].isdigit():
+        number = int(job_id[len(base_id) + 2 :])
+        return number if number >= 2 else None
+    return None
+
+
+def attempt_id(base_id: str, attempt: int) -> str:
+    return base_id if attempt == 1 else f"{base_id}-r{attempt}"
+
+
+def pick_attempt(
+    existing_jobs: list[dict[str, Any]], base_id: str, resubmit: bool
+) -> tuple[str, int, dict[str, Any] | None]:
+    """(submission id, attempt, job to adopt or None to submit) given the jobs on the head.
+
+    The newest attempt wins: a live or finished one is adopted (never a second job); a failed or
+    stopped one is followed by attempt k+1 when resubmitting, else adopted to report its status.
+    """
+    attempts = [
+        (n, job)
+        for job in existing_jobs
+        if (n := attempt_number(job.get("submission_id"), base_id)) is not None
+    ]
+    if not attempts:
+        return base_id, 1, None
+    number, newest = max(attempts, key=lambda pair: pair[0])
+    if newest.get("status") in ("FAILED", "STOPPED") and resubmit:
+        return attempt_id(base_id, number + 1), number + 1, None
+    return newest["submission_id"], number, newest
+
+
+def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+    """Replace for a different job or cluster, or to resubmit a dead job; update in place otherwise."""
+    old, new = with_defaults(olds), with_defaults(news)
+    replaces = [k for k in REPLACE_KEYS if old.get(k) != new.get(k)]
+    if target_key(old) != target_key(new):
+        replaces += [k for k in ("address", "gke") if old.get(k) != new.get(k)]
+    # After `pulumi up --refresh` finds the job dead (spot preemption): a new attempt resumes training.
+    if old.get("status") in RESUBMIT_ON and new.get("resubmit_on_failure"):
+        replaces.append("status")
+    changed = bool(replaces) or any(old.get(k) != new.get(k) for k in INPUT_KEYS)
+    # Stop the old job before the new one needs the same GPUs.
+    return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
+
+
+
+# ----------------------------------------------------------------------------- the provider
+
+
+class RayJobProvider(dyn.ResourceProvider):
+    """Submits one Ray job per attempt and tracks it. Stateless: safe to pickle and run anywhere."""
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        failures = [dyn.CheckFailure(prop, reason) for prop, reason in validate_inputs(news)]
+        return dyn.CheckResult(news, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        return diff_inputs(olds, news)
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        inputs = with_defaults(props)
+        problems = validate_inputs(inputs)
+        if problems:
+            raise RayJobError("; ".join(f"{prop}: {reason}" for prop, reason in problems))
+        base = inputs["submission_id"]
+        with Dashboard(inputs) as dash:
+            started = time.monotonic()
+            jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"])
+            job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"])
+            if adopted is None:
+                window = max(started + inputs["ready_timeout_s"], time.monotonic() + SUBMIT_MIN_WINDOW_S)
+                submit(dash, job_id, inputs, window)
+            job = dash.job(job_id)
+            if inputs["wait_for_completion"]:
+                job = follow(dash, job_id, inputs["completion_timeout_s"])
+                if job.get("status") in ("FAILED", "STOPPED"):
+                    raise RayJobError(self._failure(dash, job_id, job, inputs["log_tail_lines"]))
+            outs = {
+                **inputs,
+                "job_id": job_id,
+                "attempt": attempt,
+                "status": job.get("status"),
+                "message": job.get("message") or "",
+                "dashboard_url": dash.url,
+            }
+        return dyn.CreateResult(job_id, outs)
+
+    @staticmethod
+    def _failure(dash: Dashboard, job_id: str, job: dict[str, Any], lines: int) -> str:
+        try:
+            logs = tail(dash.logs(job_id), lines)
+        except DashboardError as err:
+            logs = f"(logs unavailable: {err})"
+        return (
+            f"Ray job {job_id} at {dash.url} ended {job.get('status')}: {job.get('message')}\n"
+            f"--- last {lines} log lines ---\n{logs}"
+        )
+
+    def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        outs = {k: v for k, v in props.items() if not k.startswith("__")}
+        if not outs.get("address") and not outs.get("gke"):
+            raise RayJobError(f"cannot read Ray job {id_}: no `address` or `gke` in its state")
+        job_id = outs.get("job_id") or id_
+        status, message = probe(with_defaults(outs), job_id)
+        return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status, "message": message})
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        # Only knobs changed (timeouts, flags, metadata, CA): the running job stays as it is.
+        kept = {k: olds.get(k) for k in OUTPUT_KEYS}
+        new = with_defaults(news)
+        return dyn.UpdateResult({**new, **kept, "dashboard_url": base_url(new)})
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        inputs = with_defaults(props)
+        job_id = props.get("job_id") or id_
+        with Dashboard(inputs) as dash:
+            try:
+                if dash.job(job_id).get("status") in TERMINAL:
+                    return
+                dash.call("POST", f"/api/jobs/{job_id}/stop")
+            except DashboardError as err:
+                if err.gone:
+                    return  # the job or the cluster is already gone: nothing left to stop
+                raise
+            deadline = time.monotonic() + inputs["stop_timeout_s"]
+            step, status = 0, "unknown"
+            while True:
+                try:
+                    status = dash.job(job_id).get("status")
+                    if status in TERMINAL:
+                        return
+                except DashboardError as err:
+                    if err.gone:
+                        return
+                    raise
+                if not _pause(step, deadline, READY_POLL_CAP_S):
+                    waited = inputs["stop_timeout_s"]
+                    raise RayJobError(f"Ray job {job_id} at {dash.url} still {status} {waited}s after stop")
+                step += 1
+
+

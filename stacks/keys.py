@@ -1,0 +1,101 @@
+"""Every config key of the project: its type, default and description, in one table.
+
+Pulumi.yaml's `config:` block is generated from it (`python -m tools.schema --write`) and a test
+keeps the two equal. The validation (stacks.config) and the recipe (stacks.grpo) both name keys
+through it, so an error message always names the key the user sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from catalog import versions
+
+PROJECT = "verl-gke"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str  # without namespace for project keys; "gcp:..." for provider keys
+    type: str  # Pulumi project config schema type: string | integer | boolean | array
+    default: Any
+    description: str
+    secret: bool = False
+
+    @property
+    def full(self) -> str:
+        return self.name if ":" in self.name else f"{PROJECT}:{self.name}"
+
+
+RDMA_DEFAULT = [f"192.168.{n + 1}.0/24" for n in range(8)]
+
+KEYS: tuple[Key, ...] = (
+    Key("gcp:project", "string", None, "Google Cloud project id (required)."),
+    Key("gcp:region", "string", None, "Region for the cluster, subnets and bucket (required)."),
+    Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),
+    Key("accelerator", "string", "b200", "GPU profile: b200 (A4, a4-highgpu-8g) or h200 (A3 Ultra)."),
+    Key("clusterMode", "string", "standard", "GKE mode: autopilot or standard."),
+    Key("gpuNodes", "integer", 2, "Number of 8-GPU nodes (Ray GPU workers)."),
+    Key("capacity", "string", "spot", "GPU capacity: spot, on-demand, reservation or flex-start."),
+    Key("reservation", "string", "", "Compute Engine reservation name (only with capacity=reservation)."),
+    Key("namePrefix", "string", "verl", "Prefix of every GCP resource name (lowercase, <= 20 chars)."),
+    Key("namespace", "string", "verl", "Kubernetes namespace for the Ray cluster and jobs."),
+    Key("primaryCidr", "string", "10.10.0.0/20", "Primary (node) subnet of the cluster VPC."),
+    Key("podsCidr", "string", "10.20.0.0/14", "Secondary range for pods."),
+    Key("servicesCidr", "string", "10.30.0.0/20", "Secondary range for services."),
+    Key("gvnicCidr", "string", "192.168.0.0/24", "Subnet of the additional gVNIC network."),
+    Key("rdmaCidrs", "array", RDMA_DEFAULT, "One subnet per GPU NIC on the RoCE network, in NIC order."),
+    Key("mtu", "integer", 8896, "MTU of the gVNIC and RDMA networks."),
+    Key("gkeVersion", "string", "", "Minimum GKE version; empty = the accelerator's minimum."),
+    Key("releaseChannel", "string", "REGULAR", "GKE release channel: RAPID, REGULAR or STABLE."),
+    Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
+    Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard)."),
+    Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard)."),
+    Key("deletionProtection", "boolean", False, "GKE deletion protection (true blocks pulumi destroy)."),
+    Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
+    Key("bucketDeleteOnDestroy", "boolean", False,
+        "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
+    Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
+    Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
+        secret=True),
+    Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket."),
+    Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging."),
+    Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
+    Key("submitJob", "boolean", True, "Submit the GRPO job once the Ray cluster can run it."),
+    Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs."),
+    Key("jobWaitForCompletion", "boolean", False, "Keep pulumi up running until the job ends."),
+    Key("jobCompletionTimeoutMinutes", "integer", 1440, "Bound on waiting for completion."),
+    Key("jobResubmitOnFailure", "boolean", True,
+        "On refresh, resubmit a FAILED/STOPPED job (resumes from the last checkpoint)."),
+    Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step)."),
+    Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt)."),
+    Key("grpoMaxPromptLength", "integer", 512, "data.max_prompt_length (tokens)."),
+    Key("grpoMaxResponseLength", "integer", 512, "data.max_response_length (tokens)."),
+    Key("grpoLearningRate", "string", "1e-6", "actor_rollout_ref.actor.optim.lr."),
+    Key("grpoPpoMiniBatchSize", "integer", 256, "actor_rollout_ref.actor.ppo_mini_batch_size."),
+    Key("grpoPpoMicroBatchSizePerGpu", "integer", 16, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu."),
+    Key("grpoLogProbMicroBatchSizePerGpu", "integer", 8,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu."),
+    Key("grpoRefLogProbMicroBatchSizePerGpu", "integer", 4,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu."),
+    Key("grpoTensorParallelSize", "integer", 8, "actor_rollout_ref.rollout.tensor_model_parallel_size."),
+    Key("grpoGpuMemoryUtilization", "string", "0.6", "actor_rollout_ref.rollout.gpu_memory_utilization."),
+    Key("grpoRolloutEngine", "string", "vllm", "actor_rollout_ref.rollout.name: vllm or sglang."),
+    Key("grpoActorStrategy", "string", "fsdp2", "actor_rollout_ref.actor.strategy: fsdp or fsdp2."),
+    Key("grpoKlLossCoef", "string", "0.001", "actor_rollout_ref.actor.kl_loss_coef (KL as a loss term)."),
+    Key("grpoKlLossType", "string", "low_var_kl", "actor_rollout_ref.actor.kl_loss_type."),
+    Key("grpoEntropyCoeff", "string", "0", "actor_rollout_ref.actor.entropy_coeff."),
+    Key("grpoTotalEpochs", "integer", 2, "trainer.total_epochs."),
+    Key("grpoSaveFreq", "integer", 10, "trainer.save_freq (steps between checkpoints)."),
+    Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations)."),
+    Key("grpoValBeforeTrain", "boolean", False, "trainer.val_before_train."),
+    Key("grpoLogger", "array", ["console"], "trainer.logger backends, e.g. [console, wandb]."),
+    Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last."),
+)
+KEYS_BY_NAME = {k.name: k for k in KEYS}
+
+
+def full(name: str) -> str:
+    """The key as `pulumi config` and the stack files spell it, e.g. verl-gke:gpuNodes."""
+    return KEYS_BY_NAME[name].full
