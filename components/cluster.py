@@ -35,7 +35,7 @@ class GkeClusterArgs:
     accelerator: Accelerator
     gpu_nodes: int
     network: ClusterNetwork  # RdmaNetwork.handle
-    min_version: str
+    min_version: pulumi.Input[str]
     release_channel: str = "REGULAR"
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool: CpuPool = field(default_factory=CpuPool)

@@ -23,7 +23,7 @@ from components.network_mapping import NetworkMapping
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, grpo
+from stacks import config, grpo, preflight
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -55,9 +55,12 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
         primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
         gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu), opts=after_apis)
+    # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.
+    checks: list[pulumi.Output[list[preflight.Finding]]] = []
     cluster = GkeCluster("gke", GkeClusterArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, name=cfg.name("gke"), autopilot=cl.autopilot,
-        accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle, min_version=cl.min_version,
+        accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
+        min_version=preflight.gate(cl.min_version, checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
         cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max),
         deletion_protection=cl.deletion_protection,
