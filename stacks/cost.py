@@ -34,8 +34,12 @@ class Line:
 class HourlyTable:
     stack: str
     lines: tuple[Line, ...]
-    bucket_usd_per_gb_month: float | None
+    bucket: prices.Price | None  # standard storage per GB-month where the bucket lives
     bucket_location: str = ""
+
+    @property
+    def bucket_usd_per_gb_month(self) -> float | None:
+        return self.bucket.usd if self.bucket is not None else None
 
     @property
     def known_usd_per_hour(self) -> float:
@@ -94,8 +98,7 @@ def hourly(cfg: StackConfig) -> HourlyTable:
     lines.append(Line(CLUSTER_FEE, "1 GKE cluster", fee.usd or 0.0 if fee else 0.0, (fee,) if fee else (),
                       () if fee else ("cluster management fee",), fee.note if fee else ""))
     bucket = prices.find(prices.BUCKET_STANDARD, cfg.bucket_location)
-    return HourlyTable(cfg.stack, tuple(lines), bucket.usd if bucket and bucket.usd is not None else None,
-                       cfg.bucket_location)
+    return HourlyTable(cfg.stack, tuple(lines), bucket, cfg.bucket_location)
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ def render_hourly(table: HourlyTable) -> str:
     out.append(f"  {BUCKET:<12} {_usd(rate):>14}/GB-month (standard storage in {table.bucket_location})")
     total = _usd(table.known_usd_per_hour, table.complete) + "/h"
     out.append(f"  {'total':<12} {total:>16}" + ("" if table.complete else "  (lower bound: parts above are unpriced)"))
-    sources = sorted({f"{r.source} (seen {r.seen})" for line in table.lines for r in line.rows})
+    rows = [r for line in table.lines for r in line.rows] + ([table.bucket] if table.bucket else [])
+    sources = sorted({f"{r.source} (seen {r.seen})" for r in rows})
     out += ["  sources:"] + [f"    {s}" for s in sources]
     return "\n".join(out)
 
