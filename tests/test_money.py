@@ -264,3 +264,12 @@ def test_budget_keys_are_validated(overrides, key, allowed):
         _cfg(overrides)
     assert any(p.startswith(f"{config.PROJECT}:{key}") and allowed in p for p in err.value.problems), \
         err.value.problems
+
+
+def test_budget_shows_in_the_plan_when_the_keys_are_set(tmp_path, capsys):
+    stack_file = tmp_path / "Pulumi.budget.yaml"
+    text = (plan.ROOT / "Pulumi.dev.yaml").read_text()
+    stack_file.write_text(text + f"  verl-gke:billingAccount: {ACCOUNT}\n  verl-gke:budgetMonthly: 2000\n")
+    assert plan.main(["--stack", "dev", "--config", str(stack_file), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\+ budget-budget \(gcp:billing/budget:Budget\)", out), out
