@@ -49,6 +49,8 @@ GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "naming.model_id": [({"verl-gke:model": "qwen"}, "verl-gke:model")],
     "naming.git_ref": [({"verl-gke:verlVersion": "v0.6.1..x"}, "verl-gke:verlVersion")],
     "naming.ray_version": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
+    "naming.billing_account_id": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
+                                   "verl-gke:billingAccount")],
 }
 # Rules components enforce on values no config key reaches (constants of the component or of compose).
 NOT_CONFIG_DERIVED = {
