@@ -103,7 +103,9 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         "clusterName": cluster.name,
         "clusterMode": cl.mode,
         "gkeVersion": _describe_version(gke_version, cfg),
-        "nodeServiceAccount": nodes.email,
+        "nodeServiceAccount": nodes.email.apply(
+            lambda e: e if isinstance(e, str) else f"{cfg.name('nodes')}@{cfg.project}.iam.gserviceaccount.com "
+                                                  "(created by this run)", run_with_unknowns=True),
         "accelerator": acc.key,
         "gpus": cfg.total_gpus,
         "kubeconfig": cluster.kubeconfig,
