@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog.gke import AI_CLUSTER_DOC, Floor
 from catalog.versions import GIB_INSTALLER_REVISION
 
 GiB = 1024**3
@@ -23,7 +24,8 @@ class Accelerator:
     accelerator_type: str
     gpus_per_node: int
     rdma_nics: int
-    min_gke_version: str
+    # GKE version floors for this machine as the stack uses it (RDMA, driver DEFAULT); never a pin.
+    gke_floors: tuple[Floor, ...]
     nccl_tuner_file: str
     vcpus: int
     memory_gb: int  # machine spec, decimal GB
@@ -82,7 +84,8 @@ ACCELERATORS: dict[str, Accelerator] = {
         accelerator_type="nvidia-b200",
         gpus_per_node=8,
         rdma_nics=8,
-        min_gke_version="1.32.2-gke.1422000",
+        # The tutorial's 1.32.2-gke.1422000 is below what Google documents for A4 with RDMA.
+        gke_floors=(Floor("1.32.2-gke.1475000", "A4 (B200) with GPUDirect RDMA", AI_CLUSTER_DOC),),
         nccl_tuner_file="/usr/local/gib/configs/tuner_config_a4.txtpb",
         vcpus=224,
         memory_gb=3968,
@@ -94,7 +97,8 @@ ACCELERATORS: dict[str, Accelerator] = {
         accelerator_type="nvidia-h200-141gb",
         gpus_per_node=8,
         rdma_nics=8,
-        min_gke_version="1.31.4-gke.1183000",
+        # The tutorial's 1.31.4-gke.1183000 is below the floor for the DEFAULT driver our GPU pool installs.
+        gke_floors=(Floor("1.31.5-gke.1169000", "A3 Ultra (H200) with the DEFAULT GPU driver", AI_CLUSTER_DOC),),
         nccl_tuner_file="/usr/local/gib/configs/tuner_config_a3u.txtpb",
         vcpus=224,
         memory_gb=2952,

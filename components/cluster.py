@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 
 from catalog.accelerators import GPU_RESOURCE, Accelerator, installer_url
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
+from catalog.gke import NODE_OAUTH_SCOPES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
 
@@ -35,8 +36,14 @@ class GkeClusterArgs:
     accelerator: Accelerator
     gpu_nodes: int
     network: ClusterNetwork  # RdmaNetwork.handle
+    # The version to create the control plane (and so the first nodes) at: one the release channel
+    # offers now (stacks.preflight resolves it), never a floor. Later channel moves are ignored.
     min_version: pulumi.Input[str]
     release_channel: str = "REGULAR"
+    # Nodes' IAM identity (NodeServiceAccount.email); None = GKE's default, the Compute Engine account.
+    node_service_account: pulumi.Input[str] | None = None
+    # CIDRs allowed to reach the control plane endpoint; empty = any address (IAM still authenticates).
+    authorized_networks: tuple[str, ...] = ()
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool: CpuPool = field(default_factory=CpuPool)
     deletion_protection: bool = False
@@ -80,7 +87,6 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         _validate(args)
         super().__init__("verl-gke:cluster:GkeCluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         net = args.network
         addons = gcp.container.ClusterAddonsConfigArgs(
             ray_operator_configs=[gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=True)],
@@ -89,6 +95,7 @@ class GkeCluster(pulumi.ComponentResource):
         common = dict(
             name=args.name, project=args.project, location=args.region, network=net.network,
             subnetwork=net.subnet, min_master_version=args.min_version,
+            master_authorized_networks_config=authorized_networks(args.authorized_networks),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             deletion_protection=args.deletion_protection, enable_multi_networking=True,
             # Multi-networking requires Dataplane V2.
@@ -97,10 +104,21 @@ class GkeCluster(pulumi.ComponentResource):
                 cluster_secondary_range_name=net.pods_range_name,
                 services_secondary_range_name=net.services_range_name),
         )
+        # The version is the channel's at creation; GKE upgrades the cluster within its channel after
+        # that, so a later run's newer resolution must not force an update (cluster-toolkit gke-cluster
+        # ignores min_master_version and node_config the same way).
+        cluster_opts = pulumi.ResourceOptions(parent=self, ignore_changes=["min_master_version", "node_config"])
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
-            # Autopilot provisions GPU nodes (with the pods' extra networks) on demand.
-            self.cluster = gcp.container.Cluster(f"{name}-cluster", enable_autopilot=True, **common, opts=child)
+            # Autopilot provisions GPU nodes (with the pods' extra networks) on demand, as the
+            # auto-provisioning defaults' service account.
+            self.cluster = gcp.container.Cluster(
+                f"{name}-cluster", enable_autopilot=True, **common,
+                cluster_autoscaling=gcp.container.ClusterClusterAutoscalingArgs(
+                    auto_provisioning_defaults=gcp.container.ClusterClusterAutoscalingAutoProvisioningDefaultsArgs(
+                        service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES)),
+                ) if args.node_service_account is not None else None,
+                opts=cluster_opts)
             self.cpu_pool_name = self.gpu_pool_name = None
         else:
             self.cluster = gcp.container.Cluster(
@@ -108,7 +126,12 @@ class GkeCluster(pulumi.ComponentResource):
                 # Without the pool, GCS FUSE mounts and principal:// bucket bindings fail.
                 workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                     workload_pool=f"{args.project}.svc.id.goog"),
-                remove_default_node_pool=True, initial_node_count=1, opts=child)
+                # The default pool lives only until creation ends, but its node too runs as the nodes' account.
+                node_config=gcp.container.ClusterNodeConfigArgs(
+                    service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
+                    workload_metadata_config=gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(
+                        mode="GKE_METADATA")),
+                remove_default_node_pool=True, initial_node_count=1, opts=cluster_opts)
             pools = [self._cpu_pool(name, args), self._gpu_pool(name, args)]
             self.cpu_pool_name, self.gpu_pool_name = (p.name for p in pools)
 
@@ -137,7 +160,7 @@ class GkeCluster(pulumi.ComponentResource):
                 min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
-                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),
             opts=pulumi.ResourceOptions(parent=self, deleted_with=self.cluster))
@@ -155,7 +178,7 @@ class GkeCluster(pulumi.ComponentResource):
             ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
                 local_ssd_count=acc.local_ssds),
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
-            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
             taints=[gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_RESOURCE, value="present",
                                                               effect="NO_SCHEDULE")],
             **capacity_settings(args.capacity),
@@ -173,6 +196,15 @@ class GkeCluster(pulumi.ComponentResource):
             network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=extra_networks),
             node_config=node_config,
             opts=pulumi.ResourceOptions(parent=self, deleted_with=self.cluster))
+
+
+def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
+    """None (no block: the endpoint accepts any address) when empty, as before this setting existed."""
+    if not cidrs:
+        return None
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(cidr_blocks=[
+        gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(cidr_block=c, display_name=f"authorized-{i}")
+        for i, c in enumerate(cidrs)])
 
 
 def capacity_settings(capacity: Capacity) -> dict:

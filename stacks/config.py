@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import naming
+from catalog import gcsfuse, gke, naming
 from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
 from stacks.grpo import GrpoSettings, preflight
@@ -39,7 +40,8 @@ MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
 # Names the program derives from namePrefix: each must pass the rule of the component that uses it.
-DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name"}
+DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name",
+                 "nodes": "node service account id"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class NetworkConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     mode: str
-    min_version: str
+    gke_version: str  # the user's pin: "" = the channel's newest, "1.33" = its newest 1.33 patch, or a full version
     release_channel: str
+    floors: tuple[Floor, ...]  # the accelerator's, the capacity type's and the GCS FUSE options'
+    authorized_networks: tuple[str, ...]  # control plane CIDRs; empty = any address
     cpu_machine_type: str
     cpu_nodes_min: int
     cpu_nodes_max: int
@@ -236,7 +240,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     r.check("namespace", namespace, naming.namespace(namespace))
 
     network = _network(r, acc, gpu_nodes)
-    cluster = _cluster(r, acc, mode)
+    cluster = _cluster(r, acc, mode, capacity)
 
     model = r.str("model")
     r.check("model", model, naming.model_id(model))
@@ -302,6 +306,8 @@ def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
         r.bad("namePrefix", prefix, f"the RayCluster name {prefix}-ray: {problem}")
     if problem := foreign_accelerator_in_name(f"{prefix}-ray", acc.key):
         r.bad("namePrefix", prefix, problem)
+    if problem := naming.service_account_id(f"{prefix}-nodes"):
+        r.bad("namePrefix", prefix, f"the node service account id {prefix}-nodes {problem}")
 
 
 def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
@@ -348,13 +354,18 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
     return NetworkConfig(primary, pods, services, gvnic, rdma, mtu)
 
 
-def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
-    version = r.str("gkeVersion") or acc.min_gke_version
-    parsed = naming.gke_version(version)
-    if parsed is None:
-        r.bad("gkeVersion", version, "must be a GKE version such as 1.32.2-gke.1422000")
-    elif parsed < naming.gke_version(acc.min_gke_version):
-        r.bad("gkeVersion", version, f"is below {acc.min_gke_version}, the minimum for {acc.key}")
+def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> ClusterConfig:
+    floors = acc.gke_floors + capacity.gke_floors + gcsfuse.gke_floors()
+    pin = r.str("gkeVersion")
+    if pin and (problem := naming.gke_version_pin(pin)):
+        r.bad("gkeVersion", pin, problem)
+    elif pin:
+        # A full pin meets every floor or fails here; a minor pin fails here when its whole minor is
+        # below a floor, and otherwise at deploy time if the channel's newest patch of it is (preflight).
+        short = gke.unmet(pin, floors) if gke.version_key(pin) else gke.unmet_by_minor(pin, floors)
+        if short:
+            r.bad("gkeVersion", pin, f"is below {short[0].version}, the floor for {short[0].needed_for} "
+                  f"({short[0].source}); unset it to take the release channel's newest version")
     channel = r.choice("releaseChannel", CHANNELS)
     machine = r.str("cpuMachineType")
     vcpus = naming.machine_vcpus(machine)
@@ -367,7 +378,24 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
     hi = r.int("cpuNodesMax", minimum=1)
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
-    return ClusterConfig(mode, version, channel, machine, lo, hi, r.bool("deletionProtection"))
+    return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
+                         r.bool("deletionProtection"))
+
+
+def _authorized_networks(r: _Reader) -> tuple[str, ...]:
+    """CIDRs for master_authorized_networks_config: IPv4 (the cluster is single-stack), no host bits."""
+    cidrs = r.list("masterAuthorizedNetworks")
+    for value in cidrs:
+        try:
+            net = ipaddress.ip_network(value, strict=True)
+        except ValueError as err:
+            r.bad("masterAuthorizedNetworks", value, f"must be an IPv4 CIDR such as 203.0.113.0/24 ({err})")
+            continue
+        if net.version != 4:
+            r.bad("masterAuthorizedNetworks", value, "must be an IPv4 CIDR: the cluster's endpoint is IPv4")
+    if len(set(cidrs)) != len(cidrs):
+        r.bad("masterAuthorizedNetworks", list(cidrs), "lists a CIDR twice")
+    return cidrs
 
 
 def _grpo(r: _Reader) -> GrpoSettings:

@@ -47,8 +47,13 @@ KEYS: tuple[Key, ...] = (
     Key("gvnicCidr", "string", "192.168.0.0/24", "Subnet of the additional gVNIC network."),
     Key("rdmaCidrs", "array", RDMA_DEFAULT, "One subnet per GPU NIC on the RoCE network, in NIC order."),
     Key("mtu", "integer", 8896, "MTU of the gVNIC and RDMA networks."),
-    Key("gkeVersion", "string", "", "Minimum GKE version; empty = the accelerator's minimum."),
+    Key("gkeVersion", "string", "",
+        "GKE version to create the cluster at: empty = the release channel's newest, a minor such as 1.33 = "
+        "its newest 1.33 patch, or a full version; resolved at deploy time and checked against the floors."),
     Key("releaseChannel", "string", "REGULAR", "GKE release channel: RAPID, REGULAR or STABLE."),
+    Key("masterAuthorizedNetworks", "array", [],
+        "IPv4 CIDRs allowed to reach the control plane's endpoint (include the machine that runs pulumi); "
+        "empty = any address (IAM still authenticates)."),
     Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
     Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard)."),
     Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard)."),

@@ -11,7 +11,7 @@ from catalog.accelerators import ACCELERATORS, installer_url
 from catalog.versions import GIB_INSTALLER_REVISION
 from stacks import config
 from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
-from tools import mocking, schema
+from tools import engine_versions, mocking, schema
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -64,7 +64,10 @@ def test_modes_and_accelerators(mode, acc):
     assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
     assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": True}]
     assert cluster["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
-    assert cluster["minMasterVersion"] == a.min_gke_version
+    # The channel's newest version (the mocks answer like GKE), not a floor; later channel moves are ignored.
+    assert cluster["minMasterVersion"] == engine_versions.lookup(engine_versions.CURRENT)[
+        "releaseChannelLatestVersion"]["REGULAR"]
+    assert "minMasterVersion" in run.one(CLUSTER).ignore_changes
     assert cluster["deletionProtection"] is False
     assert cluster["location"] == "us-central1"
     installer = run.one("kubernetes:yaml/v2:ConfigFile").inputs["file"]
@@ -166,8 +169,18 @@ BAD = [
     ({"gcp:zone": "europe-west4-b"}, "gcp:zone", "must be a zone in region"),
     ({"verl-gke:gpuNodes": "0"}, "verl-gke:gpuNodes", ">= 1"),
     ({"verl-gke:gpuNodes": "two"}, "verl-gke:gpuNodes", "integer"),
-    ({"verl-gke:gkeVersion": "1.31.4-gke.1183000"}, "verl-gke:gkeVersion", "minimum for b200"),
+    ({"verl-gke:gkeVersion": "1.32.2-gke.1422000"}, "verl-gke:gkeVersion", "below 1.32.2-gke.1475000, the floor"),
+    ({"verl-gke:gkeVersion": "1.31"}, "verl-gke:gkeVersion", "below 1.32.2-gke.1475000, the floor"),
+    ({"verl-gke:accelerator": "h200", "verl-gke:capacity": "flex-start", "verl-gke:gkeVersion": "1.32.2-gke.1500000"},
+     "verl-gke:gkeVersion", "floor for flex-start"),
     ({"verl-gke:gkeVersion": "latest"}, "verl-gke:gkeVersion", "GKE version"),
+    ({"verl-gke:masterAuthorizedNetworks": json.dumps(["10.0.0.1/24"])}, "verl-gke:masterAuthorizedNetworks",
+     "IPv4 CIDR"),
+    ({"verl-gke:masterAuthorizedNetworks": json.dumps(["2001:db8::/32"])}, "verl-gke:masterAuthorizedNetworks",
+     "endpoint is IPv4"),
+    ({"verl-gke:masterAuthorizedNetworks": "203.0.113.0/24"}, "verl-gke:masterAuthorizedNetworks", "list of strings"),
+    ({"verl-gke:masterAuthorizedNetworks": json.dumps(["203.0.113.0/24", "203.0.113.0/24"])},
+     "verl-gke:masterAuthorizedNetworks", "twice"),
     ({"verl-gke:gvnicCidr": "192.168.0.0/33"}, "verl-gke:gvnicCidr", "IPv4 CIDR"),
     ({"verl-gke:gvnicCidr": "192.168.0.1/24"}, "verl-gke:gvnicCidr", "IPv4 CIDR"),
     ({"verl-gke:gvnicCidr": "8.8.8.0/24"}, "verl-gke:gvnicCidr", "private"),

@@ -49,6 +49,8 @@ GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "naming.model_id": [({"verl-gke:model": "qwen"}, "verl-gke:model")],
     "naming.git_ref": [({"verl-gke:verlVersion": "v0.6.1..x"}, "verl-gke:verlVersion")],
     "naming.ray_version": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
+    # namePrefix's own rule (DNS-1035, <= 20) implies a valid "<prefix>-nodes"; the case still breaks both.
+    "naming.service_account_id": [({"verl-gke:namePrefix": "Nodes"}, "verl-gke:namePrefix")],
     "naming.billing_account_id": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
                                    "verl-gke:billingAccount")],
 }

@@ -32,7 +32,7 @@ def test_plan_writes_files(b200):
     data = json.loads((out / "plan.json").read_text())
     assert data["project"] == "verl-gke" and data["stack"] == "b200"
     keys = {"urn", "type", "name", "custom", "parent", "dependsOn", "provider", "protect", "retainOnDelete",
-            "deletedWith", "aliases", "inputs"}
+            "deletedWith", "aliases", "ignoreChanges", "inputs"}
     assert all(set(r) == keys for r in data["resources"])
     types = {r["type"] for r in data["resources"]}
     assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network", "verl-gke:network:RdmaNetwork",

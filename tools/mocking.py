@@ -23,6 +23,8 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from tools import engine_versions
+
 SECRET = "[secret]"
 UNKNOWN = "[unknown]"
 _SIG = "4dabf18193072939515e22adb298388d"
@@ -84,8 +86,16 @@ class Registration:
     retain_on_delete: bool
     deleted_with: str
     aliases: list[str]  # the type/name/parent a resource was known under before (aliasSpecs, as given)
+    ignore_changes: list[str]
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
+
+
+@dataclass
+class Invoke:
+    token: str
+    args: dict[str, Any]
+    after: int  # how many resources were registered before it ran
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Run:
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
+    invokes: list[Invoke] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -112,6 +123,11 @@ class RecordingMonitor(pmocks.MockMonitor):
         super().__init__(mocks)
         self.run = run
 
+    def Invoke(self, request):  # noqa: N802 - gRPC method name
+        args = json_format.MessageToDict(request.args)
+        self.run.invokes.append(Invoke(request.tok, args, len(self.run.resources)))
+        return super().Invoke(request)
+
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
@@ -130,6 +146,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             retain_on_delete=bool(request.retainOnDelete),
             deleted_with=request.deletedWith,
             aliases=[json.dumps(json_format.MessageToDict(a), sort_keys=True) for a in request.aliases],
+            ignore_changes=list(request.ignoreChanges),
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
         ))
@@ -171,13 +188,20 @@ def quota_info(project: str, quota_id: str, infos: list[tuple[dict, int | None, 
 class ProgramMocks(pmocks.Mocks):
     """Plausible computed outputs per resource type, so every apply in the program runs.
 
+    `server_config` is what GKE's getServerConfig answers (tools.engine_versions). At preview
+    (`preview=True`) a resource is being created, so its id is unknown as the engine reports it,
+    unless its type is in `existing` (already in the stack's state, e.g. APIs enabled by an earlier run).
     `quotas` overrides quota values: quota_id -> an int (that value everywhere, every dimension;
     0 is sent as an omitted value, as the API does) or a str (the read fails with that reason,
     e.g. a permission error).
     """
 
-    def __init__(self, project: str, quotas: dict[str, int | str] | None = None):
+    def __init__(self, project: str, server_config: dict[str, Any] | None = None, preview: bool = False,
+                 existing: frozenset[str] = frozenset(), quotas: dict[str, int | str] | None = None):
         self.project = project
+        self.server_config = engine_versions.CURRENT if server_config is None else server_config
+        self.preview = preview
+        self.existing = existing
         self.quotas = dict(quotas or {})
 
     def new_resource(self, args: pmocks.MockResourceArgs) -> tuple[str, dict]:
@@ -196,6 +220,9 @@ class ProgramMocks(pmocks.Mocks):
         elif t == "gcp:container/cluster:Cluster":
             state.update(endpoint=MOCK_ENDPOINT, masterAuth={"clusterCaCertificate": MOCK_CA},
                          selfLink=f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}")
+        elif t == "gcp:serviceaccount/account:Account":
+            state.update(email=f"{inputs['accountId']}@{project}.iam.gserviceaccount.com",
+                         member=f"serviceAccount:{inputs['accountId']}@{project}.iam.gserviceaccount.com")
         elif t == "gcp:storage/bucket:Bucket":
             state["url"] = f"gs://{name}"
         elif t == "random:index/randomId:RandomId":
@@ -208,12 +235,17 @@ class ProgramMocks(pmocks.Mocks):
         elif t.startswith("pulumi-python:dynamic"):
             state.update(job_id=inputs.get("submission_id"), status="PENDING", message="", attempt=1,
                          dashboard_url=inputs.get("address") or "")
-        return f"{args.name}-id", state
+        being_created = self.preview and t not in self.existing
+        return ("" if being_created else f"{args.name}-id"), state
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list | None]:
         if args.token == "gcp:organizations/getProject:getProject":
             pid = args.args.get("projectId") or self.project
             return {"projectId": pid, "number": MOCK_PROJECT_NUMBER, "name": pid}, []
+        if args.token == "gcp:container/getEngineVersions:getEngineVersions":
+            found = engine_versions.lookup(self.server_config, args.args.get("versionPrefix"))
+            return {**found, "location": args.args.get("location"), "project": args.args.get("project"),
+                    "id": f"{args.args.get('location')}-versions"}, []
         if args.token == "gcp:organizations/getClientConfig:getClientConfig":
             return {"project": self.project, "accessToken": "mock-token"}, []
         if args.token == GET_QUOTA_INFO:
@@ -232,18 +264,21 @@ class ProgramMocks(pmocks.Mocks):
 
 
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
-        project: str = "verl-gke", result: Run | None = None, quotas: dict[str, int | str] | None = None) -> Run:
+        project: str = "verl-gke", result: Run | None = None, server_config: dict[str, Any] | None = None,
+        preview: bool = False, existing: frozenset[str] = frozenset(),
+        quotas: dict[str, int | str] | None = None) -> Run:
     """Run `program` once under fresh mocks with `config`; return what it registered and exported.
 
-    Pass `result` to see what was registered even when the program raises.
+    Pass `result` to see what was registered even when the program raises. `preview=True` runs it as
+    `pulumi preview` on a project where only the resource types in `existing` are already in state.
     """
     result = result if result is not None else Run()
     gcp_project = config.get("gcp:project", "mock-project")
     set_all_config(dict(config), list(secret_keys or []))
     psettings.ROOT.set(None)
-    mocks = ProgramMocks(gcp_project, quotas)
+    mocks = ProgramMocks(gcp_project, server_config, preview, existing, quotas)
     monitor = RecordingMonitor(mocks, result)
-    pmocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pmocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
     _sync_await(run_pulumi_func(program))
