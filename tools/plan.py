@@ -66,6 +66,8 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[
             "dependsOn": depends, "provider": r.provider, "protect": r.protect,
             "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "aliases": r.aliases,
             "inputs": r.inputs,
+            # Only where set, so the plans of resources without it stay as they were.
+            **({"ignoreChanges": r.ignore_changes} if r.ignore_changes else {}),
         })
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
     plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs}
