@@ -42,7 +42,10 @@ SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /
 BUCKET_VOLUME = "training-bucket"
 
 
-# Autopilot node labels (GKE "Deploy GPU workloads in Autopilot"; Kubernetes well-known labels).
+# Autopilot placement by node selector: the zone with the Kubernetes well-known label (GKE "Deploy
+# Autopilot Pods in specific zones"), the driver with GKE's label (values default | latest; GKE "Deploy
+# GPU workloads in Autopilot"), reservations with cloud.google.com/reservation-name (GKE "Consume
+# reserved zonal resources": Autopilot takes specific reservations only, selected by name).
 ZONE_LABEL = "topology.kubernetes.io/zone"
 DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
 
