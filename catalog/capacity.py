@@ -40,6 +40,17 @@ class Capacity:
                                          "or unset reservation"))
         return found
 
+    def offered_problem(self, offered: tuple[str, ...], machine_type: str, source: str) -> str | None:
+        """None when the machine offers this capacity type, else what is allowed and where that is stated."""
+        if self.kind in CAPACITIES and self.kind not in offered:
+            return (f"{machine_type} is not offered as {self.kind}: use one of {', '.join(offered)} "
+                    f"(source: {source})")
+        return None
+
+    @property
+    def flex_start(self) -> bool:
+        return self.kind == FLEX_START
+
     @property
     def gke_floors(self) -> tuple[Floor, ...]:
         return GKE_FLOORS.get(self.kind, ())

@@ -89,6 +89,13 @@ def region(value: object) -> str | None:
     return "must be a region such as us-central1"
 
 
+def zone(value: object) -> str | None:
+    if isinstance(value, str) and "-" in value and re.fullmatch(r"[a-z]", value.rsplit("-", 1)[1]) \
+            and region(value.rsplit("-", 1)[0]) is None:
+        return None
+    return "must be a zone such as us-central1-b"
+
+
 def zone_in_region(zone: object, region_name: str) -> str | None:
     if isinstance(zone, str) and re.fullmatch(re.escape(region_name) + r"-[a-z]", zone):
         return None

@@ -16,6 +16,28 @@ from catalog.gke import NODE_OAUTH_SCOPES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
 
+# cluster-toolkit examples/gke-a4 and gke-a3-ultragpu (@1047080): a release channel upgrades nodes
+# under a running job; this exclusion holds minor and node upgrades until the minor version's end
+# of support (control-plane patches still apply). The blueprints' start time, reused as is.
+MAINTENANCE_EXCLUSION = {"exclusion_name": "no-minor-or-node-upgrades-indefinite",
+                         "start_time": "2025-12-01T00:00:00Z", "scope": "NO_MINOR_OR_NODE_UPGRADES",
+                         "end_time_behavior": "UNTIL_END_OF_SUPPORT"}
+MAINTENANCE_WINDOW_START = "09:00"  # cluster-toolkit gke-cluster default daily window (UTC)
+# cluster-toolkit gke-node-pool lifecycle.ignore_changes: GKE reports the local SSD configs tied to
+# the machine type differently from what was sent, which would otherwise replace the GPU pool.
+GPU_POOL_IGNORE_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig", "nodeConfig.localNvmeSsdBlockConfig"]
+
+
+def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
+    ex = MAINTENANCE_EXCLUSION
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=MAINTENANCE_WINDOW_START),
+        maintenance_exclusions=[gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+            exclusion_name=ex["exclusion_name"], start_time=ex["start_time"],
+            exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                scope=ex["scope"], end_time_behavior=ex["end_time_behavior"]))])
+
 
 @dataclass(frozen=True)
 class CpuPool:
@@ -100,6 +122,7 @@ class GkeCluster(pulumi.ComponentResource):
             deletion_protection=args.deletion_protection, enable_multi_networking=True,
             # Multi-networking requires Dataplane V2.
             datapath_provider="ADVANCED_DATAPATH", addons_config=addons,
+            maintenance_policy=maintenance_policy(),
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
                 cluster_secondary_range_name=net.pods_range_name,
                 services_secondary_range_name=net.services_range_name),
@@ -107,7 +130,10 @@ class GkeCluster(pulumi.ComponentResource):
         # The version is the channel's at creation; GKE upgrades the cluster within its channel after
         # that, so a later run's newer resolution must not force an update (cluster-toolkit gke-cluster
         # ignores min_master_version and node_config the same way).
-        cluster_opts = pulumi.ResourceOptions(parent=self, ignore_changes=["min_master_version", "node_config"])
+        # It also depends on every VPC and subnet of the network (not only the primary ones it names):
+        # `pulumi destroy` then deletes it, its nodes and instance templates, before them.
+        cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources),
+                                              ignore_changes=["min_master_version", "node_config"])
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
             # Autopilot provisions GPU nodes (with the pods' extra networks) on demand, as the
@@ -145,10 +171,10 @@ class GkeCluster(pulumi.ComponentResource):
             # After the cluster is gone, `pulumi destroy` drops its objects from state instead of failing.
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
+        # Deleted by `pulumi destroy` before the pools and the cluster (it depends on both).
         k8s.yaml.v2.ConfigFile(
             f"{name}-nccl-rdma-installer", file=installer_url(args.autopilot, args.installer_revision),
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools,
-                                        deleted_with=self.cluster))
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint, "kubeconfig": self.kubeconfig})
 
     def _cpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
@@ -163,7 +189,9 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),
-            opts=pulumi.ResourceOptions(parent=self, deleted_with=self.cluster))
+            # No deleted_with: that would make the pool's delete a no-op (Pulumi skips the delete of a
+            # resource whose deleted_with target is deleted too), so nothing would order it first.
+            opts=pulumi.ResourceOptions(parent=self))
 
     def _gpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         acc = args.accelerator
@@ -172,7 +200,7 @@ class GkeCluster(pulumi.ComponentResource):
             guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                 type=acc.accelerator_type, count=acc.gpus_per_node,
                 gpu_driver_installation_config=gcp.container
-                .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="DEFAULT"),
+                .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version=acc.gpu_driver),
             )],
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
             ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
@@ -191,11 +219,17 @@ class GkeCluster(pulumi.ComponentResource):
         return gcp.container.NodePool(
             f"{name}-gpu-pool", name="gpu-pool", project=args.project, cluster=self.cluster.name,
             location=args.region, node_locations=[args.zone], initial_node_count=0,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes),
+            # location_policy ANY: cluster-toolkit gke-node-pool always sets it; flex-start requires it.
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes,
+                                                              location_policy="ANY"),
+            # Auto-upgrade as the A4/A3U blueprints (the maintenance exclusion keeps it off a running job);
+            # flex-start requires auto-repair off (cluster-toolkit gke-node-pool precondition).
+            management=gcp.container.NodePoolManagementArgs(auto_upgrade=True,
+                                                            auto_repair=not args.capacity.flex_start),
             placement_policy=placement,
             network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=extra_networks),
             node_config=node_config,
-            opts=pulumi.ResourceOptions(parent=self, deleted_with=self.cluster))
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=GPU_POOL_IGNORE_CHANGES))
 
 
 def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
@@ -223,8 +257,11 @@ def capacity_settings(capacity: Capacity) -> dict:
 
 
 def _validate(args: GkeClusterArgs) -> None:
+    acc = args.accelerator
     problems = [f"GkeClusterArgs.capacity.{f} = {getattr(args.capacity, f)!r}: {why}"
                 for f, why in args.capacity.problems()]
+    if why := args.capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source):
+        problems.append(f"GkeClusterArgs.capacity.kind = {args.capacity.kind!r}: {why}")
     if args.network.rdma_nics != args.accelerator.rdma_nics:
         problems.append(f"GkeClusterArgs.network has {args.network.rdma_nics} RDMA NICs: "
                         f"{args.accelerator.key} has {args.accelerator.rdma_nics}")

@@ -99,6 +99,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
         paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
+        zone=cfg.zone if cl.autopilot else None,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
 
     if cfg.budget is not None:

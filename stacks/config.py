@@ -228,6 +228,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     for field_name, why in capacity.problems():
         if field_name == "reservation":
             r.bad("reservation", capacity.reservation, why)
+    if acc_key in ACCELERATORS:
+        r.check("capacity", capacity.kind,
+                capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source))
     if capacity.reservation:
         r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
 

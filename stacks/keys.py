@@ -37,7 +37,7 @@ KEYS: tuple[Key, ...] = (
     Key("accelerator", "string", "b200", "GPU profile: b200 (A4, a4-highgpu-8g) or h200 (A3 Ultra)."),
     Key("clusterMode", "string", "standard", "GKE mode: autopilot or standard."),
     Key("gpuNodes", "integer", 2, "Number of 8-GPU nodes (Ray GPU workers)."),
-    Key("capacity", "string", "spot", "GPU capacity: spot, on-demand, reservation or flex-start."),
+    Key("capacity", "string", "spot", "GPU capacity: spot, reservation or flex-start (what A4/A3 Ultra offer)."),
     Key("reservation", "string", "", "Compute Engine reservation name (only with capacity=reservation)."),
     Key("namePrefix", "string", "verl", "Prefix of every GCP resource name (lowercase, <= 20 chars)."),
     Key("namespace", "string", "verl", "Kubernetes namespace for the Ray cluster and jobs."),

@@ -86,14 +86,17 @@ def test_modes_and_accelerators(mode, acc):
     gpu = run.one(POOL, "gke-gpu-pool").inputs
     node = gpu["nodeConfig"]
     assert node["machineType"] == a.machine_type
+    # h200: LATEST (R570) for the CUDA 12.8 image; DEFAULT is R550 on A3 Ultra (issue 10 item 7).
+    driver = {"b200": "DEFAULT", "h200": "LATEST"}[acc]
     assert node["guestAccelerators"] == [{"type": a.accelerator_type, "count": 8,
-                                          "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"}}]
+                                          "gpuDriverInstallationConfig": {"gpuDriverVersion": driver}}]
     assert node["spot"] is True
     assert node["gvnic"] == {"enabled": True}
     assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
     assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
     assert gpu["location"] == "us-central1" and gpu["nodeLocations"] == ["us-central1-b"]
-    assert gpu["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2}
+    assert gpu["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2, "locationPolicy": "ANY"}
+    assert gpu["management"] == {"autoRepair": True, "autoUpgrade": True}
     assert gpu["placementPolicy"] == {"type": "COMPACT"}
     extra = gpu["networkConfig"]["additionalNodeNetworkConfigs"]
     prefix = "verl"
@@ -125,7 +128,8 @@ def test_rdma_networks():
 
 
 @pytest.mark.parametrize("capacity,expect", [
-    ("on-demand", {"placement": {"type": "COMPACT"}, "spot": None}),
+    ("spot", {"placement": {"type": "COMPACT"}, "spot": True,
+              "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"}}),
     ("reservation", {"placement": None, "spot": None,
                      "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION",
                                              "key": "compute.googleapis.com/reservation-name",
@@ -195,6 +199,9 @@ BAD = [
     ({"verl-gke:reservation": "my-res"}, "verl-gke:reservation", "spot VMs cannot consume reservations"),
     ({"verl-gke:capacity": "reservation"}, "verl-gke:reservation", "must name a Compute Engine reservation"),
     ({"verl-gke:capacity": "preemptible"}, "verl-gke:capacity", "spot, on-demand, reservation, flex-start"),
+    ({"verl-gke:capacity": "on-demand"}, "verl-gke:capacity", "a4-highgpu-8g is not offered as on-demand"),
+    ({"verl-gke:capacity": "on-demand", "verl-gke:accelerator": "h200"}, "verl-gke:capacity",
+     "use one of reservation, flex-start, spot (source: Google's consumption-option table"),
     ({"verl-gke:cpuMachineType": "c2-standard-8"}, "verl-gke:cpuMachineType", "Ray head requests 12"),
     ({"verl-gke:cpuMachineType": "c2standard16"}, "verl-gke:cpuMachineType", "machine type"),
     ({"verl-gke:cpuNodesMin": "3", "verl-gke:cpuNodesMax": "2"}, "verl-gke:cpuNodesMax", ">= cpuNodesMin"),

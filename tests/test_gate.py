@@ -28,6 +28,7 @@ BASE = {"gcp:project": "gate-project-1", "gcp:region": "us-central1", "gcp:zone"
 # check on a config-derived value ("<component>.<check>").
 GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "naming.zone_in_region": [({"gcp:zone": "europe-west4-a"}, "gcp:zone")],
+    "naming.zone": [({"gcp:zone": "us-central1"}, "gcp:zone")],
     "naming.project_id": [({"gcp:project": "Bad_Project"}, "gcp:project"), ({"gcp:project": ""}, "gcp:project")],
     "storage.location": [({"gcp:region": ""}, "gcp:region")],
     "naming.bucket_prefix": [({"verl-gke:namePrefix": "goog-x"}, "verl-gke:namePrefix"),

@@ -85,8 +85,8 @@ class Registration:
     protect: bool
     retain_on_delete: bool
     deleted_with: str
-    aliases: list[str]  # the type/name/parent a resource was known under before (aliasSpecs, as given)
     ignore_changes: list[str]
+    aliases: list[str]  # the type/name/parent a resource was known under before (aliasSpecs, as given)
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
 
@@ -145,8 +145,8 @@ class RecordingMonitor(pmocks.MockMonitor):
             protect=bool(request.protect),
             retain_on_delete=bool(request.retainOnDelete),
             deleted_with=request.deletedWith,
-            aliases=[json.dumps(json_format.MessageToDict(a), sort_keys=True) for a in request.aliases],
             ignore_changes=list(request.ignoreChanges),
+            aliases=[json.dumps(json_format.MessageToDict(a), sort_keys=True) for a in request.aliases],
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
         ))
