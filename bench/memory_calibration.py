@@ -19,6 +19,8 @@ Three modes:
 World size 1 (unsharded). The memory model divides the static terms by world size itself.
 """
 
+# ruff: noqa: N803, N806  (A, B, P, T, L, V: the memory formula's symbols)
+
 from __future__ import annotations
 
 import argparse
@@ -390,7 +392,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="toy dimensions, for a CPU logic test")
     ap.add_argument("--driver", action="store_true")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_calibration.json"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.join(here, "memory_calibration.json"))
     ap.add_argument("--jsonl", default=None)
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--case-timeout-s", type=float, default=180.0)
