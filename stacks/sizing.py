@@ -90,7 +90,8 @@ class RunSizing:
     est_run_hours: float  # ESTIMATE, training + validation
     gpus: int
     gpu_hours: float  # ESTIMATE: gpus x est_run_hours
-    estimate_note: str = "est_* and gpu_hours come from a throughput model (stacks/sizing.py), not a measurement"
+    estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (stacks/sizing.py), "
+                          "not a measurement")
 
     def as_dict(self) -> dict[str, object]:
         out = asdict(self)
