@@ -65,3 +65,17 @@ def test_b200_is_faster_than_h200_and_weights_sync_over_rdma():
         h.grpo, spec, ACCELERATORS["h200"], 2).total
     st = sizing.step_time(b.grpo, spec, ACCELERATORS["b200"], 2)
     assert st.weight_sync == pytest.approx(2 * spec.params * 15 / 16 / (45e9))
+
+
+def test_the_benchmark_prints_old_against_new_for_every_shipped_stack(capsys):
+    from bench import step_time
+    from tests.stack_helpers import STACK_FILES
+
+    assert step_time.main() == 0
+    out = capsys.readouterr().out
+    for path in STACK_FILES:
+        stack = path.stem.split(".", 1)[1]
+        block = out.split(f"\n{stack}: ", 1)[1].split("\n\n", 1)[0]
+        old, new = (float(x) for x in block.split("  total", 1)[1].split()[:2])
+        assert new < old, (stack, old, new)
+    assert "ESTIMATE" in out
