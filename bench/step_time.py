@@ -33,9 +33,8 @@ def old_settings(raw: dict[str, str], stack: str) -> config.StackConfig:
     old = {f"{config.PROJECT}:{k}": v for k, v in OLD_DEFAULTS.items()}
     if stack == "dev":
         old.update({f"{config.PROJECT}:grpoTensorParallelSize": "2", f"{config.PROJECT}:grpoPpoMiniBatchSize": "64"})
-    cfg = config.load({**old, **raw}, stack, allow_placeholder_project=True)
     # The old recipe had no token budgets; with dynamic batching off they are unused.
-    return cfg
+    return config.load({**old, **raw}, stack, allow_placeholder_project=True)
 
 
 def main() -> int:
@@ -60,8 +59,9 @@ def main() -> int:
         o, n = times["old"].total, times["new"].total
         print(f"  {'total':<14}{o:9.1f}{n:9.1f}   ({o / 60:.1f} -> {n / 60:.1f} min, x{o / n:.1f})")
         print(f"  micro-batches per GPU old {times['old'].micro_batches} new {times['new'].micro_batches}")
+        unused = () if g_old.use_dynamic_bsz else ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu")
         changed = {f.name: (getattr(g_old, f.name), getattr(g_new, f.name)) for f in dataclasses.fields(g_new)
-                   if getattr(g_old, f.name) != getattr(g_new, f.name)}
+                   if getattr(g_old, f.name) != getattr(g_new, f.name) and f.name not in unused}
         print("  settings old -> new: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) + "\n")
     return 0
 
