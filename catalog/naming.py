@@ -162,3 +162,14 @@ def positive_quantity(value: object) -> str | None:
     if number is not None and number > 0:
         return None
     return "must be a positive Kubernetes quantity such as 2, 500m or 4Gi"
+
+
+# A Cloud Billing account id, as in billingAccounts/012345-567890-ABCDEF (Cloud Billing API reference,
+# https://cloud.google.com/billing/docs/reference/rest/v1/billingAccounts).
+_BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
+
+
+def billing_account_id(value: object) -> str | None:
+    if isinstance(value, str) and _BILLING_ACCOUNT.match(value):
+        return None
+    return "must be a billing account id such as 012345-567890-ABCDEF (gcloud billing accounts list)"

@@ -16,6 +16,7 @@ from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.paths import BucketPaths, bucket_paths
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
+from components.budget import ProjectBudget, ProjectBudgetArgs
 from components.cluster import CpuPool, GkeCluster, GkeClusterArgs
 from components.data_prep import DataPrep, DataPrepArgs
 from components.network import RdmaNetwork, RdmaNetworkArgs
@@ -23,7 +24,7 @@ from components.network_mapping import NetworkMapping
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, grpo, preflight
+from stacks import config, cost, grpo, preflight, quotas
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -59,6 +60,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu), opts=after_apis)
     # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.
     checks: list[pulumi.Output[list[preflight.Finding]]] = []
+    checks.append(quotas.check(cfg, apis))
     cluster = GkeCluster("gke", GkeClusterArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, name=cfg.name("gke"), autopilot=cl.autopilot,
         accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
@@ -95,6 +97,15 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
 
+    if cfg.budget is not None:
+        ProjectBudget("budget", ProjectBudgetArgs(
+            billing_account=cfg.budget.billing_account, project=cfg.project,
+            project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
+            monthly_amount=cfg.budget.monthly_amount, display_name=f"{cfg.name('budget')} {cfg.project}"[:60],
+        ), opts=after_apis)
+    price = cost.hourly(cfg)
+    pulumi.log.info(cost.render_hourly(price))
+
     outputs: dict[str, Any] = {
         "clusterName": cluster.name,
         "clusterMode": cl.mode,
@@ -109,6 +120,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         "rdmaSubnets": network.rdma_subnets,
         "bucket": storage.bucket_name,
         "rayCluster": ray.name,
+        "hourlyPrice": cost.summary(price),
         "namespace": storage.namespace,
         "dashboardCommand": storage.namespace.apply(
             lambda ns: f"kubectl -n {ns} port-forward svc/{ray.head_service} {ray.dashboard_port}:"

@@ -79,6 +79,12 @@ class JobSettings:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    billing_account: str
+    monthly_amount: int
+
+
+@dataclass(frozen=True)
 class StackConfig:
     stack: str
     project: str
@@ -100,6 +106,7 @@ class StackConfig:
     ray_version: str
     grpo: GrpoSettings  # every auto setting derived (stacks.tuning)
     job: JobSettings
+    budget: BudgetConfig | None = None  # billingAccount + budgetMonthly, both or neither
     warnings: tuple[str, ...] = ()  # runs, but slower than it should (printed by the plan and `pulumi up`)
 
     @property
@@ -248,6 +255,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     ray_version = r.str("rayVersion")
     r.check("rayVersion", ray_version, naming.ray_version(ray_version))
 
+    budget = _budget(r)
     bucket_location = r.str("bucketLocation") or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     parsed_so_far = len(r.problems)
@@ -275,9 +283,24 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
-        verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
+        verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
         warnings=tuple(warnings),
     )
+
+
+def _budget(r: _Reader) -> BudgetConfig | None:
+    """The optional budget alert: both keys or neither."""
+    account = r.str("billingAccount")
+    amount = r.int("budgetMonthly", minimum=0)
+    if account:
+        r.check("billingAccount", account, naming.billing_account_id(account))
+        if amount < 1:
+            r.bad("budgetMonthly", amount, "must be a positive amount (in the billing account's currency) "
+                  "when billingAccount is set")
+    elif amount > 0:
+        r.bad("billingAccount", "<unset>", "must be set when budgetMonthly is set (the budget lives on the "
+              "billing account): run `pulumi config set billingAccount 012345-567890-ABCDEF`")
+    return BudgetConfig(account, amount) if account and amount > 0 else None
 
 
 def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:

@@ -56,6 +56,11 @@ KEYS: tuple[Key, ...] = (
     Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
     Key("bucketDeleteOnDestroy", "boolean", False,
         "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
+    Key("billingAccount", "string", "",
+        "Cloud Billing account id (012345-567890-ABCDEF) for the optional budget alert; set with budgetMonthly."),
+    Key("budgetMonthly", "integer", 0,
+        "Monthly budget for this project in the billing account's currency; alerts at 50/90/100% "
+        "(needs billingAccount)."),
     Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
         secret=True),

@@ -46,7 +46,7 @@ BUCKET, MEMBER = "gcp:storage/bucket:Bucket", "gcp:storage/bucketIAMMember:Bucke
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 ALL_MODES = [(acc, autopilot) for acc in ("b200", "h200") for autopilot in (True, False)]
 MODE_IDS = [f"{acc}-{'autopilot' if ap else 'standard'}" for acc, ap in ALL_MODES]
-# PYTHONPATH and HF_HOME spelled out here on purpose: stacks/paths.py must put them there.
+# PYTHONPATH and HF_HOME spelled out here on purpose: catalog/paths.py must put them there.
 BASE_ENV = {"PYTHONPATH": f"{MOUNT}/verl/{VERL}", "HF_HOME": f"{MOUNT}/huggingface_cache"}
 
 

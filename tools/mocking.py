@@ -136,11 +136,49 @@ class RecordingMonitor(pmocks.MockMonitor):
         return response
 
 
-class ProgramMocks(pmocks.Mocks):
-    """Plausible computed outputs per resource type, so every apply in the program runs."""
+GET_QUOTA_INFO = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
+# A project that was granted GPU quota, in Cloud Quotas' QuotaInfo shape (pulumi-gcp
+# GetSQuotaInfoResult wire names): quota_id -> [(dimensions, value or None = omitted, locations)].
+# Omitted `details` is how the API reports 0 (proto3 JSON drops a zero int64; live dumps show
+# `"details": {}` for families without a grant); the catch-all info carries no dimension key.
+_REGIONS = ["us-central1", "us-east4", "europe-west1", "europe-west4"]
+MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
+    "GPUS-PER-GPU-FAMILY-per-project-region": [
+        ({"gpu_family": "NVIDIA_B200"}, 16, _REGIONS), ({"gpu_family": "NVIDIA_H200"}, 16, _REGIONS),
+        ({}, None, _REGIONS)],
+    "PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region": [({}, 64, _REGIONS)],
+    "PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region": [({}, 64, _REGIONS)],
+    "NVIDIA-L4-GPUS-per-project-region": [({}, 16, _REGIONS)],
+    "PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region": [({}, 16, _REGIONS)],
+    "GPUS-ALL-REGIONS-per-project": [({}, 32, ["global"])],
+    "CPUS-PER-VM-FAMILY-per-project-region": [({"vm_family": "C2"}, 200, _REGIONS), ({}, 24, _REGIONS)],
+    "CPUS-ALL-REGIONS-per-project": [({}, 500, ["global"])],
+}
 
-    def __init__(self, project: str):
+
+def quota_info(project: str, quota_id: str, infos: list[tuple[dict, int | None, list[str]]]) -> dict:
+    dims = sorted({k for d, _, _ in infos for k in d} | ({"region"} if "region" in quota_id else set()))
+    return {
+        "name": f"projects/{project}/locations/global/services/compute.googleapis.com/quotaInfos/{quota_id}",
+        "quotaId": quota_id, "service": "compute.googleapis.com", "containerType": "PROJECT",
+        "metric": "compute.googleapis.com/" + quota_id.split("-per-")[0].lower().replace("-", "_"),
+        "dimensions": dims, "isPrecise": True, "isFixed": False, "isConcurrent": False, "metricUnit": "1",
+        "dimensionsInfos": [{"dimensions": d, "details": [] if v is None else [{"value": str(v)}],
+                             "applicableLocations": locs} for d, v, locs in infos],
+    }
+
+
+class ProgramMocks(pmocks.Mocks):
+    """Plausible computed outputs per resource type, so every apply in the program runs.
+
+    `quotas` overrides quota values: quota_id -> an int (that value everywhere, every dimension;
+    0 is sent as an omitted value, as the API does) or a str (the read fails with that reason,
+    e.g. a permission error).
+    """
+
+    def __init__(self, project: str, quotas: dict[str, int | str] | None = None):
         self.project = project
+        self.quotas = dict(quotas or {})
 
     def new_resource(self, args: pmocks.MockResourceArgs) -> tuple[str, dict]:
         inputs = dict(args.inputs)
@@ -178,11 +216,23 @@ class ProgramMocks(pmocks.Mocks):
             return {"projectId": pid, "number": MOCK_PROJECT_NUMBER, "name": pid}, []
         if args.token == "gcp:organizations/getClientConfig:getClientConfig":
             return {"project": self.project, "accessToken": "mock-token"}, []
+        if args.token == GET_QUOTA_INFO:
+            quota_id = args.args.get("quotaId", "")
+            override = self.quotas.get(quota_id)
+            if isinstance(override, str):
+                return {}, [("parent", override)]
+            if override is not None:
+                infos = [({}, override or None, ["global"] if "ALL-REGIONS" in quota_id else _REGIONS)]
+            elif quota_id in MOCK_QUOTAS:
+                infos = MOCK_QUOTAS[quota_id]
+            else:
+                return {}, [("quotaId", f"quota {quota_id} not found for service compute.googleapis.com")]
+            return quota_info(self.project, quota_id, infos), []
         return dict(args.args), []
 
 
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
-        project: str = "verl-gke", result: Run | None = None) -> Run:
+        project: str = "verl-gke", result: Run | None = None, quotas: dict[str, int | str] | None = None) -> Run:
     """Run `program` once under fresh mocks with `config`; return what it registered and exported.
 
     Pass `result` to see what was registered even when the program raises.
@@ -191,7 +241,7 @@ def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_
     gcp_project = config.get("gcp:project", "mock-project")
     set_all_config(dict(config), list(secret_keys or []))
     psettings.ROOT.set(None)
-    mocks = ProgramMocks(gcp_project)
+    mocks = ProgramMocks(gcp_project, quotas)
     monitor = RecordingMonitor(mocks, result)
     pmocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     psettings.SETTINGS.rpc_manager.clear()

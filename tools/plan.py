@@ -6,8 +6,9 @@ Runs the real program under Pulumi mocks and writes DIR/plan.json (every registr
 its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
 run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
 "warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
-their dependencies). Bad config (a run that would not fit in GPU memory included): exit 2,
-nothing written.
+their dependencies), then prints the stack's hourly price by resource class and the estimated
+cost of the configured run (from the sizing). Bad config (a run that would not fit in GPU memory
+included): exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -213,6 +214,33 @@ def tree(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_sizing_function():
+    """The recipe's sizing (stacks.sizing.run_sizing: GPU-hours, bucket GB) once it exists, else None."""
+    try:
+        from stacks.sizing import run_sizing
+    except ImportError:
+        return None
+    return run_sizing
+
+
+def price_report(stack: str, raw: dict[str, str]) -> str:
+    """The hourly price table and, when the sizing is importable, the run estimate."""
+    from stacks import cost
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    table = cost.hourly(cfg)
+    lines = [cost.render_hourly(table)]
+    sizing = run_sizing_function()
+    if sizing is None:
+        lines.append("estimated run cost: not available (needs stacks.sizing for the run's GPU-hours and "
+                     "bucket usage)")
+    else:
+        s = sizing(cfg)
+        estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
+        lines.append(cost.render_run(estimate, s.gpu_hours, s.bucket_gb))
+    return "\n".join(lines)
+
+
 def write(plan: dict[str, Any], out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)
@@ -245,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print(tree(plan))
         print(report(plan))
+    print(price_report(args.stack, raw))
     for warning in plan.get("warnings") or []:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
