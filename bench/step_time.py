@@ -11,18 +11,26 @@ model in stacks/sizing.py: ESTIMATES, not measurements.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
+import yaml
+
 from catalog.models import model_spec
 from stacks import config, sizing
-from tools.plan import read_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recipe's defaults before issue #13 (stacks/keys.py at commit 21f2aac) for the keys it changed.
 OLD_DEFAULTS = {"grpoPpoMiniBatchSize": "256", "grpoTensorParallelSize": "8", "grpoValBeforeTrain": "false",
                 "grpoUseRemovePadding": "false", "grpoUseDynamicBsz": "false", "grpoRefParamOffload": "false"}
 PHASES = ("generation", "weight_sync", "old_log_prob", "reference", "update", "overhead")
+
+
+def read_stack_file(path: Path) -> dict[str, str]:
+    """The stack file's config as the Pulumi CLI hands it over (strings); no secret is needed here."""
+    values = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if not isinstance(v, dict)}
 
 
 def old_settings(raw: dict[str, str], stack: str) -> config.StackConfig:
@@ -41,7 +49,7 @@ def main() -> int:
     rows = []
     for path in sorted(ROOT.glob("Pulumi.*.yaml")):
         stack = path.stem.split(".", 1)[1]
-        raw, _ = read_stack_file(path)
+        raw = read_stack_file(path)
         new = config.load(raw, stack, allow_placeholder_project=True)
         old = old_settings(raw, stack)
         spec = model_spec(new.model)

@@ -22,7 +22,7 @@ from typing import Any
 from catalog.accelerators import Accelerator, nccl_env
 from catalog.models import model_spec, tp_choices
 from catalog.paths import BucketPaths
-from stacks import keys, memory, tuning
+from stacks import keys, memory
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console"
 # Rows in gsm8k train.parquet (REFERENCE.md). The loader drops the last partial batch, so a bigger
 # batch leaves it empty and RayPPOTrainer asserts "Train dataloader is empty!".
 GSM8K_TRAIN_ROWS = 7473
+# GSM8K mean lengths (issue #13: prompts ~100 tokens, responses ~270 of the 1024 padded). Used where a
+# micro-batch is counted in sequences (use_dynamic_bsz off) and by the step-time estimate (stacks.sizing).
+MEAN_PROMPT_TOKENS = 100
+MEAN_RESPONSE_TOKENS = 270
 # verl rollout defaults (trainer/config/rollout/rollout.yaml) that the length check depends on.
 ROLLOUT_MAX_NUM_BATCHED_TOKENS = 8192
 
@@ -257,11 +261,37 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
     return problems
 
 
+def sequence_tokens(g: GrpoSettings) -> int:
+    return g.max_prompt_length + g.max_response_length
+
+
+def tokens_per_sequence(g: GrpoSettings) -> int:
+    """Tokens a sequence occupies in a training pass: padded, or the dataset mean once unpadded."""
+    if g.use_remove_padding:
+        return min(MEAN_PROMPT_TOKENS, g.max_prompt_length) + min(MEAN_RESPONSE_TOKENS, g.max_response_length)
+    return sequence_tokens(g)
+
+
+def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.MemoryInputs:
+    """The memory model's view of the settings (every auto value already derived by stacks.tuning)."""
+    per_seq = tokens_per_sequence(g)
+    if g.use_dynamic_bsz:
+        train, logprob = g.ppo_max_token_len_per_gpu, g.log_prob_max_token_len_per_gpu
+    else:
+        train = g.ppo_micro_batch_size_per_gpu * per_seq
+        logprob = max(g.log_prob_micro_batch_size_per_gpu, g.ref_log_prob_micro_batch_size_per_gpu) * per_seq
+    return memory.MemoryInputs(
+        world=world, gpu_gib=acc.gpu_memory_gib, tp=g.tensor_parallel_size,
+        gpu_memory_utilization=g.gpu_memory_utilization, train_tokens=train, logprob_tokens=logprob,
+        ref_on_gpu=g.kl_loss_coef > 0 and not g.ref_param_offload,
+        rollout_sequences=g.train_batch_size * g.rollout_n, max_model_len=sequence_tokens(g))
+
+
 def memory_breakdown(g: GrpoSettings, spec, acc: Accelerator, world: int,
                      extras: dict[str, str] | None = None) -> memory.MemoryBreakdown:
     """The memory model for these settings (extra overrides may change vLLM's batch limits)."""
     extras = extras if extras is not None else _parse_extras(g.extra_overrides)[0]
-    m = tuning.memory_inputs(g, acc, world)
+    m = memory_inputs(g, acc, world)
     m = dataclasses.replace(
         m, max_num_batched_tokens=_extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, []),
         max_num_seqs=_extra_int(extras, _MAX_SEQS, ROLLOUT_MAX_NUM_SEQS, []))

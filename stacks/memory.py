@@ -51,7 +51,7 @@ PCIE_NOTE = "reference offloaded: its fp32 shard lives in host RAM and streams i
 
 @dataclass(frozen=True)
 class MemoryInputs:
-    """What the memory depends on; the recipe fills it from the stack (stacks.tuning.memory_inputs)."""
+    """What the memory depends on; the recipe fills it from the stack (stacks.grpo.memory_inputs)."""
 
     world: int  # GPUs in the run (FSDP shards over all of them)
     gpu_gib: float  # PyTorch-visible capacity of one GPU

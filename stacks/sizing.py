@@ -22,7 +22,7 @@ The step time is a simple model, labelled an estimate everywhere it is shown. Pe
                or NVLink within one; an offloaded reference streams its fp32 shard over PCIe each pass.
   overhead     reward scoring, Ray dispatch and data movement: a fixed estimate.
 
-Sequence lengths are GSM8K's means (stacks.tuning). Attention FLOPs are left out (short sequences).
+Sequence lengths are GSM8K's means (stacks.grpo). Attention FLOPs are left out (short sequences).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 
 from catalog.accelerators import Accelerator
 from catalog.models import ModelSpec, model_spec
-from stacks import memory, tuning
+from stacks import memory
+from stacks.grpo import GSM8K_TRAIN_ROWS, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_TOKENS, GrpoSettings
 
 if TYPE_CHECKING:
     from stacks.config import StackConfig
-    from stacks.grpo import GrpoSettings
 
 GB = 1e9
 MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
@@ -124,8 +124,8 @@ def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -
     p = spec.params
     samples = g.train_batch_size * g.rollout_n
     per_gpu = samples / world
-    prompt = min(tuning.MEAN_PROMPT_TOKENS, g.max_prompt_length)
-    response = min(tuning.MEAN_RESPONSE_TOKENS, g.max_response_length)
+    prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
+    response = min(MEAN_RESPONSE_TOKENS, g.max_response_length)
     seq = prompt + response if g.use_remove_padding else g.max_prompt_length + g.max_response_length
     tokens = per_gpu * seq  # tokens each GPU computes per pass
     updates = max(1, g.train_batch_size // g.ppo_mini_batch_size)
@@ -165,8 +165,8 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
     ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params / GB
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
     st = step_time(g, spec, acc, nnodes)
-    prompt = min(tuning.MEAN_PROMPT_TOKENS, g.max_prompt_length)
-    response = min(tuning.MEAN_RESPONSE_TOKENS, g.max_response_length)
+    prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
+    response = min(MEAN_RESPONSE_TOKENS, g.max_response_length)
     val_s = generation_seconds(spec, acc, world, g.tensor_parallel_size, GSM8K_VAL_ROWS, prompt, response,
                                g.max_response_length) + STEP_OVERHEAD_S
     validations = (1 if g.val_before_train else 0)
@@ -190,8 +190,6 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
 
 def run_sizing(cfg: StackConfig) -> RunSizing:
     """The stack's run sizing (its model must be in catalog/models.py)."""
-    from stacks.grpo import GSM8K_TRAIN_ROWS
-
     spec = model_spec(cfg.model)
     if spec is None:
         raise ValueError(f"{cfg.model} is not in catalog/models.py: no size figures")

@@ -22,55 +22,20 @@ verl v0.6.1 document or example it comes from (/work/notes/verl_reference.md has
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from catalog.accelerators import Accelerator
 from catalog.models import ModelSpec, model_spec, tp_choices
 from stacks import memory
-
-if TYPE_CHECKING:
-    from stacks.grpo import GrpoSettings
+from stacks.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
 
 AUTO = 0  # integer keys: 0 = derive
 TRAIN_TOKEN_CAP = 32768  # issue #13 / perf_tuning.rst: 16-32K tokens per GPU for the update
 MIN_SEQUENCES_PER_MICRO_BATCH = 2  # perf_tuning.rst: "at least 2 x (max_prompt_length + max_response_length)"
 REF_OFFLOAD_ABOVE_PARAMS = 8_000_000_000  # "above 7B" (issue #13 table; Qwen2.5-7B has 7.6 B)
-# GSM8K averages (issue #13: prompts ~100 tokens, responses ~270 of the 1024 padded). Used where a
-# micro-batch is counted in sequences (use_dynamic_bsz off) and by the step-time estimate.
-MEAN_PROMPT_TOKENS = 100
-MEAN_RESPONSE_TOKENS = 270
-
-
-def sequence_tokens(g: GrpoSettings) -> int:
-    return g.max_prompt_length + g.max_response_length
-
-
-def tokens_per_sequence(g: GrpoSettings) -> int:
-    """Tokens a sequence occupies in a training pass: padded, or the dataset mean once unpadded."""
-    if g.use_remove_padding:
-        return min(MEAN_PROMPT_TOKENS, g.max_prompt_length) + min(MEAN_RESPONSE_TOKENS, g.max_response_length)
-    return sequence_tokens(g)
-
-
-def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.MemoryInputs:
-    """The memory model's view of the resolved settings (every auto value already derived)."""
-    per_seq = tokens_per_sequence(g)
-    if g.use_dynamic_bsz:
-        train, logprob = g.ppo_max_token_len_per_gpu, g.log_prob_max_token_len_per_gpu
-    else:
-        train = g.ppo_micro_batch_size_per_gpu * per_seq
-        logprob = max(g.log_prob_micro_batch_size_per_gpu, g.ref_log_prob_micro_batch_size_per_gpu) * per_seq
-    return memory.MemoryInputs(
-        world=world, gpu_gib=acc.gpu_memory_gib, tp=g.tensor_parallel_size,
-        gpu_memory_utilization=g.gpu_memory_utilization, train_tokens=train, logprob_tokens=logprob,
-        ref_on_gpu=g.kl_loss_coef > 0 and not g.ref_param_offload,
-        rollout_sequences=g.train_batch_size * g.rollout_n, max_model_len=sequence_tokens(g))
 
 
 def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, list[str]]:
     """Fill the auto settings; problems name the key to set by hand when nothing can be derived."""
-    from stacks.grpo import field_key
-
     problems: list[str] = []
     world = nnodes * acc.gpus_per_node
     spec = model_spec(model)

@@ -80,7 +80,7 @@ def test_the_model_refuses_what_ran_out_of_memory_on_one_h200():
 # 28 layers, 3584 hidden, 18944 intermediate, 28/4 heads, vocab 152064).
 # ---------------------------------------------------------------------------------------------
 GPU_80GB, NPU_64GB = 79.14, 64e9 / GiB
-GSM8K_SEQ = tuning.MEAN_PROMPT_TOKENS + tuning.MEAN_RESPONSE_TOKENS  # unpadded sequence (remove padding on)
+GSM8K_SEQ = grpo.MEAN_PROMPT_TOKENS + grpo.MEAN_RESPONSE_TOKENS  # unpadded sequence (remove padding on)
 
 
 def inputs(world, gpu, tp, util, train, logprob, sequences, model_len, ref_on_gpu=False):
