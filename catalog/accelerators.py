@@ -61,6 +61,12 @@ class Accelerator:
     vcpus: int
     memory_gb: int  # machine spec, decimal GB
     local_ssds: int  # local NVMe SSDs backing pods' ephemeral storage (checkpoints, /tmp, caches)
+    # Per GPU, for the memory model (stacks.memory) and the step-time estimate (stacks.sizing).
+    gpu_memory_gib: float  # what CUDA lets PyTorch allocate (torch.cuda total capacity)
+    bf16_tflops: float  # dense bf16 tensor-core peak
+    hbm_tbps: float  # HBM bandwidth, TB/s
+    nvlink_gbps: float  # NVLink bandwidth per GPU (all links, one direction), GB/s
+    network_gbps: float  # RDMA bandwidth per GPU between nodes, GB/s, as achieved (not line rate)
     # GKE's gpu_driver_installation_config.gpu_driver_version for the Standard pool (DEFAULT or LATEST);
     # on Autopilot the same choice is the node selector cloud.google.com/gke-gpu-driver-version.
     gpu_driver: str = "DEFAULT"
@@ -141,6 +147,13 @@ ACCELERATORS: dict[str, Accelerator] = {
         vcpus=224,
         memory_gb=3968,
         local_ssds=32,
+        # GCP A4: 8 x B200, 1,440 GB HBM3e (180 GB per GPU); read as decimal GB, a lower bound.
+        gpu_memory_gib=180e9 / GiB,
+        # NVIDIA HGX B200 datasheet: 2.25 PFLOPS dense BF16 (4.5 sparse), 8 TB/s HBM3e, NVLink 5 1.8 TB/s
+        # (both directions: 900 GB/s each way).
+        bf16_tflops=2250.0, hbm_tbps=8.0, nvlink_gbps=900.0,
+        # 8 x 400 Gb/s RoCE NICs = one 50 GB/s NIC per GPU; ~45 GB/s achieved (issue #13's figure).
+        network_gbps=45.0,
         # DEFAULT: B200 runs only on R570+ drivers, so GKE's default for A4 already is an R570 driver.
     ),
     "h200": Accelerator(
@@ -155,6 +168,12 @@ ACCELERATORS: dict[str, Accelerator] = {
         vcpus=224,
         memory_gb=2952,
         local_ssds=32,
+        # Measured on an H200 in this project: torch "total capacity of 139.80 GiB" (bench/memory_calibration.json).
+        gpu_memory_gib=139.8,
+        # NVIDIA H200 SXM datasheet: 1,979 TFLOPS BF16 with sparsity (989 dense), 4.8 TB/s, NVLink 900 GB/s
+        # (both directions: 450 GB/s each way).
+        bf16_tflops=989.0, hbm_tbps=4.8, nvlink_gbps=450.0,
+        network_gbps=45.0,  # A3 Ultra: 8 x 400 Gb/s RoCE NICs, one per GPU, as for A4
         # DEFAULT installs R550 on A3 Ultra; the image is built for CUDA 12.8, whose minimum Linux driver
         # is 570.26 (NVIDIA CUDA 12.8 release notes, table 3) and whose PTX JIT needs that driver.
         # LATEST is the R570 production branch (COS gpu_driver_versions policy, board-overlays

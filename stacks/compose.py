@@ -43,6 +43,8 @@ def program(allow_placeholder_project: bool = False) -> None:
     except config.ConfigError as err:
         # RunError prints the message alone: every problem, each naming its config key.
         raise pulumi.RunError(str(err)) from None
+    for warning in cfg.warnings:  # runs, but slower than it should (e.g. a KV cache too small for a batch)
+        pulumi.log.warn(warning)
     for key, value in build(cfg, hf_token=pulumi.Config().get_secret("hfToken")).items():
         pulumi.export(key, value)
 

@@ -21,7 +21,9 @@ from catalog.capacity import CAPACITIES, Capacity
 from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
+from stacks import tuning
 from stacks.grpo import GrpoSettings, preflight
+from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
 
 __all__ = ["KEYS", "KEYS_BY_NAME", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
@@ -106,9 +108,10 @@ class StackConfig:
     verl_version: str
     image: str
     ray_version: str
-    grpo: GrpoSettings
+    grpo: GrpoSettings  # every auto setting derived (stacks.tuning)
     job: JobSettings
     budget: BudgetConfig | None = None  # billingAccount + budgetMonthly, both or neither
+    warnings: tuple[str, ...] = ()  # runs, but slower than it should (printed by the plan and `pulumi up`)
 
     @property
     def total_gpus(self) -> int:
@@ -264,8 +267,15 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
+    warnings: list[str] = []
     if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
-        r.problems += preflight(grpo, nnodes=gpu_nodes, gpus_per_node=acc.gpus_per_node, model=model)
+        grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes)
+        r.problems += derive_problems
+        if not derive_problems:
+            shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
+            found = preflight(grpo, accelerator=acc, **shape)
+            r.problems += found
+            warnings = [] if found else grpo_warnings(grpo, accelerator=acc, **shape)
     job = JobSettings(
         submit=r.bool("submitJob"),
         ready_timeout_s=r.int("jobReadyTimeoutMinutes", minimum=1) * 60,
@@ -281,6 +291,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
+        warnings=tuple(warnings),
     )
 
 
@@ -408,11 +419,11 @@ def _grpo(r: _Reader) -> GrpoSettings:
         max_prompt_length=r.int("grpoMaxPromptLength", minimum=1),
         max_response_length=r.int("grpoMaxResponseLength", minimum=1),
         learning_rate=r.float("grpoLearningRate", 0.0, 1.0, low_open=True),
-        ppo_mini_batch_size=r.int("grpoPpoMiniBatchSize", minimum=1),
+        ppo_mini_batch_size=r.int("grpoPpoMiniBatchSize", minimum=0),
         ppo_micro_batch_size_per_gpu=r.int("grpoPpoMicroBatchSizePerGpu", minimum=1),
         log_prob_micro_batch_size_per_gpu=r.int("grpoLogProbMicroBatchSizePerGpu", minimum=1),
         ref_log_prob_micro_batch_size_per_gpu=r.int("grpoRefLogProbMicroBatchSizePerGpu", minimum=1),
-        tensor_parallel_size=r.int("grpoTensorParallelSize", minimum=1),
+        tensor_parallel_size=r.int("grpoTensorParallelSize", minimum=0),
         gpu_memory_utilization=r.float("grpoGpuMemoryUtilization", 0.0, 1.0, low_open=True),
         rollout_engine=r.choice("grpoRolloutEngine", ("vllm", "sglang")),
         actor_strategy=r.choice("grpoActorStrategy", ("fsdp", "fsdp2")),
@@ -425,6 +436,13 @@ def _grpo(r: _Reader) -> GrpoSettings:
         val_before_train=r.bool("grpoValBeforeTrain"),
         logger=r.list("grpoLogger"),
         extra_overrides=r.list("grpoExtraOverrides"),
+        use_remove_padding=r.bool("grpoUseRemovePadding"),
+        use_dynamic_bsz=r.bool("grpoUseDynamicBsz"),
+        ppo_max_token_len_per_gpu=r.int("grpoPpoMaxTokenLenPerGpu", minimum=0),
+        log_prob_max_token_len_per_gpu=r.int("grpoLogProbMaxTokenLenPerGpu", minimum=0),
+        ref_param_offload={"auto": None, "true": True, "false": False}.get(
+            r.choice("grpoRefParamOffload", ("auto", "true", "false")).lower()),
+        max_checkpoints_to_keep=r.int("grpoMaxCheckpointsToKeep", minimum=1),
     )
 
 

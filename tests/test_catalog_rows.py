@@ -42,7 +42,8 @@ def test_a_new_accelerator_row_composes_a_full_stack(x100, mode):
 
 
 def test_a_new_model_row_is_what_the_recipe_checks(monkeypatch):
-    monkeypatch.setitem(models.MODELS, "Qwen/Qwen2.5-Tiny", models.ModelSpec("qwen2.5", "tiny", 6, 3))
+    tiny = models.ModelSpec("qwen2.5", "tiny", 6, 3, layers=2, hidden=96, intermediate=256, vocab=1000, tied=True)
+    monkeypatch.setitem(models.MODELS, "Qwen/Qwen2.5-Tiny", tiny)
     base = {"gcp:project": "rows-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b",
             "verl-gke:model": "Qwen/Qwen2.5-Tiny"}
     with pytest.raises(config.ConfigError, match="vLLM cannot shard Qwen/Qwen2.5-Tiny .6 attention / 3 KV"):

@@ -3,10 +3,12 @@
     python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR] [--preview]
 
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
-its inputs, secrets replaced by "[secret]"), DIR/manifests/*.yaml (the Kubernetes objects)
-and DIR/graph.mmd (components and their dependencies), then prints the stack's hourly price
-by resource class and, when the recipe's sizing is available, the estimated cost of the
-configured run. Bad config: exit 2, nothing written.
+its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
+run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
+"warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
+their dependencies), then prints the stack's hourly price by resource class and the estimated
+cost of the configured run (from the sizing). Bad config (a run that would not fit in GPU memory
+included): exit 2, nothing written.
 The mocks answer the GKE version lookup with sample channel data (tools.engine_versions); with
 --preview the plan is `pulumi preview` on an empty project, where that lookup waits for the APIs
 this run enables, so the version shows as resolved at deploy time.
@@ -61,7 +63,7 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
     from tools import mocking
 
     # The gate first: bad config exits 2 before the program (and the mocks) ever start.
-    stack_config.load(raw, stack, allow_placeholder_project=True)
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
     run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
                       project=stack_config.PROJECT, preview=preview)
     resources = []
@@ -74,9 +76,64 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
             "ignoreChanges": r.ignore_changes, "inputs": r.inputs,
         })
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
-    plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs}
+    plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs,
+            **run_figures(cfg)}
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
     return scrub(plan, [raw[k] for k in secret_keys if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+
+
+def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
+    """The GRPO run's memory breakdown (stacks.memory) and sizing (stacks.sizing); empty for an
+    uncatalogued model."""
+    from catalog.models import model_spec
+    from stacks import grpo, sizing
+
+    spec = model_spec(cfg.model)
+    if spec is None:
+        return {"memory": None, "sizing": None, "warnings": list(cfg.warnings)}
+    g = cfg.grpo
+    mem = grpo.memory_breakdown(g, spec, cfg.accelerator, cfg.total_gpus).as_dict()
+    mem["settings"] = {"tensor_parallel_size": g.tensor_parallel_size, "ppo_max_token_len_per_gpu":
+                       g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
+                       "use_dynamic_bsz": g.use_dynamic_bsz, "ref_param_offload": g.ref_param_offload,
+                       "gpu_memory_utilization": g.gpu_memory_utilization}
+    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "warnings": list(cfg.warnings)}
+
+
+def report(plan: dict[str, Any]) -> str:
+    """The memory breakdown and the sizing, as printed under the tree."""
+    m, z = plan.get("memory"), plan.get("sizing")
+    if not m or not z:
+        return "memory / sizing: the model is not in catalog/models.py"
+    st = m["settings"]
+    ext = "  [extrapolated beyond the 7B calibration]" if m["extrapolated"] else ""
+    lines = [
+        f"GPU memory per GPU (GiB of {m['gpu_gib']}; {m['torch_budget']} for PyTorch){ext}",
+        f"  shards      weights {m['actor_weights']}  grads {m['actor_grads']}  Adam {m['adam_state']}  "
+        f"optimizer step {m['optimizer_step']}  reference {m['ref_weights']}"
+        f"{' (offloaded)' if st['ref_param_offload'] else ''}  FSDP buffers {m['fsdp_gather']}",
+        f"  update      {m['update_peak']} peak at {st['ppo_max_token_len_per_gpu']} tokens: activations "
+        f"{m['train_activations']} + logits {m['train_logits']}  {'fits' if m['update_fits'] else 'DOES NOT FIT'}",
+        f"  log-prob    {m['logprob_peak']} peak at {st['log_prob_max_token_len_per_gpu']} tokens: logits "
+        f"{m['logprob_logits']} + MLP {m['logprob_mlp']}  {'fits' if m['logprob_fits'] else 'DOES NOT FIT'}",
+        f"  rollout     resident {m['rollout_resident']} + vLLM pool {m['vllm_pool']} "
+        f"(gpu_memory_utilization {st['gpu_memory_utilization']}, TP {st['tensor_parallel_size']}): weights "
+        f"{m['vllm_weights']} + activations {m['vllm_activations']} + KV cache {m['kv_cache']}  "
+        f"{'fits' if m['rollout_fits'] else 'DOES NOT FIT'}",
+        f"  KV cache    {m['kv_tokens']:,} tokens per replica ({m['kv_bytes_per_token']:,} B/token/GPU) for "
+        f"{m['kv_tokens_needed']:,} needed  {'holds the batch' if m['kv_holds_batch'] else 'TOO SMALL: preemption'}",
+        "Run sizing",
+        f"  steps       {z['steps_per_epoch']} per epoch x {z['total_epochs']} = {z['total_steps']} "
+        f"({z['updates_per_step']} updates each); {z['rollout_sequences_per_step']} sequences, "
+        f"~{z['rollout_tokens_per_step']:,} tokens per step (max {z['rollout_tokens_per_step_max']:,})",
+        f"  checkpoints {z['checkpoint_gb']} GB each, {z['checkpoints_saved']} saved, {z['checkpoints_kept']} kept; "
+        f"bucket {z['bucket_gb']} GB (model {z['model_gb']})",
+        f"  ESTIMATE    {z['est_step_seconds']} s per step {z['est_step_breakdown']}",
+        f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; run "
+        f"{z['est_run_hours']} h on {z['gpus']} GPUs = {z['gpu_hours']} GPU-hours",
+    ]
+    lines += [f"warning: {w}" for w in plan.get("warnings") or []]
+    return "\n".join(lines)
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
@@ -225,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     write(plan, out)
     if not args.quiet:
         print(tree(plan))
+        print(report(plan))
     print(price_report(args.stack, raw))
+    for warning in plan.get("warnings") or []:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
     return 0
 
