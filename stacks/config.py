@@ -93,6 +93,7 @@ class StackConfig:
     bucket_delete_on_destroy: bool
     model: str
     has_hf_token: bool
+    has_wandb_key: bool
     verl_version: str
     image: str
     ray_version: str
@@ -251,6 +252,11 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     grpo = _grpo(r)
     if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
         r.problems += preflight(grpo, nnodes=gpu_nodes, gpus_per_node=acc.gpus_per_node, model=model)
+    has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
+    if "wandb" in grpo.logger and not has_wandb_key:
+        # Without a key wandb.init fails in the TaskRunner, after every GPU has loaded the model.
+        r.bad("wandbApiKey", "<unset>", "grpoLogger has wandb: run `pulumi config set --secret "
+              "wandbApiKey <key>` (https://wandb.ai/authorize), or drop wandb from grpoLogger")
     job = JobSettings(
         submit=r.bool("submitJob"),
         ready_timeout_s=r.int("jobReadyTimeoutMinutes", minimum=1) * 60,
@@ -265,6 +271,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
+        has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
     )
 

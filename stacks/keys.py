@@ -59,6 +59,8 @@ KEYS: tuple[Key, ...] = (
     Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
         secret=True),
+    Key("wandbApiKey", "string", None,
+        "Weights & Biases API key (set with --secret; needed when grpoLogger has wandb).", secret=True),
     Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket."),
     Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging."),
     Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
@@ -90,7 +92,8 @@ KEYS: tuple[Key, ...] = (
     Key("grpoSaveFreq", "integer", 10, "trainer.save_freq (steps between checkpoints)."),
     Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations)."),
     Key("grpoValBeforeTrain", "boolean", False, "trainer.val_before_train."),
-    Key("grpoLogger", "array", ["console"], "trainer.logger backends, e.g. [console, wandb]."),
+    Key("grpoLogger", "array", ["console", "tensorboard"],
+        "trainer.logger backends, e.g. [console, tensorboard, wandb] (wandb needs wandbApiKey)."),
     Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last."),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
