@@ -162,20 +162,28 @@ class Dashboard:
             ) from None
         return self._credentials.token
 
+    def headers(self) -> dict[str, str]:
+        """What a request needs besides the URL (a fresh bearer token through the API server proxy)."""
+        return {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
+
+    @property
+    def verify(self) -> str | bool:
+        """requests' `verify`: the cluster CA file through the proxy, the system store otherwise."""
+        return self._ca_file if self._gke else True
+
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S):
         """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token."""
         import requests
 
         url = self.url + path
-        headers = {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
         try:
             resp = self._session.request(
                 method,
                 url,
                 json=body,
-                headers=headers,
+                headers=self.headers(),
                 timeout=(CONNECT_TIMEOUT_S, timeout),
-                verify=self._ca_file if self._gke else True,
+                verify=self.verify,
                 allow_redirects=False,
             )
         except requests.exceptions.SSLError as err:
