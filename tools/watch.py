@@ -247,7 +247,7 @@ def render(snap: Snapshot, png: Path | None):
 
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")  # a long path or message wraps instead of being cut
     for label, text in summary_rows(snap):
         table.add_row(label, text)
     if png:
