@@ -299,7 +299,8 @@ def describe_pods(cluster: str, namespace: str, pods: list[dict[str, Any]], even
         mine = sorted((e for e in events if e.get("involvedObject", {}).get("name") == name), key=_event_time)
         for event in mine[-EVENTS_PER_POD:]:
             count = f" x{event['count']}" if (event.get("count") or 1) > 1 else ""
-            line += f"\n      {event.get('type', '')} {event.get('reason', '')}{count}: {event.get('message', '').strip()}"
+            what = f"{event.get('type', '')} {event.get('reason', '')}{count}"
+            line += f"\n      {what}: {event.get('message', '').strip()}"
         waiting.append(line)
     total = len(pods)
     if not waiting:
