@@ -78,7 +78,7 @@ def test_parse_log_reads_verl_console_lines():
     assert p.metrics[1]["actor/lr"] == 1e-06
     assert p.eta_s() == 6 * 30.0  # 6 steps left at 30 s each
     rows = dict(watch.summary_rows(watch.Snapshot("verl-grpo-x-r3", "RUNNING", "", 3, p)))
-    assert rows["step"] == "4 of 10" and rows["ETA"] == "3m 00s"
+    assert rows["step"] == "4 of 10 (40%)" and rows["ETA"] == "3m 00s"
     assert rows["attempt"] == "3 (2 recoveries)"
     assert rows["train score"].startswith("0.3000 at step 4")
     assert rows["val score"].startswith("0.2700 at step 3")

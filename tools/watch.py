@@ -193,12 +193,11 @@ class Snapshot:
 def snapshot(target: Target, job_id: str | None) -> Snapshot:
     """One look at the job: its newest attempt's status and the progress in its log."""
     with Dashboard(target.inputs) as dash, job_client(dash) as client:
-        listed = [j.submission_id for j in client.list_jobs() if j.submission_id]
+        jobs = sorted((j for j in client.list_jobs() if j.submission_id), key=lambda j: j.start_time or 0)
         if job_id:
             base, _ = attempt_of(job_id)
-            job_id = newest_attempt(listed, base) or job_id
+            job_id = newest_attempt([j.submission_id for j in jobs], base) or job_id
         else:  # a bare head: its most recently started job
-            jobs = sorted((j for j in client.list_jobs() if j.submission_id), key=lambda j: j.start_time or 0)
             if not jobs:
                 raise RayJobError(f"no submitted job on the Ray head at {base_url(target.inputs)}")
             job_id = jobs[-1].submission_id
@@ -225,7 +224,7 @@ def duration(seconds: float | None) -> str:
 def summary_rows(snap: Snapshot) -> list[tuple[str, str]]:
     """The facts shown, as (label, text): the table in the terminal and the test read the same rows."""
     p = snap.progress
-    total = str(p.total_steps) if p.total_steps else "?"
+    total = f"{p.total_steps} ({100 * p.step // p.total_steps}%)" if p.total_steps else "?"
     train, val_key = p.latest(TRAIN_SCORE), p.val_key()
     val = p.latest(val_key)
     rows = [
