@@ -92,6 +92,7 @@ KEYS: tuple[Key, ...] = (
     Key("grpoSaveFreq", "integer", 10, "trainer.save_freq (steps between checkpoints)."),
     Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations)."),
     Key("grpoValBeforeTrain", "boolean", False, "trainer.val_before_train."),
+    # tensorboard: verl 0.6.1 requires it (its package metadata), so the image has it; see TENSORBOARD_DIR.
     Key("grpoLogger", "array", ["console", "tensorboard"],
         "trainer.logger backends, e.g. [console, tensorboard, wandb] (wandb needs wandbApiKey)."),
     Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last."),

@@ -158,3 +158,17 @@ def test_plan_shows_what_only_the_provider_knows_as_unknown(b200):
         assert b200.outputs[key] == mocking.UNKNOWN, key
     snapshot = json.loads((ROOT / "tests" / "snapshots" / "b200.json").read_text())
     assert "PENDING" not in json.dumps(snapshot)
+
+
+def test_default_loggers_need_nothing_the_image_lacks():
+    """The image ships verl's dependencies (REFERENCE.md): verl itself requires tensorboard and wandb."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("verl") or []
+    except metadata.PackageNotFoundError:
+        pytest.skip("verl is not installed: pip install --no-deps -r requirements-verl-test.txt")
+    names = {re.split(r"[\s<>=!;\[]", r, maxsplit=1)[0].lower() for r in requires}
+    default = config.KEYS_BY_NAME["grpoLogger"].default
+    assert {"tensorboard", "wandb"} <= names
+    assert set(default) - {"console"} <= names
