@@ -16,6 +16,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # ConfigMap/Secret data keys (IsConfigMapKey)
+_ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # C identifier: a name every shell and Kubernetes accept
 # Namespaces GKE and Kubernetes reserve for themselves (kube-system, gke-managed-*, gmp-system).
 RESERVED_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
 # GCP: project ids (Resource Manager "Creating and managing projects"), regions, zones.
@@ -75,6 +76,12 @@ def secret_key(value: object) -> str | None:
     if isinstance(value, str) and _SECRET_KEY.match(value):
         return None
     return "must be a Secret data key: letters, digits, '-', '_' or '.'"
+
+
+def env_var(value: object) -> str | None:
+    if isinstance(value, str) and _ENV_VAR.match(value):
+        return None
+    return "must be an environment variable name: a letter or '_', then letters, digits or '_'"
 
 
 def project_id(value: object) -> str | None:

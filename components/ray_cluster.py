@@ -32,6 +32,7 @@ from catalog.ray import (
     HEAD_CPU,
     HEAD_EPHEMERAL_GIB,
     HEAD_MEMORY_GIB,
+    HEAD_READY_CONDITION,
     MAX_CLUSTER_NAME,
     WORKER_GROUP,
     head_service,
@@ -40,6 +41,20 @@ from catalog.ray import (
 WORKER_EPHEMERAL_GIB = 1000  # tutorial; on the GPU nodes' local SSDs: /tmp, Ray spill, GCS FUSE file cache
 SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
 BUCKET_VOLUME = "training-bucket"
+# pulumi-kubernetes awaits a custom resource only when told how (pulumi/pulumi-kubernetes@00658428
+# provider/pkg/metadata/overrides.go ReadyCondition; since v4.18.0): `condition=<Type>[=<Status>]`
+# like `kubectl wait --for=condition` (await/condition/custom.go). While waiting `pulumi up` shows
+# "Waiting for ..." and the object's Warning events; the wait ends after `pulumi.com/timeoutSeconds`.
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+DEFAULT_READY_TIMEOUT_S = 3600
+
+
+def await_annotations(ready_timeout_s: int) -> dict[str, str]:
+    """Make `pulumi up` wait for (and show) the head coming up: the head's readiness, which still holds
+    once the GPU workers are scaled to zero, so an update then does not wait for GPUs."""
+    return {WAIT_FOR_ANNOTATION: f"condition={HEAD_READY_CONDITION}",
+            TIMEOUT_ANNOTATION: str(int(ready_timeout_s))}
 
 
 # Autopilot placement by node selector: the zone with the Kubernetes well-known label (GKE "Deploy
@@ -120,6 +135,10 @@ class RayClusterArgs:
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
     zone: str | None = None  # Autopilot only: the RoCE VPC's zone, where the workers must land
     worker_ephemeral_storage_gib: int = WORKER_EPHEMERAL_GIB
+    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S  # how long `pulumi up` waits for the head
+    # Worker env from Secrets: variable -> (Secret name, key), e.g. WANDB_API_KEY for verl's tracker,
+    # which runs in the TaskRunner on a worker (verl trainer/main_ppo.py: never on the head).
+    worker_secret_env: Mapping[str, tuple[pulumi.Input[str], str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         problems: list[str] = []
@@ -163,6 +182,14 @@ class RayClusterArgs:
                                 f"must be under the bucket mount {MOUNT}")
         if not isinstance(self.worker_ephemeral_storage_gib, int) or self.worker_ephemeral_storage_gib < 1:
             bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
+        if isinstance(self.ready_timeout_s, bool) or not isinstance(self.ready_timeout_s, int) \
+                or self.ready_timeout_s < 1:
+            bad("ready_timeout_s", "must be an integer number of seconds >= 1")
+        for var, ref in self.worker_secret_env.items():
+            if problem := naming.env_var(var):
+                bad("worker_secret_env", problem, var)
+            if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[1], str)):
+                bad("worker_secret_env", "values must be (secret name, key)", ref)
         # The accelerator table promises the worker fits its node next to the sidecar: hold it to that.
         sidecar = WORKER_SIDECAR if self.autopilot else STANDARD_SIDECAR_REQUEST
         cpu, memory_gib = acc.worker_size(self.autopilot)
@@ -196,7 +223,8 @@ class RayCluster(pulumi.ComponentResource):
         }
         self.cluster = k8s.apiextensions.CustomResource(
             f"{name}-raycluster", api_version=API_VERSION, kind="RayCluster",
-            metadata={"name": args.name, "namespace": args.namespace},
+            metadata={"name": args.name, "namespace": args.namespace,
+                      "annotations": await_annotations(args.ready_timeout_s)},
             spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -285,10 +313,16 @@ class RayCluster(pulumi.ComponentResource):
             host_path = {"path": d.host_path} if args.autopilot else {"path": d.host_path, "type": "Directory"}
             volumes.append({"name": d.volume, "hostPath": host_path})
         cpu, memory_gib = acc.worker_size(args.autopilot)
+        env = _env({**common, **nccl})
+        clash = set(args.worker_secret_env) & {e["name"] for e in env}
+        if clash:
+            raise ValueError(f"RayClusterArgs.worker_secret_env: {sorted(clash)} already set")
+        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                for var, (secret, key) in args.worker_secret_env.items()]
         container = {
             "name": "ray-worker",
             "image": args.image,
-            "env": _env({**common, **nccl}),
+            "env": env,
             "resources": _resources({
                 "cpu": str(cpu),
                 "memory": f"{memory_gib}Gi",

@@ -14,7 +14,7 @@ import pulumi_gcp as gcp
 from catalog import gke
 from catalog.gcsfuse import WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
-from catalog.paths import BucketPaths, bucket_paths
+from catalog.paths import BucketPaths, bucket_paths, gs_url
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
 from components.budget import ProjectBudget, ProjectBudgetArgs
@@ -45,11 +45,14 @@ def program(allow_placeholder_project: bool = False) -> None:
         raise pulumi.RunError(str(err)) from None
     for warning in cfg.warnings:  # runs, but slower than it should (e.g. a KV cache too small for a batch)
         pulumi.log.warn(warning)
-    for key, value in build(cfg, hf_token=pulumi.Config().get_secret("hfToken")).items():
+    secrets = pulumi.Config()
+    outputs = build(cfg, hf_token=secrets.get_secret("hfToken"), wandb_api_key=secrets.get_secret("wandbApiKey"))
+    for key, value in outputs.items():
         pulumi.export(key, value)
 
 
-def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[str, Any]:
+def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
+          wandb_api_key: pulumi.Output[str] | None = None) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     acc, cl, net = cfg.accelerator, cfg.cluster, cfg.network
     paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
@@ -83,6 +86,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
             project_id=cfg.project, opts=pulumi.InvokeOutputOptions(depends_on=[apis])).number,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
+        wandb_api_key=wandb_api_key,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
 
     # CPU capacity and storage only: staging runs while the GPU pool is still scaling up. The node
@@ -102,6 +106,10 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
         paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
         zone=cfg.zone if cl.autopilot else None,
+        # One budget for "the cluster is up": pulumi-kubernetes waits this long for the head, the
+        # job resource as long again for the GPUs.
+        ready_timeout_s=cfg.job.ready_timeout_s,
+        worker_secret_env=_worker_secret_env(storage),
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
 
     if cfg.budget is not None:
@@ -133,9 +141,19 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         "rayCluster": ray.name,
         "hourlyPrice": cost.summary(price),
         "namespace": storage.namespace,
+        # Commands are plain commands (no `# ...`): they paste into a shell and run as `$(pulumi stack output X)`.
         "dashboardCommand": storage.namespace.apply(
             lambda ns: f"kubectl -n {ns} port-forward svc/{ray.head_service} {ray.dashboard_port}:"
-                       f"{ray.dashboard_port}   # then open http://localhost:{ray.dashboard_port}"),
+                       f"{ray.dashboard_port}"),
+        # TensorBoard reads gs:// through fsspec when gcsfs is installed (README "Watch, resume and stop").
+        "tensorboardCommand": storage.bucket_name.apply(
+            lambda b: f"tensorboard --logdir {gs_url(b, paths.tensorboard_dir)}"),
+        # What `python -m tools.watch` needs to reach the Ray dashboard as the job provider does: the
+        # API server's service proxy (no credential: the token is minted from the user's gcloud login).
+        "rayDashboardProxy": {"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
+                              "namespace": storage.namespace, "service": ray.head_service,
+                              "port": ray.dashboard_port},
+        "watchCommand": f"venv/bin/python -m tools.watch --stack {cfg.stack}",
     }
     if cfg.job.submit:
         outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
@@ -174,6 +192,13 @@ def _describe_version(version: pulumi.Output[preflight.GkeVersion], cfg: StackCo
     return version.apply(say, run_with_unknowns=True)
 
 
+def _worker_secret_env(storage: TrainingStorage) -> dict[str, tuple[pulumi.Output[str], str]]:
+    """W&B reads WANDB_API_KEY itself (wandb library; verl's tracking only calls wandb.init)."""
+    if storage.wandb_secret_name is None:
+        return {}
+    return {"WANDB_API_KEY": (storage.wandb_secret_name, storage.wandb_secret_key)}
+
+
 def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage: TrainingStorage,
               ray: RayCluster, prep: DataPrep) -> dict[str, Any]:
     acc = cfg.accelerator
@@ -190,8 +215,8 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
     ), opts=pulumi.ResourceOptions(depends_on=[ray, prep], aliases=[GRPO_JOB_ALIAS]))
-    logs = pulumi.Output.all(storage.namespace, job.job_id).apply(
-        lambda a: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {a[1]}"
-                  f"   # with the dashboard port-forward running (namespace {a[0]})")
+    # Needs dashboardCommand's port-forward running; the watch command needs none.
+    logs = job.job_id.apply(
+        lambda job_id: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {job_id}")
     return {"jobId": job.job_id, "jobStatus": job.status, "jobMessage": job.message,
             "jobDashboardUrl": job.dashboard_url, "jobLogsCommand": logs}

@@ -105,6 +105,7 @@ class StackConfig:
     bucket_delete_on_destroy: bool
     model: str
     has_hf_token: bool
+    has_wandb_key: bool
     verl_version: str
     image: str
     ray_version: str
@@ -276,6 +277,11 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             found = preflight(grpo, accelerator=acc, **shape)
             r.problems += found
             warnings = [] if found else grpo_warnings(grpo, accelerator=acc, **shape)
+    has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
+    if "wandb" in grpo.logger and not has_wandb_key:
+        # Without a key wandb.init fails in the TaskRunner, after every GPU has loaded the model.
+        r.bad("wandbApiKey", "<unset>", "grpoLogger has wandb: run `pulumi config set --secret "
+              "wandbApiKey <key>` (https://wandb.ai/authorize), or drop wandb from grpoLogger")
     job = JobSettings(
         submit=r.bool("submitJob"),
         ready_timeout_s=r.int("jobReadyTimeoutMinutes", minimum=1) * 60,
@@ -290,6 +296,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
+        has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
         warnings=tuple(warnings),
     )

@@ -453,6 +453,9 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
         "HF_HOME": paths.hf_home,
         "PYTHONPATH": paths.verl_src,
         "PYTHONUNBUFFERED": "1",
+        # verl's tensorboard logger writes here (verl/utils/tracking.py); unset it would write
+        # inside the pod's working directory and vanish with the pod.
+        "TENSORBOARD_DIR": paths.tensorboard_dir,
     }
     return {"env_vars": env}
 

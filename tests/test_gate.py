@@ -61,6 +61,7 @@ NOT_CONFIG_DERIVED = {
     "naming.repo_url": "the verl repository URL is a pin (catalog.versions.VERL_REPO)",
     "naming.positive_quantity": "the staging Job's requests are component defaults",
     "naming.quantity": "parses the component's own quantities",
+    "naming.env_var": "secret env var names are fixed by compose (WANDB_API_KEY)",
 }
 
 

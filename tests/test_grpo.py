@@ -201,7 +201,7 @@ def test_overrides_fix_the_tutorial(defaults):
     assert ov["trainer.resume_mode"] == "auto"
     # Shape and names from the stack; logger a Hydra list.
     assert (ov["trainer.nnodes"], ov["trainer.n_gpus_per_node"]) == ("2", "8")
-    assert ov["trainer.logger"] == "[console]"
+    assert ov["trainer.logger"] == "[console,tensorboard]"
     assert (ov["trainer.project_name"], ov["trainer.experiment_name"]) == ("verl-gke", "b200")
     assert ov["actor_rollout_ref.rollout.name"] == "vllm"
     assert ov["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"

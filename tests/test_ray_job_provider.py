@@ -484,3 +484,41 @@ def test_provider_pickled_before_the_split_still_refreshes_and_deletes(head, pro
     assert result["class"] == "components.ray_job_provider"  # the shim resolved to the moved class
     final = requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"]
     assert final == "STOPPED"
+
+
+# ----------------------------------------------------------------------------- why GPUs are missing
+
+PODS = json.loads((REPO / "tests" / "data" / "k8s_pods_pending_worker.json").read_text())
+EVENTS = json.loads((REPO / "tests" / "data" / "k8s_events_pending_worker.json").read_text())
+PENDING = "rc-gpu-group-worker-9lw5d"
+
+
+def test_describe_pods_names_the_pending_worker_and_its_newest_events():
+    text = ray_client.describe_pods("rc", "ray", PODS["items"], EVENTS["items"])
+    assert text.startswith("Kubernetes: 1 of 3 Pods of RayCluster rc in ray are not running and ready:")
+    assert f"{PENDING} (worker): Pending, unscheduled (Unschedulable: 0/4 nodes are available: " in text
+    lines = text.splitlines()
+    events = [ln.strip() for ln in lines[lines.index(next(ln for ln in lines if PENDING in ln)) + 1:]]
+    assert events == [
+        "Normal TriggeredScaleUp: " + EVENTS["items"][2]["message"],
+        "Warning FailedScaleUp x3: " + EVENTS["items"][3]["message"],  # quota
+        "Warning FailedScaleUp x12: " + EVENTS["items"][4]["message"],  # stockout, newest last
+    ]
+    assert "rc-head-7xk2p" not in text and "some-other-pod" not in text
+    ready = [p for p in PODS["items"] if p["metadata"]["name"] != PENDING]
+    assert "all 2 Pods" in ray_client.describe_pods("rc", "ray", ready, EVENTS["items"])
+
+
+def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+    objects = {"/api/v1/namespaces/ray/pods": PODS, "/api/v1/namespaces/ray/events": EVENTS}
+    with ServiceProxy(head.address, "tok", objects=objects) as proxy:
+        with pytest.raises(RayJobError) as late:
+            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=2))
+        text = str(late.value)
+        assert "of 1000 GPUs" in text and PENDING in text and "GCE out of resources" in text
+        assert "/api/v1/namespaces/ray/pods?labelSelector=ray.io/cluster%3Drc" in proxy.seen_paths
+    # a plain address has no API server behind it: the message is the count alone
+    with pytest.raises(RayJobError) as plain:
+        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=2))
+    assert "Kubernetes" not in str(plain.value)

@@ -233,8 +233,10 @@ class ProgramMocks(pmocks.Mocks):
             meta.setdefault("name", f"{args.name}-mock")
             state["metadata"] = meta
         elif t.startswith("pulumi-python:dynamic"):
-            state.update(job_id=inputs.get("submission_id"), status="PENDING", message="", attempt=1,
-                         dashboard_url=inputs.get("address") or "")
+            # What only the provider's create can know (which attempt, its status) is unknown in a
+            # plan, as in `pulumi preview`: shown as UNKNOWN, never as a made-up value.
+            state.update(job_id=UNKNOWN, status=UNKNOWN, message=UNKNOWN, attempt=UNKNOWN,
+                         dashboard_url=UNKNOWN)
         being_created = self.preview and t not in self.existing
         return ("" if being_created else f"{args.name}-id"), state
 
