@@ -162,3 +162,11 @@ def positive_quantity(value: object) -> str | None:
     if number is not None and number > 0:
         return None
     return "must be a positive Kubernetes quantity such as 2, 500m or 4Gi"
+
+
+def soft_delete_days(value: object) -> str | None:
+    """A bucket's soft-delete retention in days: 0 turns it off, else 7..90 (Cloud Storage
+    soft_delete_policy.retention_duration_seconds; terraform-provider-google storage_bucket docs)."""
+    if isinstance(value, int) and not isinstance(value, bool) and (value == 0 or 7 <= value <= 90):
+        return None
+    return "must be 0 (soft delete off) or 7..90 days"

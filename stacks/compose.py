@@ -11,8 +11,10 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from catalog.gcsfuse import WORKER_SIDECAR
+from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
+from catalog.gcsfuse import file_cache_gib, staging_disk_budget, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
+from catalog.models import largest_file_gib, weights_gib
 from catalog.paths import BucketPaths, bucket_paths
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
@@ -48,6 +50,9 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
     """Register every resource of the stack; return the stack outputs."""
     acc, cl, net = cfg.accelerator, cfg.cluster, cfg.network
     paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    # Disk: the staging budget from the largest weight file; the readers' caches from the weights.
+    budget = staging_disk_budget(largest_file_gib(cfg.model))
+    cache_gib = file_cache_gib(weights_gib(cfg.model))
 
     apis = ProjectApis("apis", cfg.project)
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
@@ -73,24 +78,30 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
+        file_cache_mib=cache_gib * 1024, soft_delete_days=cfg.bucket_soft_delete_days,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
 
     # CPU capacity and storage only: staging runs while the GPU pool is still scaling up. The node
     # selector (the CPU pool's name, an output) orders the Job after the CPU pool on Standard.
-    cpu_selector = {} if cl.autopilot else {"cloud.google.com/gke-nodepool": cluster.cpu_pool_name}
+    # Autopilot: the Performance class (general-purpose caps a pod at 10 GiB; Google's verl sample).
+    cpu_selector = ({COMPUTE_CLASS_SELECTOR: PERFORMANCE.selector} if cl.autopilot
+                    else {"cloud.google.com/gke-nodepool": cluster.cpu_pool_name})
     prep = DataPrep("data-prep", DataPrepArgs(
         namespace=storage.namespace, service_account=storage.ksa_name,
-        pvc_name=storage.pvc_name, paths=paths, model_id=cfg.model, verl_version=cfg.verl_version,
+        pvc_name=storage.writer_pvc_name, paths=paths, model_id=cfg.model, verl_version=cfg.verl_version,
         verl_repo=VERL_REPO, image=cfg.image, hf_secret_name=storage.hf_secret_name,
-        hf_secret_key=storage.hf_secret_key, pod_annotations=gcsfuse_pod_annotations(cl.autopilot, WORKER_SIDECAR),
-        node_selector=cpu_selector,
+        hf_secret_key=storage.hf_secret_key,
+        pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
+        node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage]))
 
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
         gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
-        paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
+        paths=paths, writer_pvc_name=storage.writer_pvc_name, checkpoint_pvc_name=storage.checkpoint_pvc_name,
+        file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name,
+        gpu_pool_name=cluster.gpu_pool_name,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
 
     outputs: dict[str, Any] = {

@@ -98,6 +98,7 @@ class StackConfig:
     ray_version: str
     grpo: GrpoSettings
     job: JobSettings
+    bucket_soft_delete_days: int = 0
 
     @property
     def total_gpus(self) -> int:
@@ -247,6 +248,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 
     bucket_location = r.str("bucketLocation") or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
+    soft_delete = r.int("bucketSoftDeleteDays")
+    r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
     if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
@@ -266,6 +269,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
+        bucket_soft_delete_days=soft_delete,
     )
 
 

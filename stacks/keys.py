@@ -56,6 +56,8 @@ KEYS: tuple[Key, ...] = (
     Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
     Key("bucketDeleteOnDestroy", "boolean", False,
         "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
+    Key("bucketSoftDeleteDays", "integer", 0,
+        "Days Cloud Storage keeps (and bills) deleted objects such as rotated checkpoints: 0 = off, or 7..90."),
     Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
         secret=True),
