@@ -23,6 +23,7 @@ class CpuPool:
     machine_type: str = "c2-standard-16"
     min_nodes: int = 1
     max_nodes: int = 5
+    boot_disk_gb: int = 100  # catalog.nodes.cpu_boot_disk_gb: the image + staging buffer + head
 
 
 @dataclass
@@ -137,6 +138,7 @@ class GkeCluster(pulumi.ComponentResource):
                 min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
+                disk_size_gb=pool.boot_disk_gb,
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),

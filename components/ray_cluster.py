@@ -26,7 +26,7 @@ from catalog.accelerators import (
     foreign_accelerator_in_name,
     nccl_env,
 )
-from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
+from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, PERFORMANCE
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gcsfuse import CACHE_VOLUME, HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
@@ -45,7 +45,9 @@ from catalog.ray import (
     head_service,
 )
 
-WORKER_EPHEMERAL_GIB = 1000  # tutorial; on the GPU nodes' local SSDs: /tmp, Ray spill, GCS FUSE file cache
+# On the GPU nodes' local SSDs: /tmp, Ray spill, the GCS FUSE file caches. The whole pod, sidecar
+# included, stays within what Autopilot is known to admit on an 8-GPU node (catalog.autopilot).
+WORKER_EPHEMERAL_GIB = int(ACCELERATOR.max_pod_ephemeral_gib - WORKER_SIDECAR.ephemeral_storage_gib)
 SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
 BUCKET_VOLUME = "training-bucket"
 CHECKPOINT_VOLUME = "checkpoints"

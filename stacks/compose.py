@@ -12,10 +12,12 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
-from catalog.gcsfuse import file_cache_gib, staging_disk_budget, staging_sidecar
+from catalog.gcsfuse import HEAD_SIDECAR, file_cache_gib, staging_disk_budget, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.models import largest_file_gib, weights_gib
+from catalog.nodes import cpu_boot_disk_gb
 from catalog.paths import BucketPaths, bucket_paths
+from catalog.ray import HEAD_EPHEMERAL_GIB
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
 from components.cluster import CpuPool, GkeCluster, GkeClusterArgs
@@ -67,7 +69,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
         min_version=preflight.gate(cl.min_version, checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
-        cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max),
+        cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max, cpu_boot_disk_gb(
+            budget.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)),
         deletion_protection=cl.deletion_protection,
     ), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
