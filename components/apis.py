@@ -6,7 +6,9 @@ import pulumi
 import pulumi_gcp as gcp
 
 APIS = ("compute.googleapis.com", "container.googleapis.com", "storage.googleapis.com",
-        "iam.googleapis.com", "iamcredentials.googleapis.com")
+        "iam.googleapis.com", "iamcredentials.googleapis.com",
+        # The Docker Hub mirror, and GKE image streaming ("Use Image streaming", requirements).
+        "artifactregistry.googleapis.com", "containerfilesystem.googleapis.com")
 
 
 class ProjectApis(pulumi.ComponentResource):

@@ -15,6 +15,11 @@ from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
 
+# Pool names are inputs we choose: pods select a pool by this constant, so they need not wait for
+# the pool resource in Pulumi (a pod pends until the pool's first node is Ready, which is sooner).
+CPU_POOL_NAME = "cpu-pool"
+GPU_POOL_NAME = "gpu-pool"
+
 
 @dataclass(frozen=True)
 class CpuPool:
@@ -42,6 +47,9 @@ class GkeClusterArgs:
     cpu_pool: CpuPool = field(default_factory=CpuPool)
     deletion_protection: bool = False
     installer_revision: str = GIB_INSTALLER_REVISION
+    # GKE image streaming on the Standard pools (node_config.gcfs_config; Autopilot streams eligible
+    # images by itself). Needs containerfilesystem.googleapis.com and an Artifact Registry image.
+    image_streaming: bool = True
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
@@ -75,6 +83,7 @@ class GkeCluster(pulumi.ComponentResource):
     ca_certificate: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]  # secret
     provider: k8s.Provider  # pass in ResourceOptions(provider=...) of the cluster's Kubernetes objects
+    installer: k8s.yaml.v2.ConfigFile  # the NCCL RDMA installer (after the GPU pool on Standard)
     cpu_pool_name: pulumi.Output[str] | None  # Standard only
     gpu_pool_name: pulumi.Output[str] | None  # Standard only
 
@@ -123,22 +132,24 @@ class GkeCluster(pulumi.ComponentResource):
             # After the cluster is gone, `pulumi destroy` drops its objects from state instead of failing.
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
-        k8s.yaml.v2.ConfigFile(
+        # The installer's DaemonSet runs on GPU nodes only: it waits for the GPU pool, not the CPU pool.
+        self.installer = k8s.yaml.v2.ConfigFile(
             f"{name}-nccl-rdma-installer", file=installer_url(args.autopilot, args.installer_revision),
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools,
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools[1:],
                                         deleted_with=self.cluster))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint, "kubeconfig": self.kubeconfig})
 
     def _cpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         pool = args.cpu_pool
         return gcp.container.NodePool(
-            f"{name}-cpu-pool", name="cpu-pool", project=args.project, cluster=self.cluster.name,
+            f"{name}-cpu-pool", name=CPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
             location=args.region, node_locations=[args.zone], initial_node_count=pool.min_nodes,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.boot_disk_gb,
+                gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.image_streaming),
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),
@@ -154,6 +165,7 @@ class GkeCluster(pulumi.ComponentResource):
                 .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="DEFAULT"),
             )],
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+            gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.image_streaming),
             ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
                 local_ssd_count=acc.local_ssds),
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
@@ -168,7 +180,7 @@ class GkeCluster(pulumi.ComponentResource):
         extra_networks = [gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
             network=nic.network, subnetwork=nic.subnet) for nic in args.network.nics]
         return gcp.container.NodePool(
-            f"{name}-gpu-pool", name="gpu-pool", project=args.project, cluster=self.cluster.name,
+            f"{name}-gpu-pool", name=GPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
             location=args.region, node_locations=[args.zone], initial_node_count=0,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes),
             placement_policy=placement,

@@ -20,8 +20,9 @@ from catalog.paths import BucketPaths, bucket_paths
 from catalog.ray import HEAD_EPHEMERAL_GIB
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
-from components.cluster import CpuPool, GkeCluster, GkeClusterArgs
+from components.cluster import CPU_POOL_NAME, CpuPool, GkeCluster, GkeClusterArgs
 from components.data_prep import DataPrep, DataPrepArgs
+from components.image_mirror import ImageMirror
 from components.network import RdmaNetwork, RdmaNetworkArgs
 from components.network_mapping import NetworkMapping
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -74,6 +75,11 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         deletion_protection=cl.deletion_protection,
     ), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
+    # Docker Hub through a regional remote repository; a digest stays a digest.
+    image, image_deps = cfg.image, []
+    if cfg.image_mirror:
+        mirror = ImageMirror("image-mirror", cfg.project, cfg.region, cfg.name("dockerhub"), opts=after_apis)
+        image, image_deps = mirror.image(cfg.image), [mirror]
 
     mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster)
     storage = TrainingStorage("storage", TrainingStorageArgs(
@@ -87,25 +93,30 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
     # CPU capacity and storage only: staging runs while the GPU pool is still scaling up. The node
     # selector (the CPU pool's name, an output) orders the Job after the CPU pool on Standard.
     # Autopilot: the Performance class (general-purpose caps a pod at 10 GiB; Google's verl sample).
+    # Standard: the CPU pool by its (constant) name, so the Job is created with the cluster and its pod
+    # starts on the pool's first Ready node instead of after the pool operation (tools/critical_path).
     cpu_selector = ({COMPUTE_CLASS_SELECTOR: PERFORMANCE.selector} if cl.autopilot
-                    else {"cloud.google.com/gke-nodepool": cluster.cpu_pool_name})
+                    else {"cloud.google.com/gke-nodepool": CPU_POOL_NAME})
     prep = DataPrep("data-prep", DataPrepArgs(
         namespace=storage.namespace, service_account=storage.ksa_name,
         pvc_name=storage.writer_pvc_name, paths=paths, model_id=cfg.model, verl_version=cfg.verl_version,
-        verl_repo=VERL_REPO, image=cfg.image, hf_secret_name=storage.hf_secret_name,
+        verl_repo=VERL_REPO, image=image, hf_secret_name=storage.hf_secret_name,
         hf_secret_key=storage.hf_secret_key,
         pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
         node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage]))
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage, *image_deps]))
 
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
-        gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version,
+        gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=image, ray_version=cfg.ray_version,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
         paths=paths, writer_pvc_name=storage.writer_pvc_name, checkpoint_pvc_name=storage.checkpoint_pvc_name,
-        file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name,
+        file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
         gpu_pool_name=cluster.gpu_pool_name,
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
+        # The GPU pool (through its name) and the installer, not the whole cluster component: the GPU
+        # workers' scale-up must not wait for the CPU pool; the head pends until a CPU node is Ready.
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider,
+                                   depends_on=[mapping, storage, cluster.installer, *image_deps]))
 
     outputs: dict[str, Any] = {
         "clusterName": cluster.name,
@@ -146,7 +157,8 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
              "namespace": storage.namespace, "service": ray.head_service, "port": ray.dashboard_port},
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
-    ), opts=pulumi.ResourceOptions(depends_on=[ray, prep], aliases=[GRPO_JOB_ALIAS]))
+        # The cluster component too: on destroy the job is stopped before any node pool goes.
+    ), opts=pulumi.ResourceOptions(depends_on=[ray, prep, cluster], aliases=[GRPO_JOB_ALIAS]))
     logs = pulumi.Output.all(storage.namespace, job.job_id).apply(
         lambda a: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {a[1]}"
                   f"   # with the dashboard port-forward running (namespace {a[0]})")

@@ -99,6 +99,7 @@ class StackConfig:
     grpo: GrpoSettings
     job: JobSettings
     bucket_soft_delete_days: int = 0
+    image_mirror: bool = True
 
     @property
     def total_gpus(self) -> int:
@@ -269,7 +270,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
-        bucket_soft_delete_days=soft_delete,
+        bucket_soft_delete_days=soft_delete, image_mirror=r.bool("imageMirror"),
     )
 
 

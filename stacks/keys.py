@@ -63,6 +63,9 @@ KEYS: tuple[Key, ...] = (
         secret=True),
     Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket."),
     Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging."),
+    Key("imageMirror", "boolean", True,
+        "Pull Docker Hub images through an Artifact Registry remote repository in the region "
+        "(cached; eligible for GKE image streaming)."),
     Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
     Key("submitJob", "boolean", True, "Submit the GRPO job once the Ray cluster can run it."),
     Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs."),

@@ -122,3 +122,7 @@ def test_plan_prints_the_admission_table(tmp_path):
     for r in rows:
         assert f"{r['mode']:<9} {r['pod']:<34}" in proc.stdout
     assert data["storage"]["sidecarBufferGiB"] == 16
+    # The critical path (tools.critical_path), printed with each phase's source.
+    assert "critical path to the first training step" in proc.stdout
+    assert data["criticalPath"]["ratio"] <= 1.10
+    assert any("data-prep-job" in s["name"] or "raycluster" in s["name"] for s in data["criticalPath"]["steps"])

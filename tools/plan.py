@@ -185,6 +185,15 @@ def admission_rows(plan: dict[str, Any], mode: str) -> list[dict[str, Any]]:
     return rows
 
 
+def critical_path(raw: dict[str, str], stack: str, plan: dict[str, Any]):
+    """The deploy's critical path from the plan's graph (tools.critical_path)."""
+    from catalog.models import GB_PER_GIB, weights_gib
+    from tools import critical_path as cp
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    return cp.compute(plan, weights_gib(cfg.model) * GB_PER_GIB)
+
+
 def storage_summary(raw: dict[str, str], stack: str) -> dict[str, Any]:
     """The staging disk budget, computed once (catalog.gcsfuse) from the model's largest file."""
     from catalog.gcsfuse import staging_disk_budget
@@ -256,10 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "build" / "plan" / args.stack
     plan["admission"] = admission(args.stack, raw, secret_keys, plan)
     plan["storage"] = storage_summary(raw, args.stack)
+    path = critical_path(raw, args.stack, plan)
+    plan["criticalPath"] = {"minutes": round(path.total, 2), "floorMinutes": round(path.floor, 2),
+                            "ratio": round(path.ratio, 3), "floor": path.floor_why,
+                            "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
+                                       "phases": s.why} for s in path.steps]}
     write(plan, out)
     if not args.quiet:
         print(tree(plan))
     print(admission_text(plan["admission"], plan["storage"]))
+    from tools.critical_path import text as critical_path_text
+    print(critical_path_text(path))
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
     return 0
 
