@@ -91,6 +91,23 @@ FEATURE_FLOORS = (
 )
 
 
+# Which floor each thing we send needs: a mount option prefix or a volume attribute -> FEATURE_FLOORS row.
+# A mount that writes also renames what it wrote into place (HF's `.incomplete` files, our markers,
+# verl's checkpoint tracker): atomic only with gcsfuse >= 3.1 on hierarchical-namespace buckets.
+FLOOR_OF = {
+    "gcsfuseMetadataPrefetchOnMount": (0,),
+    "write:enable-streaming-writes": (1, 3),
+    "read_ahead_kb": (2,),
+}
+
+
+def floors_needed(options: tuple[str, ...] | list[str], attributes: dict[str, str]) -> list[FeatureFloor]:
+    """The floors of the options and attributes one PV sends."""
+    used = {i for key, rows in FLOOR_OF.items() for i in rows
+            if key in attributes or any(o.startswith(key) for o in options)}
+    return [FEATURE_FLOORS[i] for i in sorted(used)]
+
+
 def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v))
 
