@@ -1,7 +1,9 @@
-"""TrainingStorage: the training bucket, the pods' identity on it, the HF token secret, the GCS FUSE PV/PVC.
+"""TrainingStorage: the training bucket, the pods' identity on it, the HF token secret, the GCS FUSE PVs/PVCs.
 
-The bucket holds verl's source, the model weights, the dataset and the checkpoints; every pod mounts
-it at `catalog.paths.MOUNT` through a static GCS FUSE PersistentVolume. Pods reach it as the
+The bucket holds verl's source, the model weights, the dataset and the checkpoints. It is mounted
+through three static GCS FUSE PersistentVolumes, one per kind of job (catalog.gcsfuse): a writer for
+staging (no cache, short TTL), a reader for training (long TTL, prefetch, bounded file cache) and one
+for checkpoints (`only-dir=checkpoints`, Google's checkpointing sample). Soft delete is off by default. Pods reach it as the
 Kubernetes service account, bound directly on the bucket with a Workload Identity principal (no
 Google service account). `catalog.gcsfuse.pod_annotations` gives what a pod mounting the PVC needs.
 Pass the cluster's Kubernetes provider in `opts` (`ResourceOptions(provider=...)`); depend on the
