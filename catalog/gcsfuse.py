@@ -6,6 +6,7 @@ GoogleCloudPlatform/gcs-fuse-csi-driver pkg/webhook (sidecar annotations; "0" = 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from catalog.gke import GCSFUSE_CSI_RELEASES, Floor
@@ -16,45 +17,127 @@ CPU_LIMIT = "gke-gcsfuse/cpu-limit"
 MEMORY_LIMIT = "gke-gcsfuse/memory-limit"
 EPHEMERAL_STORAGE_LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
 UNLIMITED = "0"  # "no limit" for the sidecar annotations; accepted on Standard only
-# The tutorial's options with upstream's corrections (GoogleCloudPlatform/gcsfuse samples/gke-csi-yaml/gpu):
-# metadata ttl -1 (0 would make the prefetch on mount pointless); no implicit-dirs, which a
+BUFFER_VOLUME = "gke-gcsfuse-buffer"  # a pod volume of this name replaces the sidecar's write buffer
+CACHE_VOLUME = "gke-gcsfuse-cache"  # ... and this one its file cache (pkg/webhook/sidecar_spec.go)
+
+# --- mount option sets: one PV per kind of job (GoogleCloudPlatform/gcsfuse samples/gke-csi-yaml/gpu) ---
+# All three: metadata prefetch needs ttl -1 to be worth anything, and no implicit-dirs, which a
 # hierarchical-namespace bucket does not need (its folders are real objects).
-MOUNT_OPTIONS = (
-    "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:-1",
-    "metadata-cache:stat-cache-max-size-mb:-1",
-    "metadata-cache:type-cache-max-size-mb:-1",
-    "file-cache:max-size-mb:-1",
-    "file-cache:cache-file-for-range-read:true",
-    "file-cache:enable-parallel-downloads:true",
-    "read_ahead_kb=1024",
-    "write:enable-streaming-writes:true",
-    "write:global-max-blocks:200000",
-)
+_COMMON = ("metadata-cache:negative-ttl-secs:0", "metadata-cache:stat-cache-max-size-mb:-1",
+           "metadata-cache:type-cache-max-size-mb:-1")
+# Writer (staging Job; the head reads verl's source through it read-only): no file cache (the writer
+# never reads back what it wrote), no prefetch, a short metadata TTL so a rerun sees what an
+# interrupted run left. Streaming writes on (the default only from GKE 1.33.2-gke.4655000), with
+# enough blocks for every file staging keeps open (one 32 MiB block per file, write.global-max-blocks
+# default 4 off high-performance machines: gcsfuse cfg/params.yaml).
+WRITER_TTL_SECS = 5
+
+
+def writer_mount_options(open_files: int) -> tuple[str, ...]:
+    return (*_COMMON, f"metadata-cache:ttl-secs:{WRITER_TTL_SECS}", "file-cache:max-size-mb:0",
+            "write:enable-streaming-writes:true", f"write:global-max-blocks:{open_files}")
+
+
+# Reader (training): the serving/training sample's options: infinite TTL + prefetch on mount (safe:
+# data folders are versioned, nothing a reader cached is rewritten in place), a bounded file cache
+# with parallel downloads, kernel read-ahead 1 MiB.
+def reader_mount_options(cache_mib: int) -> tuple[str, ...]:
+    return (*_COMMON, "metadata-cache:ttl-secs:-1", f"file-cache:max-size-mb:{cache_mib}",
+            "file-cache:cache-file-for-range-read:true", "file-cache:enable-parallel-downloads:true",
+            "read_ahead_kb=1024")
+
+
+# Checkpoints: the checkpointing sample's options (samples/gke-csi-yaml/gpu/checkpointing-pv.yaml),
+# confined to the bucket's checkpoint folder (only-dir), with the cache bounded like the reader's.
+CHECKPOINT_DIR = "checkpoints"
+
+
+def checkpoint_mount_options(cache_mib: int) -> tuple[str, ...]:
+    return (f"only-dir={CHECKPOINT_DIR}", *_COMMON, "metadata-cache:ttl-secs:-1",
+            f"file-cache:max-size-mb:{cache_mib}", "file-cache:cache-file-for-range-read:true",
+            "file-cache:enable-parallel-downloads:true", "read_ahead_kb=1024",
+            "write:enable-streaming-writes:true")
+
+
+# Kept for callers that want the tutorial's one-PV set (read + write, unbounded cache).
+MOUNT_OPTIONS = reader_mount_options(-1) + ("write:enable-streaming-writes:true",)
 VOLUME_ATTRIBUTES = {
     # Skip the driver's bucket probe before each mount: faster mounts; access comes from the KSA binding.
     "skipCSIBucketAccessCheck": "true",
     "gcsfuseMetadataPrefetchOnMount": "true",
 }
+WRITER_VOLUME_ATTRIBUTES = {"skipCSIBucketAccessCheck": "true"}  # no prefetch: the writer changes the tree
+
+# --- the webhook's request/limit rule (gcs-fuse-csi-driver pkg/webhook/config.go populateResource,
+# prepareResourceList @5fcdc04a), modelled so tests see the sidecar the pod will really carry.
+# GKE's managed webhook: requests 250m / 256Mi / 5Gi, no limits (GKE docs; the OSS deploy
+# manifest passes --sidecar-*-limit=0 with the same requests).
+WEBHOOK_DEFAULTS = {"cpu": ("250m", "0"), "memory": ("256Mi", "0"), "ephemeral-storage": ("5Gi", "0")}
+
+
+def sidecar_resources(annotations: dict[str, str]) -> dict[str, tuple[float | None, float | None]]:
+    """(request, limit) per resource in base units; None = left out of the container spec.
+
+    Per resource, in config.go's order: neither annotated -> the defaults; limit "0" and no request ->
+    request = default request; no request -> request = limit; no limit -> limit = request. A zero
+    quantity is then omitted ("0" = unset).
+    """
+    from catalog.naming import quantity
+
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for resource, (default_req, default_lim) in WEBHOOK_DEFAULTS.items():
+        req = annotations.get(f"gke-gcsfuse/{resource}-request")
+        lim = annotations.get(f"gke-gcsfuse/{resource}-limit")
+        if req is None and lim is None:
+            req, lim = default_req, default_lim
+        elif req is None and quantity(lim) == 0:
+            req = default_req
+        elif req is None:
+            req = lim
+        elif lim is None:
+            lim = req
+        r, limit = quantity(req), quantity(lim)
+        out[resource] = (r or None, limit or None)
+    return out
 
 # The GKE version from which the managed CSI driver supports an option or attribute we send
-# (its docs/releases.md Requirements table); an older node mounts without it or fails the mount.
-FEATURE_FLOORS: dict[str, Floor] = {
-    "gcsfuseMetadataPrefetchOnMount": Floor("1.32.1-gke.1357001", "GCS FUSE metadata prefetch on mount",
-                                            GCSFUSE_CSI_RELEASES),
-    "write:enable-streaming-writes": Floor("1.32.1-gke.1753001", "GCS FUSE streaming writes", GCSFUSE_CSI_RELEASES),
-    "read_ahead_kb": Floor("1.32.2-gke.1297001", "GCS FUSE kernel read-ahead (read_ahead_kb)", GCSFUSE_CSI_RELEASES),
+# (its docs/releases.md Requirements table); an older node mounts without it or fails the mount
+# (gcsfuse fails on an option it does not know). Streaming writes also bring the gcsfuse 3.1 floor:
+# every writing mount renames what it wrote into place (HF's `.incomplete` files, our markers,
+# verl's checkpoint tracker), atomic on hierarchical-namespace buckets by default only from gcsfuse
+# 3.1, which the CSI driver ships from 1.33.2-gke.4655000 (REFERENCE.md "Platform rules"; inferred
+# from releases.md's perf-defaults row, gcsfuse v3.1.0+).
+FEATURE_FLOORS: dict[str, tuple[Floor, ...]] = {
+    "gcsfuseMetadataPrefetchOnMount": (Floor("1.32.1-gke.1357001", "GCS FUSE metadata prefetch on mount",
+                                             GCSFUSE_CSI_RELEASES),),
+    "write:enable-streaming-writes": (
+        Floor("1.32.1-gke.1753001", "GCS FUSE streaming writes", GCSFUSE_CSI_RELEASES),
+        Floor("1.33.2-gke.4655000", "gcsfuse 3.1 (atomic renames on hierarchical-namespace buckets)",
+              GCSFUSE_CSI_RELEASES + " (perf-defaults row, gcsfuse v3.1.0+)")),
+    "read_ahead_kb": (Floor("1.32.2-gke.1297001", "GCS FUSE kernel read-ahead (read_ahead_kb)",
+                            GCSFUSE_CSI_RELEASES),),
 }
 
 
-def gke_floors(mount_options: tuple[str, ...] = MOUNT_OPTIONS,
+def mounts_in_use() -> list[tuple[tuple[str, ...], dict[str, str]]]:
+    """(mount options, volume attributes) of the three PVs the storage component creates; the cache
+    sizes do not change which features they turn on."""
+    return [(writer_mount_options(8), WRITER_VOLUME_ATTRIBUTES), (reader_mount_options(1024), VOLUME_ATTRIBUTES),
+            (checkpoint_mount_options(1024), VOLUME_ATTRIBUTES)]
+
+
+def gke_floors(mount_options: tuple[str, ...] | None = None,
                volume_attributes: dict[str, str] | None = None) -> tuple[Floor, ...]:
-    """The floors of the features these options and attributes turn on ("false" turns nothing on)."""
-    attrs = VOLUME_ATTRIBUTES if volume_attributes is None else volume_attributes
+    """The floors of the features these options and attributes turn on ("false" turns nothing on);
+    without arguments, of every mount the stack creates."""
+    if mount_options is None and volume_attributes is None:
+        found = {f for options, attrs in mounts_in_use() for f in gke_floors(options, attrs)}
+        return tuple(sorted(found, key=lambda f: f.version))
+    attrs = volume_attributes or {}
     # Options are "key=value" (kernel) or "section:key:value" (gcsfuse config).
-    pairs = [o.split("=", 1) if "=" in o else o.rsplit(":", 1) for o in mount_options] + list(attrs.items())
+    pairs = [o.split("=", 1) if "=" in o else o.rsplit(":", 1) for o in mount_options or ()] + list(attrs.items())
     used = {key for key, value in pairs if value.lower() not in ("false", "0")}
-    return tuple(f for feature, f in FEATURE_FLOORS.items() if feature in used)
+    return tuple(f for feature, floors in FEATURE_FLOORS.items() if feature in used for f in floors)
 
 
 @dataclass(frozen=True)
@@ -84,22 +167,23 @@ def gib_quantity(gib: float) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
-# Sidecars on Autopilot (Standard lifts their limits): counted inside the pod, so the worker's must
-# fit the headroom the accelerator table leaves next to the Ray container.
-HEAD_SIDECAR = SidecarResources(cpu=1, memory_gib=4, ephemeral_storage_gib=5)
-WORKER_SIDECAR = SidecarResources(cpu=2, memory_gib=16, ephemeral_storage_gib=10)
-# GKE's sidecar default requests, which stay when Standard lifts the limits.
+# Sidecar profiles. Ephemeral storage is a real limit in both modes (a "0" on Standard adds
+# nothing to the pod's limit, so the sidecar's disk use would go unbounded). Workers keep their
+# file cache in a `gke-gcsfuse-cache` volume of their own, so the sidecar's own disk is small.
+HEAD_SIDECAR = SidecarResources(cpu=1, memory_gib=4, ephemeral_storage_gib=2)
+# Autopilot GPU nodes cap the sidecar at 2 vCPU / 14 GiB (catalog.autopilot.GPU_SIDECAR_MAX_*).
+WORKER_SIDECAR = SidecarResources(cpu=2, memory_gib=14, ephemeral_storage_gib=10)
+# GKE's sidecar default requests, which stay when Standard lifts the CPU/memory limits.
 STANDARD_SIDECAR_REQUEST = SidecarResources(cpu=0.25, memory_gib=0.25, ephemeral_storage_gib=5)
 
 
 def pod_annotations(autopilot: bool, sidecar: SidecarResources) -> dict[str, str]:
-    """Annotations for a pod that mounts the bucket PVC.
+    """Annotations for a pod that mounts a bucket PVC.
 
-    The sidecar's default 5Gi ephemeral-storage limit is added to the pod's total; with an unlimited
-    file cache (kept in the sidecar's default emptyDir `gke-gcsfuse-cache` on the node's ephemeral
-    storage) that gets the pod evicted. On Standard all sidecar limits are lifted ("0"), so the cache
-    is bounded by the workload container's own ephemeral-storage limit, and the metadata-prefetch
-    container is unthrottled too (annotation honoured from GKE 1.32.3-gke.1717000, ignored before).
+    The ephemeral-storage limit is always explicit: without a request annotation the webhook makes
+    the request equal to it (pkg/webhook/config.go), and it bounds what the sidecar may stage on the
+    node's disk. On Standard the CPU/memory limits are lifted ("0": requests stay at GKE's defaults)
+    and the metadata-prefetch container is unthrottled (honoured from GKE 1.32.3-gke.1717000).
     Autopilot rejects "0": there the sidecar gets `sidecar` as requests = limits, counted in the pod.
     """
     if not autopilot:
@@ -107,7 +191,7 @@ def pod_annotations(autopilot: bool, sidecar: SidecarResources) -> dict[str, str
             SIDECAR_ANNOTATION: "true",
             CPU_LIMIT: UNLIMITED,
             MEMORY_LIMIT: UNLIMITED,
-            EPHEMERAL_STORAGE_LIMIT: UNLIMITED,
+            EPHEMERAL_STORAGE_LIMIT: sidecar.ephemeral_storage_quantity,
             "gke-gcsfuse/metadata-prefetch-cpu-limit": UNLIMITED,
             "gke-gcsfuse/metadata-prefetch-memory-limit": UNLIMITED,
         }
@@ -117,3 +201,42 @@ def pod_annotations(autopilot: bool, sidecar: SidecarResources) -> dict[str, str
         MEMORY_LIMIT: sidecar.memory_quantity,
         EPHEMERAL_STORAGE_LIMIT: sidecar.ephemeral_storage_quantity,
     }
+
+
+# --- the staging write path and its disk budget: computed here, once ---------------------------
+# huggingface_hub with xet off downloads `max_workers` files at once, each in one sequential stream
+# of 10 MiB chunks to a new `.incomplete` file (file_download.http_get), which gcsfuse streams. A
+# resumed file (append to an existing object) or any out-of-order write falls back to staging the
+# whole file in the buffer volume (gcsfuse docs/semantics.md): the worst case is every file in
+# flight staged at once, so the buffer is sized for `parallel_files` x the largest file.
+STAGING_PARALLEL_FILES = 4  # snapshot_download(max_workers=...): default 8 would double the buffer
+STAGING_SCRATCH_GIB = 4  # emptyDir: temp verl clone, GSM8K preprocessing, HF datasets cache
+STAGING_CONTAINER_GIB = 4  # the stage container's writable layer and logs, beyond the scratch
+SIDECAR_OWN_GIB = 1  # the sidecar's logs and temp files next to the buffer
+
+
+@dataclass(frozen=True)
+class DiskBudget:
+    largest_file_gib: float
+    parallel_files: int
+    buffer_gib: int  # the sidecar's ephemeral-storage limit: worst-case staged writes + its own
+    container_gib: int  # the stage container's ephemeral limit (scratch included)
+
+    @property
+    def pod_gib(self) -> int:
+        return self.buffer_gib + self.container_gib
+
+
+def staging_disk_budget(largest_file_gib: float, parallel_files: int = STAGING_PARALLEL_FILES) -> DiskBudget:
+    buffer = math.ceil(largest_file_gib * parallel_files) + SIDECAR_OWN_GIB
+    return DiskBudget(largest_file_gib, parallel_files, buffer, STAGING_SCRATCH_GIB + STAGING_CONTAINER_GIB)
+
+
+def staging_sidecar(budget: DiskBudget) -> SidecarResources:
+    # CPU/memory: Google's verl data-prep Job (2 CPU / 4Gi sidecar); ~96 MiB RAM per streamed file.
+    return SidecarResources(cpu=2, memory_gib=4, ephemeral_storage_gib=budget.buffer_gib)
+
+
+def file_cache_gib(model_gib: float) -> int:
+    """A worker's file cache for one mount: the weights once, with 25% headroom for range reads."""
+    return max(16, math.ceil(model_gib * 1.25))

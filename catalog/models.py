@@ -28,6 +28,9 @@ class ModelSpec:
     tied: bool  # tie_word_embeddings
     source: str = ""
 
+    weights_gb: float = 0.0  # all safetensors files, decimal GB (bf16: ~2 bytes per parameter)
+    largest_file_gb: float = 0.0  # the largest single file: what one staged write may have to buffer
+
     @property
     def head_dim(self) -> int:
         return self.hidden // self.attention_heads
@@ -66,10 +69,29 @@ _QWEN25 = {
     "72": (64, 8, 80, 8192, 29568, 152064, False,
            _HF + "m8than/banana-2-b-72b/blob/main/config.json (_name_or_path Qwen/Qwen2.5-72B-Instruct)"),
 }
+GB_PER_GIB = 1024**3 / 1e9
+# (total weights GB, largest file GB) from the file listings of Qwen/Qwen2.5-<size>B-Instruct on the
+# hub (huggingface.co/Qwen/Qwen2.5-32B-Instruct/tree/main etc.): single-file repos up to 1.5B,
+# ~3.9-4.0 GB shards above.
+_QWEN25_FILES = {"0.5": (0.99, 0.99), "1.5": (3.09, 3.09), "3": (6.17, 3.97), "7": (15.2, 3.95),
+                 "14": (29.5, 3.96), "32": (65.5, 3.97), "72": (145.4, 3.96)}
 MODELS: dict[str, ModelSpec] = {
-    f"Qwen/Qwen2.5-{size}B{suffix}": ModelSpec("qwen2.5", size, *row)
+    f"Qwen/Qwen2.5-{size}B{suffix}": ModelSpec("qwen2.5", size, *row, *_QWEN25_FILES[size])
     for size, row in _QWEN25.items() for suffix in ("", "-Instruct")
 }
+# An unknown model: assume hub-style 5 GB shards (transformers' default max_shard_size) and a 32B size.
+UNKNOWN_LARGEST_FILE_GB = 5.0
+UNKNOWN_WEIGHTS_GB = 65.5
+
+
+def largest_file_gib(model: str) -> float:
+    spec = MODELS.get(model)
+    return (spec.largest_file_gb if spec else UNKNOWN_LARGEST_FILE_GB) / GB_PER_GIB
+
+
+def weights_gib(model: str) -> float:
+    spec = MODELS.get(model)
+    return (spec.weights_gb if spec else UNKNOWN_WEIGHTS_GB) / GB_PER_GIB
 
 
 def model_spec(model: str) -> ModelSpec | None:

@@ -210,3 +210,11 @@ def billing_account_id(value: object) -> str | None:
     if isinstance(value, str) and _BILLING_ACCOUNT.match(value):
         return None
     return "must be a billing account id such as 012345-567890-ABCDEF (gcloud billing accounts list)"
+
+
+def soft_delete_days(value: object) -> str | None:
+    """A bucket's soft-delete retention in days: 0 turns it off, else 7..90 (Cloud Storage
+    soft_delete_policy.retention_duration_seconds; terraform-provider-google storage_bucket docs)."""
+    if isinstance(value, int) and not isinstance(value, bool) and (value == 0 or 7 <= value <= 90):
+        return None
+    return "must be 0 (soft delete off) or 7..90 days"

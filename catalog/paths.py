@@ -9,7 +9,12 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-MOUNT = "/data"
+MOUNT = "/data"  # the bucket's data (verl source, weights, datasets): writer PV in staging, reader PV in Ray
+# The bucket's `checkpoints/` folder, mounted on its own (catalog.gcsfuse.checkpoint_mount_options,
+# only-dir=checkpoints): checkpoints never pass through the data mounts and their caches.
+CHECKPOINT_MOUNT = "/checkpoints"
+# The staging lease object (created with ifGenerationMatch=0): one staging run per bucket at a time.
+STAGING_LEASE = ".verl-gke/staging.lease"
 # Written last into a staged folder; a folder without it is incomplete and is redone.
 COMPLETE_MARKER = ".verl-gke-complete"
 
@@ -28,18 +33,22 @@ class BucketPaths:
     tensorboard_dir: str  # verl's TENSORBOARD_DIR (verl/utils/tracking.py; default: inside the pod's CWD)
 
 
-def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k") -> BucketPaths:
-    """Paths for one stack. Versioned folders mean a version change never clobbers a running job."""
-    dataset_dir = posixpath.join(MOUNT, "datasets", dataset)
+def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k",
+                 model_revision: str = "main") -> BucketPaths:
+    """Paths for one stack. Every data folder is versioned (verl tag, model revision, the verl tag
+    whose preprocessing script made the dataset): staging only ever writes a folder no completed
+    run has read, so a reader's infinite metadata TTL and file cache never see a file change."""
+    dataset_dir = posixpath.join(MOUNT, "datasets", dataset, verl_version)
     return BucketPaths(
         verl_src=posixpath.join(MOUNT, "verl", verl_version),
-        model_dir=posixpath.join(MOUNT, "models", model_id),
+        model_dir=posixpath.join(MOUNT, "models", model_id, model_revision),
         dataset_dir=dataset_dir,
         train_file=posixpath.join(dataset_dir, "train.parquet"),
         val_file=posixpath.join(dataset_dir, "test.parquet"),
         hf_home=posixpath.join(MOUNT, "huggingface_cache"),
         # Per model too: `resume_mode=auto` must never load another model's checkpoint.
-        checkpoint_dir=posixpath.join(MOUNT, "checkpoints", stack, model_id),
+        # bucket object prefix checkpoints/<stack>/<model>/, as before the checkpoint mount existed.
+        checkpoint_dir=posixpath.join(CHECKPOINT_MOUNT, stack, model_id),
         # Per stack and model like the checkpoints, so curves of different runs never mix.
         tensorboard_dir=posixpath.join(MOUNT, "tensorboard", stack, model_id),
     )

@@ -11,7 +11,9 @@ APIS = ("compute.googleapis.com", "container.googleapis.com", "storage.googleapi
         # The quota preflight reads QuotaInfo through the Cloud Quotas API (cloudquotas.googleapis.com,
         # https://cloud.google.com/docs/quotas/reference/rest); the optional budget is a resource of the
         # Cloud Billing Budget API (billingbudgets.googleapis.com, Config Connector BillingBudgetsBudget).
-        "cloudquotas.googleapis.com", "billingbudgets.googleapis.com")
+        "cloudquotas.googleapis.com", "billingbudgets.googleapis.com",
+        # The Docker Hub mirror, and GKE image streaming ("Use Image streaming", requirements).
+        "artifactregistry.googleapis.com", "containerfilesystem.googleapis.com")
 
 
 class ProjectApis(pulumi.ComponentResource):

@@ -37,6 +37,10 @@ def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
             exclusion_name=ex["exclusion_name"], start_time=ex["start_time"],
             exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
                 scope=ex["scope"], end_time_behavior=ex["end_time_behavior"]))])
+# Pool names are inputs we choose: pods select a pool by this constant, so they need not wait for
+# the pool resource in Pulumi (a pod pends until the pool's first node is Ready, which is sooner).
+CPU_POOL_NAME = "cpu-pool"
+GPU_POOL_NAME = "gpu-pool"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class CpuPool:
     machine_type: str = "c2-standard-16"
     min_nodes: int = 1
     max_nodes: int = 5
+    boot_disk_gb: int = 100  # catalog.nodes.cpu_boot_disk_gb: the image + staging buffer + head
 
 
 @dataclass
@@ -70,6 +75,9 @@ class GkeClusterArgs:
     cpu_pool: CpuPool = field(default_factory=CpuPool)
     deletion_protection: bool = False
     installer_revision: str = GIB_INSTALLER_REVISION
+    # GKE image streaming on the Standard pools (node_config.gcfs_config; Autopilot streams eligible
+    # images by itself). Needs containerfilesystem.googleapis.com and an Artifact Registry image.
+    image_streaming: bool = True
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
@@ -103,6 +111,7 @@ class GkeCluster(pulumi.ComponentResource):
     ca_certificate: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]  # secret
     provider: k8s.Provider  # pass in ResourceOptions(provider=...) of the cluster's Kubernetes objects
+    installer: k8s.yaml.v2.ConfigFile  # the NCCL RDMA installer (after the GPU pool on Standard)
     cpu_pool_name: pulumi.Output[str] | None  # Standard only
     gpu_pool_name: pulumi.Output[str] | None  # Standard only
 
@@ -171,22 +180,25 @@ class GkeCluster(pulumi.ComponentResource):
             # After the cluster is gone, `pulumi destroy` drops its objects from state instead of failing.
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
-        # Deleted by `pulumi destroy` before the pools and the cluster (it depends on both).
-        k8s.yaml.v2.ConfigFile(
+        # Deleted by `pulumi destroy` before the GPU pool and the cluster (it depends on both). Its
+        # DaemonSet runs on GPU nodes only: it waits for the GPU pool, not the CPU pool.
+        self.installer = k8s.yaml.v2.ConfigFile(
             f"{name}-nccl-rdma-installer", file=installer_url(args.autopilot, args.installer_revision),
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools))
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools[1:]))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint, "kubeconfig": self.kubeconfig})
 
     def _cpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         pool = args.cpu_pool
         return gcp.container.NodePool(
-            f"{name}-cpu-pool", name="cpu-pool", project=args.project, cluster=self.cluster.name,
+            f"{name}-cpu-pool", name=CPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
             location=args.region, node_locations=[args.zone], initial_node_count=pool.min_nodes,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
+                disk_size_gb=pool.boot_disk_gb,
+                gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.image_streaming),
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),
             # No deleted_with: that would make the pool's delete a no-op (Pulumi skips the delete of a
@@ -203,6 +215,7 @@ class GkeCluster(pulumi.ComponentResource):
                 .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version=acc.gpu_driver),
             )],
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+            gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.image_streaming),
             ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
                 local_ssd_count=acc.local_ssds),
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
@@ -217,7 +230,7 @@ class GkeCluster(pulumi.ComponentResource):
         extra_networks = [gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
             network=nic.network, subnetwork=nic.subnet) for nic in args.network.nics]
         return gcp.container.NodePool(
-            f"{name}-gpu-pool", name="gpu-pool", project=args.project, cluster=self.cluster.name,
+            f"{name}-gpu-pool", name=GPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
             location=args.region, node_locations=[args.zone], initial_node_count=0,
             # location_policy ANY: cluster-toolkit gke-node-pool always sets it; flex-start requires it.
             autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes,

@@ -22,8 +22,8 @@ import pulumi_kubernetes as k8s
 from catalog import naming
 from catalog.gcsfuse import EPHEMERAL_STORAGE_LIMIT as FUSE_STORAGE_LIMIT
 from catalog.gcsfuse import SIDECAR_ANNOTATION as FUSE_VOLUMES
-from catalog.gcsfuse import UNLIMITED
-from catalog.paths import COMPLETE_MARKER, MOUNT, BucketPaths
+from catalog.gcsfuse import STAGING_SCRATCH_GIB, DiskBudget, gib_quantity, staging_disk_budget
+from catalog.paths import COMPLETE_MARKER, MOUNT, STAGING_LEASE, BucketPaths
 from catalog.versions import VERL_IMAGE, VERL_REPO
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
@@ -32,8 +32,13 @@ SCRIPTS_DIR = "/scripts"  # the ConfigMap, read-only
 SCRATCH_DIR = "/scratch"  # emptyDir: temp clone, preprocessing, HF datasets cache
 HF_HOME = posixpath.join(SCRATCH_DIR, "huggingface")
 CONTAINER = "stage"
-# The script's exit codes that no retry can fix: 2 bad arguments, 3 model gated/private/missing.
-PERMANENT_EXIT_CODES = (2, 3)
+TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
+# The script's exit codes that no retry can fix: 2 bad arguments, 3 model gated/private/missing,
+# 4 another staging run holds the bucket's lease (it waited --lease-wait already).
+PERMANENT_EXIT_CODES = (2, 3, 4)
+# Sequential weight downloads (see stage_data.SEQUENTIAL_ENV; set here too so nothing in the image
+# that reads them first, such as verl's base image turning hf_transfer on, wins).
+SEQUENTIAL_ENV = {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
 # The provider rule that reruns a failed Job on the next update instead of awaiting it again.
 REPLACE_UNREADY = "pulumi.com/replaceUnready"
 LABELS = {
@@ -62,14 +67,11 @@ class DataPrepArgs:
     cpu_request: str = "2"
     memory_request: str = "4Gi"  # the dataset step imports verl, hence torch
     memory_limit: str = "8Gi"
-    # The stage container: its writable layer and logs, plus the scratch emptyDir for scheduling.
-    ephemeral_storage_request: str = "4Gi"
-    ephemeral_storage_limit: str = "8Gi"
-    scratch_size: str = "4Gi"  # emptyDir sizeLimit: temp clone, preprocessing, HF datasets cache
-    # The least GCS FUSE sidecar ephemeral-storage limit the Job needs: the sidecar stages writes
-    # it cannot stream (resumed weight shards, up to 8 at once) on the node's disk. A caller's
-    # "0" (unlimited, Standard) or larger limit is kept; a smaller one, or none, is raised to this.
-    fuse_ephemeral_storage_limit: str = "50Gi"
+    # catalog.gcsfuse.staging_disk_budget(largest file): the stage container's ephemeral limit
+    # (scratch included), the download parallelism and the GCS FUSE sidecar's ephemeral limit,
+    # which replaces whatever the caller's annotations say ("0" would leave it unbounded).
+    disk_budget: DiskBudget = field(default_factory=lambda: staging_disk_budget(5.0))
+    bucket_name: pulumi.Input[str] | None = None  # the lease object's bucket; None: no lease
     active_deadline_seconds: int = 3 * 3600  # ~65 GB of weights for a 32B model, pod start included
     backoff_limit: int = 3  # reruns resume; preemptions and evictions do not count
     # Pulumi waits this much longer than the deadline, so Kubernetes' verdict is what it reports.
@@ -105,6 +107,7 @@ class DataPrep(pulumi.ComponentResource):
             opts=child,
         )
         env = [
+            *({"name": k, "value": v} for k, v in SEQUENTIAL_ENV.items()),
             {"name": "HF_HOME", "value": HF_HOME},  # GSM8K download cache: local scratch, not the bucket
             {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},  # no megabytes of \r in the logs
             {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -114,16 +117,23 @@ class DataPrep(pulumi.ComponentResource):
             # instead of leaving the pod in CreateContainerConfigError until the deadline.
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
                 "name": args.hf_secret_name, "key": args.hf_secret_key, "optional": True}}})
+        flags: list[pulumi.Input[str]] = list(command_flags(args))
+        if args.bucket_name is not None:
+            flags += ["--lease-gcs", pulumi.Output.concat("gs://", args.bucket_name, "/", STAGING_LEASE)]
+        container_gib = gib_quantity(args.disk_budget.container_gib)
         container = {
             "name": CONTAINER,
             "image": args.image,
             "command": ["python3", posixpath.join(SCRIPTS_DIR, SCRIPT_KEY)],
-            "args": command_flags(args),
+            "args": flags,
             "env": env,
+            # The script writes why it failed here; without it, the log's tail: either way the
+            # reason reaches the Job's pod status, which Pulumi prints when the Job fails.
+            "terminationMessagePolicy": "FallbackToLogsOnError",
             "resources": {
                 "requests": {"cpu": args.cpu_request, "memory": args.memory_request,
-                             "ephemeral-storage": args.ephemeral_storage_request},
-                "limits": {"memory": args.memory_limit, "ephemeral-storage": args.ephemeral_storage_limit},
+                             "ephemeral-storage": container_gib},
+                "limits": {"memory": args.memory_limit, "ephemeral-storage": container_gib},
             },
             "volumeMounts": [
                 {"name": "bucket", "mountPath": MOUNT},
@@ -139,7 +149,7 @@ class DataPrep(pulumi.ComponentResource):
                 {"name": "bucket", "persistentVolumeClaim": {"claimName": args.pvc_name}},
                 {"name": "script", "configMap": {
                     "name": self.config_map.metadata.name, "defaultMode": 0o444}},
-                {"name": "scratch", "emptyDir": {"sizeLimit": args.scratch_size}},
+                {"name": "scratch", "emptyDir": {"sizeLimit": gib_quantity(STAGING_SCRATCH_GIB)}},
             ],
         }
         if args.node_selector:
@@ -198,6 +208,8 @@ def command_flags(args: DataPrepArgs) -> list[str]:
         "--dataset-dir", args.paths.dataset_dir,
         "--marker-name", COMPLETE_MARKER,
         "--work-dir", SCRATCH_DIR,
+        "--max-workers", str(args.disk_budget.parallel_files),
+        "--termination-log", TERMINATION_LOG,
     ]
 
 
@@ -225,13 +237,13 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
             raise bad(arg, getattr(args, arg), problem)
     _validate_paths(args, bad)
 
-    for arg in ("cpu_request", "memory_request", "memory_limit", "ephemeral_storage_request",
-                "ephemeral_storage_limit", "scratch_size", "fuse_ephemeral_storage_limit"):
+    if not isinstance(args.disk_budget, DiskBudget):
+        raise bad("disk_budget", args.disk_budget, "must be catalog.gcsfuse.staging_disk_budget(...)")
+    for arg in ("cpu_request", "memory_request", "memory_limit"):
         value = getattr(args, arg)
         if problem := naming.positive_quantity(value):
             raise bad(arg, value, problem)
-    for request, limit in (("memory_request", "memory_limit"),
-                           ("ephemeral_storage_request", "ephemeral_storage_limit")):
+    for request, limit in (("memory_request", "memory_limit"),):
         if naming.quantity(getattr(args, request)) > naming.quantity(getattr(args, limit)):
             raise bad(request, getattr(args, request), f"must not exceed {limit} = {getattr(args, limit)!r}")
     for arg, minimum in (("active_deadline_seconds", 60), ("backoff_limit", 0), ("await_margin_seconds", 60)):
@@ -248,14 +260,8 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
         raise bad("pod_annotations", args.pod_annotations,
                   f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)')
     annotations = dict(args.pod_annotations)
-    theirs = annotations.get(FUSE_STORAGE_LIMIT)
-    if theirs is not None and not (theirs == UNLIMITED or naming.quantity(theirs) is not None):
-        raise bad("pod_annotations", args.pod_annotations,
-                  f'{FUSE_STORAGE_LIMIT} must be "0" (unlimited) or a quantity such as 50Gi')
-    needed = naming.quantity(args.fuse_ephemeral_storage_limit)
-    if theirs is None or (theirs != UNLIMITED and naming.quantity(theirs) < needed):
-        # Without a request annotation the driver makes the sidecar's request equal to this limit.
-        annotations[FUSE_STORAGE_LIMIT] = args.fuse_ephemeral_storage_limit
+    # The budget's buffer is the sidecar's limit (and, by the webhook rule, its request).
+    annotations[FUSE_STORAGE_LIMIT] = gib_quantity(args.disk_budget.buffer_gib)
     return annotations
 
 
@@ -278,8 +284,9 @@ def _validate_paths(args: DataPrepArgs, bad) -> None:
         if getattr(paths, field_name) != expected:
             raise bad(f"paths.{field_name}", getattr(paths, field_name),
                       f"must be {expected!r}: the script writes {file_name} into paths.dataset_dir")
-    if not paths.model_dir.endswith("/" + args.model_id):
-        raise bad("paths.model_dir", paths.model_dir, f"must be the folder of model_id = {args.model_id!r}")
+    if not paths.model_dir.endswith(f"/{args.model_id}/{args.model_revision}"):
+        raise bad("paths.model_dir", paths.model_dir, f"must be the folder of model_id = {args.model_id!r} "
+                  f"at model_revision = {args.model_revision!r}")
     if not paths.verl_src.endswith("/" + args.verl_version):
         raise bad("paths.verl_src", paths.verl_src,
                   f"must be the folder of verl_version = {args.verl_version!r}")

@@ -19,11 +19,12 @@ import pulumi_kubernetes as k8s
 
 from catalog import naming
 from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
+from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, PERFORMANCE
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
-from catalog.gcsfuse import HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
+from catalog.gcsfuse import CACHE_VOLUME, HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.nics import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
-from catalog.paths import MOUNT, BucketPaths
+from catalog.paths import CHECKPOINT_MOUNT, MOUNT, BucketPaths
 from catalog.ray import (
     API_VERSION,
     CLIENT_PORT,
@@ -38,7 +39,9 @@ from catalog.ray import (
     head_service,
 )
 
-WORKER_EPHEMERAL_GIB = 1000  # tutorial; on the GPU nodes' local SSDs: /tmp, Ray spill, GCS FUSE file cache
+# On the GPU nodes' local SSDs: /tmp, Ray spill, the GCS FUSE file caches. The whole pod, sidecar
+# included, stays within what Autopilot is known to admit on an 8-GPU node (catalog.autopilot).
+WORKER_EPHEMERAL_GIB = int(ACCELERATOR.max_pod_ephemeral_gib - WORKER_SIDECAR.ephemeral_storage_gib)
 SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
 BUCKET_VOLUME = "training-bucket"
 # pulumi-kubernetes awaits a custom resource only when told how (pulumi/pulumi-kubernetes@00658428
@@ -48,6 +51,7 @@ BUCKET_VOLUME = "training-bucket"
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
 DEFAULT_READY_TIMEOUT_S = 3600
+CHECKPOINT_VOLUME = "checkpoints"
 
 
 def await_annotations(ready_timeout_s: int) -> dict[str, str]:
@@ -68,6 +72,11 @@ DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
 def shm_gib(acc: Accelerator, autopilot: bool = False) -> int:
     """/dev/shm size: memory-backed, so it counts against the worker's memory limit."""
     return min(SHM_MAX_GIB, acc.worker_size(autopilot)[1] // 4)
+
+
+def worker_cache_gib(file_cache_gib: int) -> int:
+    """The worker's gke-gcsfuse-cache volume: the reader and checkpoint mounts' caches, each bounded."""
+    return 2 * file_cache_gib
 
 
 def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
@@ -99,9 +108,13 @@ def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
 
 def head_node_selector(autopilot: bool,
                        cpu_pool_name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
-    """The head holds the GCS: on Standard the on-demand CPU pool; on Autopilot no selector at all,
-    i.e. general-purpose on-demand capacity (a spot preemption would take the whole Ray cluster)."""
-    return {} if autopilot else {"cloud.google.com/gke-nodepool": cpu_pool_name}
+    """The head holds the GCS: on Standard the on-demand CPU pool; on Autopilot the Performance
+    compute class, on-demand (a spot preemption would take the whole Ray cluster). General-purpose
+    caps a pod at 10 GiB ephemeral storage, below the head's 9 Gi plus its GCS FUSE sidecar
+    (catalog.autopilot); Google's verl Autopilot sample runs its head in Performance too."""
+    if autopilot:
+        return {COMPUTE_CLASS_SELECTOR: PERFORMANCE.selector}
+    return {"cloud.google.com/gke-nodepool": cpu_pool_name}
 
 
 def _env(values: Mapping[str, pulumi.Input[str]]) -> list[dict[str, pulumi.Input[str]]]:
@@ -113,8 +126,11 @@ def _resources(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
     return {"requests": dict(values), "limits": dict(values)}
 
 
-def _bucket_volume(pvc_name: pulumi.Input[str]) -> dict:
-    return {"name": BUCKET_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name}}
+def _bucket_volume(pvc_name: pulumi.Input[str], name: str = BUCKET_VOLUME, read_only: bool = False) -> dict:
+    claim: dict = {"claimName": pvc_name}
+    if read_only:
+        claim["readOnly"] = True
+    return {"name": name, "persistentVolumeClaim": claim}
 
 
 @dataclass
@@ -127,9 +143,14 @@ class RayClusterArgs:
     image: str
     ray_version: str  # the Ray version inside `image`
     service_account: pulumi.Input[str]  # TrainingStorage.ksa_name (bound on the bucket)
-    pvc_name: pulumi.Input[str]  # TrainingStorage.pvc_name
+    pvc_name: pulumi.Input[str]  # TrainingStorage.pvc_name: the reader mount (workers)
     network_annotations: Mapping[str, str]  # NetworkMapping.pod_annotations
     paths: BucketPaths
+    # TrainingStorage.writer_pvc_name: the head reads verl's source through it, read-only (no file
+    # cache: the head reads a few small files once).
+    writer_pvc_name: pulumi.Input[str]
+    checkpoint_pvc_name: pulumi.Input[str]  # TrainingStorage.checkpoint_pvc_name, at CHECKPOINT_MOUNT
+    file_cache_gib: int = 16  # per reading mount (the storage PVs' file-cache:max-size-mb)
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
@@ -182,6 +203,11 @@ class RayClusterArgs:
                                 f"must be under the bucket mount {MOUNT}")
         if not isinstance(self.worker_ephemeral_storage_gib, int) or self.worker_ephemeral_storage_gib < 1:
             bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
+        elif isinstance(self.file_cache_gib, int) and \
+                worker_cache_gib(self.file_cache_gib) >= self.worker_ephemeral_storage_gib:
+            # emptyDirs count against the pod's ephemeral limit, i.e. the Ray container's.
+            bad("file_cache_gib", f"the worker's file cache ({worker_cache_gib(self.file_cache_gib)} GiB) must "
+                f"leave room in worker_ephemeral_storage_gib = {self.worker_ephemeral_storage_gib}")
         if isinstance(self.ready_timeout_s, bool) or not isinstance(self.ready_timeout_s, int) \
                 or self.ready_timeout_s < 1:
             bad("ready_timeout_s", "must be an integer number of seconds >= 1")
@@ -190,6 +216,9 @@ class RayClusterArgs:
                 bad("worker_secret_env", problem, var)
             if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[1], str)):
                 bad("worker_secret_env", "values must be (secret name, key)", ref)
+        if not self.paths.checkpoint_dir.startswith(CHECKPOINT_MOUNT + "/"):
+            problems.append(f"RayClusterArgs.paths.checkpoint_dir = {self.paths.checkpoint_dir!r}: "
+                            f"must be under the checkpoint mount {CHECKPOINT_MOUNT}")
         # The accelerator table promises the worker fits its node next to the sidecar: hold it to that.
         sidecar = WORKER_SIDECAR if self.autopilot else STANDARD_SIDECAR_REQUEST
         cpu, memory_gib = acc.worker_size(self.autopilot)
@@ -262,10 +291,11 @@ class RayCluster(pulumi.ComponentResource):
                                          "ephemeral-storage": f"{HEAD_EPHEMERAL_GIB}Gi"}),
                 "volumeMounts": [
                     {"name": "ray-logs", "mountPath": "/tmp/ray"},
-                    {"name": BUCKET_VOLUME, "mountPath": MOUNT},
+                    {"name": BUCKET_VOLUME, "mountPath": MOUNT, "readOnly": True},
                 ],
             }],
-            "volumes": [{"name": "ray-logs", "emptyDir": {}}, _bucket_volume(args.pvc_name)],
+            "volumes": [{"name": "ray-logs", "emptyDir": {}},
+                        _bucket_volume(args.writer_pvc_name, read_only=True)],
         }
         selector = head_node_selector(args.autopilot, args.cpu_pool_name)
         if selector:
@@ -297,12 +327,18 @@ class RayCluster(pulumi.ComponentResource):
             {"name": "shared-memory", "mountPath": "/dev/shm"},
             {"name": "ray-tmp", "mountPath": "/tmp"},
             {"name": BUCKET_VOLUME, "mountPath": MOUNT},
+            {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT},
         ]
         volumes: list[dict] = [
             {"name": "shared-memory",
              "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(acc, args.autopilot)}Gi"}},
             {"name": "ray-tmp", "emptyDir": {}},
             _bucket_volume(args.pvc_name),
+            _bucket_volume(args.checkpoint_pvc_name, CHECKPOINT_VOLUME),
+            # The GCS FUSE file caches of both mounts on the node's local SSDs (counted in the pod's
+            # ephemeral storage), not in the sidecar's own limit (gcs-fuse-csi-driver
+            # docs/troubleshooting.md: a default cache must fit the sidecar's ephemeral limit).
+            {"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": f"{worker_cache_gib(args.file_cache_gib)}Gi"}},
         ]
         # The driver's libraries and the gIB NCCL plugin (NCCL_NET_PLUGIN), put there by the NCCL RDMA
         # installer, read-only in both modes. Standard: type Directory, so the pod waits for the

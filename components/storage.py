@@ -1,11 +1,14 @@
-"""TrainingStorage: the training bucket, the pods' identity on it, the token secrets, the GCS FUSE PV/PVC.
+"""TrainingStorage: the training bucket, the pods' identity on it, the token secrets, the GCS FUSE PVs/PVCs.
 
-The bucket holds verl's source, the model weights, the dataset and the checkpoints; every pod mounts
-it at `catalog.paths.MOUNT` through a static GCS FUSE PersistentVolume. Pods reach it as the
-Kubernetes service account, bound directly on the bucket with a Workload Identity principal (no
-Google service account). `catalog.gcsfuse.pod_annotations` gives what a pod mounting the PVC needs.
-Pass the cluster's Kubernetes provider in `opts` (`ResourceOptions(provider=...)`); depend on the
-component itself to wait until the claim is bound and the identity can read the bucket.
+The bucket holds verl's source, the model weights, the dataset and the checkpoints. It is mounted
+through three static GCS FUSE PersistentVolumes, one per kind of job (catalog.gcsfuse): a writer for
+staging (no cache, short TTL), a reader for training (long TTL, prefetch, bounded file cache) and one
+for checkpoints (`only-dir=checkpoints`, Google's checkpointing sample). Soft delete is off by
+default. Pods reach it as the Kubernetes service account, bound directly on the bucket with a
+Workload Identity principal (no Google service account); `catalog.gcsfuse.pod_annotations` gives
+what a pod mounting a PVC needs. Pass the cluster's Kubernetes provider in `opts`
+(`ResourceOptions(provider=...)`); depend on the component itself to wait until the claims are
+bound and the identity can read the bucket.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from catalog import naming
-from catalog.gcsfuse import CSI_DRIVER, MOUNT_OPTIONS, VOLUME_ATTRIBUTES
+from catalog.gcsfuse import (
+    CSI_DRIVER,
+    STAGING_PARALLEL_FILES,
+    VOLUME_ATTRIBUTES,
+    WRITER_VOLUME_ATTRIBUTES,
+    checkpoint_mount_options,
+    reader_mount_options,
+    writer_mount_options,
+)
 
 # Static provisioning: the class only pairs the PV with its PVC, so it must not name a real
 # StorageClass (a provisioner would otherwise try to create a volume for the claim).
@@ -45,8 +56,20 @@ class TrainingStorageArgs:
     # False: `pulumi destroy` leaves the bucket (weights, checkpoints) in place and forgets it.
     # True: destroy deletes it with all its objects. Takes effect on the `pulumi up` after a change.
     delete_on_destroy: bool = False
+    # Three PVs on the one bucket, one per kind of job (catalog.gcsfuse): the reader (training),
+    # the writer (staging; the head reads verl's source through it) and the checkpoints.
     pv_name: str = "training-bucket-pv"
     pvc_name: str = "training-bucket-pvc"
+    writer_pv_name: str = "training-bucket-writer-pv"
+    writer_pvc_name: str = "training-bucket-writer-pvc"
+    checkpoint_pv_name: str = "training-bucket-ckpt-pv"
+    checkpoint_pvc_name: str = "training-bucket-ckpt-pvc"
+    file_cache_mib: int = 16 * 1024  # bound of each reading mount's file cache (per pod)
+    staging_open_files: int = STAGING_PARALLEL_FILES + 4  # downloads + marker/temp files
+    # Soft-deleted objects are billed for this many days (GCS default 7): 0 turns soft delete off,
+    # so a rotated ~393 GB checkpoint stops costing at once. Allowed: 0 or 7..90
+    # (terraform-provider-google storage_bucket soft_delete_policy.retention_duration_seconds).
+    soft_delete_days: int = 0
     capacity_gib: int = 768  # meaningless to GCS FUSE; PV and PVC just have to agree
     hf_secret_name: str = "hf-secret"
     hf_secret_key: str = "hf_api_token"
@@ -60,8 +83,12 @@ class TrainingStorageArgs:
             "bucket_prefix": naming.bucket_prefix(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
             "namespace": naming.namespace(self.namespace),
             "ksa_name": naming.dns_label(self.ksa_name),
-            "pv_name": naming.dns_subdomain(self.pv_name),
-            "pvc_name": naming.dns_subdomain(self.pvc_name),
+            **{f: naming.dns_subdomain(getattr(self, f)) for f in (
+                "pv_name", "pvc_name", "writer_pv_name", "writer_pvc_name", "checkpoint_pv_name",
+                "checkpoint_pvc_name")},
+            "soft_delete_days": naming.soft_delete_days(self.soft_delete_days),
+            "file_cache_mib": None if isinstance(self.file_cache_mib, int) and self.file_cache_mib >= 1
+            else "must be an integer >= 1",
             "hf_secret_name": naming.dns_subdomain(self.hf_secret_name),
             "hf_secret_key": naming.secret_key(self.hf_secret_key),
             "wandb_secret_name": naming.dns_subdomain(self.wandb_secret_name),
@@ -87,7 +114,9 @@ class TrainingStorage(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     namespace: pulumi.Output[str]  # resolves once the Namespace exists
     ksa_name: pulumi.Output[str]  # resolves once the service account exists
-    pvc_name: pulumi.Output[str]  # resolves once the claim exists (and is bound to its PV)
+    pvc_name: pulumi.Output[str]  # the reader claim; resolves once the claim exists (bound to its PV)
+    writer_pvc_name: pulumi.Output[str]
+    checkpoint_pvc_name: pulumi.Output[str]
     hf_secret_name: pulumi.Output[str] | None
     hf_secret_key: str
     wandb_secret_name: pulumi.Output[str] | None
@@ -109,6 +138,8 @@ class TrainingStorage(pulumi.ComponentResource):
             uniform_bucket_level_access=True,  # required by the hierarchical namespace
             hierarchical_namespace=gcp.storage.BucketHierarchicalNamespaceArgs(enabled=True),
             public_access_prevention="enforced",
+            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
+                retention_duration_seconds=args.soft_delete_days * 86400),
             force_destroy=args.delete_on_destroy,
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.delete_on_destroy))
         self.bucket_name = self.bucket.name
@@ -136,38 +167,48 @@ class TrainingStorage(pulumi.ComponentResource):
         self.wandb_secret_name = self._secret(f"{name}-wandb-key", args.wandb_secret_name,
                                               args.wandb_secret_key, args.wandb_api_key, k8s_opts)
 
-        pv = k8s.core.v1.PersistentVolume(
-            f"{name}-pv",
-            metadata={"name": args.pv_name},
-            spec=k8s.core.v1.PersistentVolumeSpecArgs(
-                access_modes=["ReadWriteMany"],
-                capacity={"storage": f"{args.capacity_gib}Gi"},
-                # Deleting the claim must never touch the bucket's contents.
-                persistent_volume_reclaim_policy="Retain",
-                storage_class_name=STORAGE_CLASS,
-                # Reserved for our claim: no other claim can bind this volume.
-                claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=self.namespace, name=args.pvc_name),
-                mount_options=list(MOUNT_OPTIONS),
-                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
-                    driver=CSI_DRIVER, volume_handle=self.bucket.name,
-                    volume_attributes=dict(VOLUME_ATTRIBUTES)),
-            ),
-            opts=k8s_opts)
-        pvc = k8s.core.v1.PersistentVolumeClaim(
-            f"{name}-pvc",
-            metadata={"name": args.pvc_name, "namespace": self.namespace},
-            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
-                access_modes=["ReadWriteMany"],
-                resources=k8s.core.v1.VolumeResourceRequirementsArgs(
-                    requests={"storage": f"{args.capacity_gib}Gi"}),
-                storage_class_name=STORAGE_CLASS,
-                volume_name=pv.metadata.name,  # binds to our PV only, after it exists
-            ),
-            opts=k8s_opts)
-        self.pvc_name = pvc.metadata.name
+        def claim(role: str, pv_name: str, pvc_name: str, options: tuple[str, ...],
+                  attributes: dict[str, str]) -> pulumi.Output[str]:
+            pv = k8s.core.v1.PersistentVolume(
+                f"{name}-{role}",
+                metadata={"name": pv_name},
+                spec=k8s.core.v1.PersistentVolumeSpecArgs(
+                    access_modes=["ReadWriteMany"],
+                    capacity={"storage": f"{args.capacity_gib}Gi"},
+                    # Deleting the claim must never touch the bucket's contents.
+                    persistent_volume_reclaim_policy="Retain",
+                    storage_class_name=STORAGE_CLASS,
+                    # Reserved for our claim: no other claim can bind this volume.
+                    claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=self.namespace, name=pvc_name),
+                    mount_options=list(options),
+                    csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
+                        driver=CSI_DRIVER, volume_handle=self.bucket.name, volume_attributes=dict(attributes)),
+                ),
+                opts=k8s_opts)
+            pvc = k8s.core.v1.PersistentVolumeClaim(
+                f"{name}-{role}c",
+                metadata={"name": pvc_name, "namespace": self.namespace},
+                spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                    access_modes=["ReadWriteMany"],
+                    resources=k8s.core.v1.VolumeResourceRequirementsArgs(
+                        requests={"storage": f"{args.capacity_gib}Gi"}),
+                    storage_class_name=STORAGE_CLASS,
+                    volume_name=pv.metadata.name,  # binds to our PV only, after it exists
+                ),
+                opts=k8s_opts)
+            return pvc.metadata.name
+
+        # "pv"/"pvc" keep the reader's URNs from before the split.
+        self.pvc_name = claim("pv", args.pv_name, args.pvc_name, reader_mount_options(args.file_cache_mib),
+                              VOLUME_ATTRIBUTES)
+        self.writer_pvc_name = claim("writer-pv", args.writer_pv_name, args.writer_pvc_name,
+                                     writer_mount_options(args.staging_open_files), WRITER_VOLUME_ATTRIBUTES)
+        self.checkpoint_pvc_name = claim("ckpt-pv", args.checkpoint_pv_name, args.checkpoint_pvc_name,
+                                         checkpoint_mount_options(args.file_cache_mib), VOLUME_ATTRIBUTES)
         self.register_outputs({
             "bucket_name": self.bucket_name, "namespace": self.namespace, "ksa_name": self.ksa_name,
-            "pvc_name": self.pvc_name, "hf_secret_name": self.hf_secret_name,
+            "pvc_name": self.pvc_name, "writer_pvc_name": self.writer_pvc_name,
+            "checkpoint_pvc_name": self.checkpoint_pvc_name, "hf_secret_name": self.hf_secret_name,
             "wandb_secret_name": self.wandb_secret_name,
         })
 

@@ -12,14 +12,19 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import gke
-from catalog.gcsfuse import WORKER_SIDECAR
+from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
+from catalog.gcsfuse import HEAD_SIDECAR, file_cache_gib, staging_disk_budget, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
+from catalog.models import largest_file_gib, weights_gib
+from catalog.nodes import cpu_boot_disk_gb
 from catalog.paths import BucketPaths, bucket_paths, gs_url
+from catalog.ray import HEAD_EPHEMERAL_GIB
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
 from components.budget import ProjectBudget, ProjectBudgetArgs
-from components.cluster import CpuPool, GkeCluster, GkeClusterArgs
+from components.cluster import CPU_POOL_NAME, CpuPool, GkeCluster, GkeClusterArgs
 from components.data_prep import DataPrep, DataPrepArgs
+from components.image_mirror import ImageMirror
 from components.network import RdmaNetwork, RdmaNetworkArgs
 from components.network_mapping import NetworkMapping
 from components.node_identity import NodeServiceAccount
@@ -56,6 +61,9 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     """Register every resource of the stack; return the stack outputs."""
     acc, cl, net = cfg.accelerator, cfg.cluster, cfg.network
     paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    # Disk: the staging budget from the largest weight file; the readers' caches from the weights.
+    budget = staging_disk_budget(largest_file_gib(cfg.model))
+    cache_gib = file_cache_gib(weights_gib(cfg.model))
 
     apis = ProjectApis("apis", cfg.project)
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
@@ -73,11 +81,17 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
         min_version=preflight.gate(gke_version.apply(lambda v: v.version), checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
-        cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max),
+        cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max, cpu_boot_disk_gb(
+            budget.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)),
         deletion_protection=cl.deletion_protection, node_service_account=nodes.email,
         authorized_networks=cl.authorized_networks,
     ), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
+    # Docker Hub through a regional remote repository; a digest stays a digest.
+    image, image_deps = cfg.image, []
+    if cfg.image_mirror:
+        mirror = ImageMirror("image-mirror", cfg.project, cfg.region, cfg.name("dockerhub"), opts=after_apis)
+        image, image_deps = mirror.image(cfg.image), [mirror]
 
     mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster)
     storage = TrainingStorage("storage", TrainingStorageArgs(
@@ -87,30 +101,40 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
         wandb_api_key=wandb_api_key,
+        file_cache_mib=cache_gib * 1024, soft_delete_days=cfg.bucket_soft_delete_days,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
 
     # CPU capacity and storage only: staging runs while the GPU pool is still scaling up. The node
     # selector (the CPU pool's name, an output) orders the Job after the CPU pool on Standard.
-    cpu_selector = {} if cl.autopilot else {"cloud.google.com/gke-nodepool": cluster.cpu_pool_name}
+    # Autopilot: the Performance class (general-purpose caps a pod at 10 GiB; Google's verl sample).
+    # Standard: the CPU pool by its (constant) name, so the Job is created with the cluster and its pod
+    # starts on the pool's first Ready node instead of after the pool operation (tools/critical_path).
+    cpu_selector = ({COMPUTE_CLASS_SELECTOR: PERFORMANCE.selector} if cl.autopilot
+                    else {"cloud.google.com/gke-nodepool": CPU_POOL_NAME})
     prep = DataPrep("data-prep", DataPrepArgs(
         namespace=storage.namespace, service_account=storage.ksa_name,
-        pvc_name=storage.pvc_name, paths=paths, model_id=cfg.model, verl_version=cfg.verl_version,
-        verl_repo=VERL_REPO, image=cfg.image, hf_secret_name=storage.hf_secret_name,
-        hf_secret_key=storage.hf_secret_key, pod_annotations=gcsfuse_pod_annotations(cl.autopilot, WORKER_SIDECAR),
-        node_selector=cpu_selector,
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage]))
+        pvc_name=storage.writer_pvc_name, paths=paths, model_id=cfg.model, verl_version=cfg.verl_version,
+        verl_repo=VERL_REPO, image=image, hf_secret_name=storage.hf_secret_name,
+        hf_secret_key=storage.hf_secret_key,
+        pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
+        node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage, *image_deps]))
 
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
-        gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version,
+        gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=image, ray_version=cfg.ray_version,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
-        paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
-        zone=cfg.zone if cl.autopilot else None,
+        paths=paths, writer_pvc_name=storage.writer_pvc_name, checkpoint_pvc_name=storage.checkpoint_pvc_name,
+        file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
+        gpu_pool_name=cluster.gpu_pool_name, zone=cfg.zone if cl.autopilot else None,
         # One budget for "the cluster is up": pulumi-kubernetes waits this long for the head, the
         # job resource as long again for the GPUs.
         ready_timeout_s=cfg.job.ready_timeout_s,
         worker_secret_env=_worker_secret_env(storage),
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
+        # The GPU pool (through its name) and the installer, not the whole cluster component: the GPU
+        # workers' scale-up must not wait for the CPU pool; the head pends until a CPU node is Ready.
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider,
+                                   depends_on=[mapping, storage, cluster.installer, *image_deps]))
 
     if cfg.budget is not None:
         ProjectBudget("budget", ProjectBudgetArgs(
@@ -214,7 +238,8 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
              "namespace": storage.namespace, "service": ray.head_service, "port": ray.dashboard_port},
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
-    ), opts=pulumi.ResourceOptions(depends_on=[ray, prep], aliases=[GRPO_JOB_ALIAS]))
+        # The cluster component too: on destroy the job is stopped before any node pool goes.
+    ), opts=pulumi.ResourceOptions(depends_on=[ray, prep, cluster], aliases=[GRPO_JOB_ALIAS]))
     # Needs dashboardCommand's port-forward running; the watch command needs none.
     logs = job.job_id.apply(
         lambda job_id: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {job_id}")

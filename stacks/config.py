@@ -113,6 +113,8 @@ class StackConfig:
     job: JobSettings
     budget: BudgetConfig | None = None  # billingAccount + budgetMonthly, both or neither
     warnings: tuple[str, ...] = ()  # runs, but slower than it should (printed by the plan and `pulumi up`)
+    bucket_soft_delete_days: int = 0
+    image_mirror: bool = True
 
     @property
     def total_gpus(self) -> int:
@@ -266,6 +268,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     budget = _budget(r)
     bucket_location = r.str("bucketLocation") or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
+    soft_delete = r.int("bucketSoftDeleteDays")
+    r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
     warnings: list[str] = []
@@ -298,7 +302,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=r.bool("imageMirror"),
     )
 
 

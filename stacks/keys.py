@@ -66,6 +66,8 @@ KEYS: tuple[Key, ...] = (
     Key("budgetMonthly", "integer", 0,
         "Monthly budget for this project in the billing account's currency; alerts at 50/90/100% "
         "(needs billingAccount)."),
+    Key("bucketSoftDeleteDays", "integer", 0,
+        "Days Cloud Storage keeps (and bills) deleted objects such as rotated checkpoints: 0 = off, or 7..90."),
     Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
         secret=True),
@@ -73,6 +75,9 @@ KEYS: tuple[Key, ...] = (
         "Weights & Biases API key (set with --secret; needed when grpoLogger has wandb).", secret=True),
     Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket."),
     Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging."),
+    Key("imageMirror", "boolean", True,
+        "Pull Docker Hub images through an Artifact Registry remote repository in the region "
+        "(cached; eligible for GKE image streaming)."),
     Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
     Key("submitJob", "boolean", True, "Submit the GRPO job once the Ray cluster can run it."),
     Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs."),

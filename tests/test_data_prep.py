@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
+from catalog.gcsfuse import staging_disk_budget
 from catalog.paths import COMPLETE_MARKER, MOUNT, bucket_paths
 from catalog.versions import VERL_IMAGE, VERL_REPO, VERL_VERSION
 from components import data_prep
@@ -100,6 +101,7 @@ def test_job_runs_the_script_with_the_shared_paths(stack):
         "--verl-repo": VERL_REPO, "--verl-ref": VERL_VERSION, "--verl-dir": paths.verl_src,
         "--model-id": model, "--model-revision": "main", "--model-dir": paths.model_dir,
         "--dataset-dir": paths.dataset_dir, "--marker-name": ".verl-gke-complete", "--work-dir": "/scratch",
+        "--max-workers": "4", "--termination-log": "/dev/termination-log",
     }
     assert COMPLETE_MARKER == ".verl-gke-complete"
 
@@ -120,20 +122,26 @@ def test_job_runs_the_script_with_the_shared_paths(stack):
     assert env_vars["HF_HOME"]["value"].startswith("/scratch/")  # GSM8K cache: local, not the bucket
 
     assert c["resources"] == {
-        "requests": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "4Gi"},
+        "requests": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "8Gi"},
         "limits": {"memory": "8Gi", "ephemeral-storage": "8Gi"},
     }
+    # Finding 2: sequential weight writes, the only order GCS FUSE streams.
+    assert env_vars["HF_HUB_DISABLE_XET"]["value"] == "1"
+    assert env_vars["HF_HUB_ENABLE_HF_TRANSFER"]["value"] == "0"
+    # Finding 8: the failure reason reaches the pod status (and Pulumi's error).
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert pod["restartPolicy"] == "Never"
     assert pod["serviceAccountName"] == "verl-ksa"
     assert pod.get("nodeSelector", {}) == selector
+    # The default budget: 4 files x 5 GiB + 1 GiB for the sidecar itself.
     assert job["spec"]["template"]["metadata"]["annotations"] == {
-        "gke-gcsfuse/volumes": "true", "gke-gcsfuse/ephemeral-storage-limit": "50Gi"}
+        "gke-gcsfuse/volumes": "true", "gke-gcsfuse/ephemeral-storage-limit": "21Gi"}
     assert job["spec"]["backoffLimit"] == 3
     assert job["spec"]["activeDeadlineSeconds"] == 3 * 3600
     assert "ttlSecondsAfterFinished" not in job["spec"]
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "FailJob", "onExitCodes": {
-        "containerName": c["name"], "operator": "In", "values": [2, 3]}}
+        "containerName": c["name"], "operator": "In", "values": [2, 3, 4]}}
 
 
 def test_job_is_auto_named_and_awaited():
@@ -273,10 +281,9 @@ DEV_PATHS = bucket_paths("dev", "Qwen/Qwen2.5-1.5B-Instruct", VERL_VERSION)
     ("paths.train_file", {"paths": dataclasses.replace(DEV_PATHS, train_file="/data/train.parquet")}),
     ("paths", {"paths": "/data"}),
     ("pod_annotations", {"pod_annotations": {}}),
-    ("pod_annotations", {"pod_annotations": {**FUSE, "gke-gcsfuse/ephemeral-storage-limit": "lots"}}),
     ("node_selector", {"node_selector": {"cloud.google.com/gke-accelerator-count": 8}}),
     ("memory_request", {"memory_request": "16Gi"}),
-    ("fuse_ephemeral_storage_limit", {"fuse_ephemeral_storage_limit": "lots"}),
+    ("disk_budget", {"disk_budget": "50Gi"}),
     ("active_deadline_seconds", {"active_deadline_seconds": 0}),
     ("backoff_limit", {"backoff_limit": -1}),
 ])
@@ -298,17 +305,16 @@ def test_bad_args_are_named_and_create_nothing(arg, overrides):
 LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
 
 
-@pytest.mark.parametrize("theirs,expected", [
-    (None, "50Gi"),  # only the volumes annotation: the Job's own need
-    ("0", "0"),  # Standard: storage lifts the sidecar limits; unlimited stays unlimited
-    ("10Gi", "50Gi"),  # Autopilot sized for the Ray pods: raised for the weight shards
-    ("100Gi", "100Gi"),  # already enough
-])
-def test_sidecar_storage_limit_is_at_least_what_the_job_needs(theirs, expected):
-    # Shaped like storage.gcsfuse_pod_annotations(): the caller's other keys pass through.
+@pytest.mark.parametrize("theirs", [None, "0", "10Gi", "100Gi"])
+def test_sidecar_storage_limit_is_the_disk_budget(theirs):
+    # Whatever the caller's annotations say ("0" on Standard added nothing to the pod's limit), the
+    # sidecar's ephemeral limit is the budget's buffer: the largest file x the files in flight.
+    budget = staging_disk_budget(3.7, parallel_files=4)
     caller = {**FUSE, "gke-gcsfuse/memory-limit": "2Gi", **({LIMIT: theirs} if theirs else {})}
-    pod = run_data_prep(pod_annotations=caller).one(JOB).inputs["spec"]["template"]["metadata"]
-    assert pod["annotations"] == {**caller, LIMIT: expected}
+    pod = run_data_prep(pod_annotations=caller, disk_budget=budget).one(JOB).inputs["spec"]["template"]
+    assert pod["metadata"]["annotations"] == {**caller, LIMIT: "16Gi"}
+    assert budget.buffer_gib == 16 and budget.pod_gib == 24
+    assert pod["spec"]["containers"][0]["args"][-3] == "4"  # --max-workers: the budget's parallelism
 
 
 # --- end to end: the Job's own command, run locally ------------------------------------------
@@ -317,7 +323,8 @@ def test_sidecar_storage_limit_is_at_least_what_the_job_needs(theirs, expected):
 def job_invocation(run: mocking.Run, data: Path, work: Path, secrets: dict) -> tuple[list[str], dict]:
     """The registered command/args/env as the kubelet would start them, with the pod's mounts
     (/data the bucket, /scripts the ConfigMap, /scratch the emptyDir) mapped to local folders."""
-    mounts = {MOUNT: data, data_prep.SCRIPTS_DIR: SCRIPT.parent, data_prep.SCRATCH_DIR: work}
+    mounts = {MOUNT: data, data_prep.SCRIPTS_DIR: SCRIPT.parent, data_prep.SCRATCH_DIR: work,
+              data_prep.TERMINATION_LOG: work / "termination-log"}
 
     def local(value: str) -> str:
         for pod_path, folder in mounts.items():

@@ -52,6 +52,7 @@ GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "naming.ray_version": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
     # namePrefix's own rule (DNS-1035, <= 20) implies a valid "<prefix>-nodes"; the case still breaks both.
     "naming.service_account_id": [({"verl-gke:namePrefix": "Nodes"}, "verl-gke:namePrefix")],
+    "naming.soft_delete_days": [({"verl-gke:bucketSoftDeleteDays": 3}, "verl-gke:bucketSoftDeleteDays")],
     "naming.billing_account_id": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
                                    "verl-gke:billingAccount")],
 }

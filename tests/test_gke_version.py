@@ -112,14 +112,14 @@ def test_a_full_pin_the_channel_offers_is_used_as_given():
 
 @pytest.mark.parametrize("overrides,server_config,key,needles", [
     # The REGULAR channel in early 2025 stops below the A4 floor.
-    ({}, engine_versions.BELOW_FLOOR, "verl-gke:releaseChannel", ["1.32.1-gke.1489001", "1.32.2-gke.1475000"]),
+    ({}, engine_versions.BELOW_FLOOR, "verl-gke:releaseChannel", ["1.32.1-gke.1489001", "1.33.2-gke.4655000"]),
     ({"accelerator": "h200", "releaseChannel": "STABLE"}, engine_versions.BELOW_FLOOR, "verl-gke:releaseChannel",
-     ["1.31.6-gke.1020000", "1.32.2-gke.1297001", "read_ahead_kb"]),
+     ["1.31.6-gke.1020000", "1.33.2-gke.4655000", "gcsfuse 3.1"]),
     ({"accelerator": "h200", "clusterMode": "autopilot", "releaseChannel": "STABLE"}, engine_versions.BELOW_FLOOR,
-     "verl-gke:releaseChannel", ["1.31.6-gke.1020000", "below 1.32.2-gke.1297001"]),
+     "verl-gke:releaseChannel", ["1.31.6-gke.1020000", "below 1.33.2-gke.4655000"]),
     ({"gkeVersion": "1.36"}, engine_versions.BELOW_FLOOR, "verl-gke:gkeVersion", ["offers no 1.36.x"]),
     # A patch GKE no longer offers: what the tutorial's pin runs into (400 "Master version ... is unsupported").
-    ({"gkeVersion": "1.33.1-gke.1000000"}, engine_versions.CURRENT, "verl-gke:gkeVersion",
+    ({"gkeVersion": "1.34.1-gke.1000000"}, engine_versions.CURRENT, "verl-gke:gkeVersion",
      ["not a version GKE offers"]),
     ({"gkeVersion": "1.36.2-gke.1052000", "releaseChannel": "STABLE"}, engine_versions.CURRENT, "verl-gke:gkeVersion",
      ["newer than 1.34.6-gke.1064000"]),
@@ -135,9 +135,11 @@ def test_a_refused_version_stops_the_update_before_anything_billable(overrides, 
 
 
 def test_a_channel_that_meets_the_floor_passes_where_another_does_not():
-    # In the same below-floor world, RAPID already offers 1.32.2-gke.1400000: enough for A3 Ultra's floors.
-    run = _run({"accelerator": "h200", "releaseChannel": "RAPID"}, server_config=engine_versions.BELOW_FLOOR)
-    assert run.one(CLUSTER).inputs["minMasterVersion"] == "1.32.2-gke.1400000"
+    # Mid-2025 RAPID already offers 1.33.2-gke.4786000: enough for gcsfuse 3.1; REGULAR is refused.
+    run = _run({"accelerator": "h200", "releaseChannel": "RAPID"}, server_config=engine_versions.MID_2025)
+    assert run.one(CLUSTER).inputs["minMasterVersion"] == "1.33.2-gke.4786000"
+    with pytest.raises(preflight.PreflightError, match="1.33.1-gke.1744000"):
+        _run({"accelerator": "h200"}, server_config=engine_versions.MID_2025)
 
 
 def test_resolution_without_a_channel_entry_names_the_key():

@@ -12,7 +12,7 @@ import pytest
 
 from catalog import versions
 from catalog.accelerators import ACCELERATORS
-from catalog.paths import MOUNT, bucket_paths
+from catalog.paths import CHECKPOINT_MOUNT, MOUNT, bucket_paths
 from stacks import config, grpo
 
 BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
@@ -193,11 +193,11 @@ def test_overrides_fix_the_tutorial(defaults):
     assert "algorithm.kl_ctrl.kl_coef" not in ov
     assert float(ov["actor_rollout_ref.actor.optim.lr"]) == 1e-6
     # Weights from the bucket copy, data from the bucket.
-    assert ov["actor_rollout_ref.model.path"] == paths.model_dir == f"{MOUNT}/models/{MODEL}"
+    assert ov["actor_rollout_ref.model.path"] == paths.model_dir == f"{MOUNT}/models/{MODEL}/main"
     assert ov["data.train_files"] == paths.train_file and ov["data.val_files"] == paths.val_file
     # Checkpoints: absolute, on the bucket, resumed.
     assert ov["trainer.default_local_dir"] == paths.checkpoint_dir
-    assert ov["trainer.default_local_dir"].startswith(MOUNT + "/")
+    assert ov["trainer.default_local_dir"].startswith(CHECKPOINT_MOUNT + "/")
     assert ov["trainer.resume_mode"] == "auto"
     # Shape and names from the stack; logger a Hydra list.
     assert (ov["trainer.nnodes"], ov["trainer.n_gpus_per_node"]) == ("2", "8")
@@ -238,7 +238,7 @@ def test_overrides_follow_shape_and_settings(defaults):
     assert ov["trainer.nnodes"] == "1"
     assert ov["trainer.logger"] == "[console,wandb]"
     assert ov["actor_rollout_ref.actor.use_kl_loss"] == "false"  # no KL: no reference model to load
-    expected = f"{MOUNT}/checkpoints/dev/Qwen/Qwen2.5-32B-Instruct"
+    expected = f"{CHECKPOINT_MOUNT}/dev/Qwen/Qwen2.5-32B-Instruct"  # the checkpoint PV (only-dir)
     assert ov["trainer.default_local_dir"] == paths_for("dev").checkpoint_dir == expected
 
 

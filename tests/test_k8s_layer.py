@@ -11,6 +11,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -20,7 +21,7 @@ import pytest
 from catalog import gcsfuse, nics
 from catalog.accelerators import ACCELERATORS, GIB_MOUNT, NVIDIA_MOUNT, nccl_env
 from catalog.capacity import Capacity
-from catalog.paths import MOUNT, bucket_paths
+from catalog.paths import CHECKPOINT_MOUNT, MOUNT, bucket_paths
 from catalog.ray import HEAD_CPU
 from components import network_mapping as nm
 from components import ray_cluster as rc
@@ -101,7 +102,8 @@ def program(case: Case) -> None:
         zone=None if standard else ZONE,
         image="verlai/verl:vllm011.latest", ray_version="2.49.2", service_account=store.ksa_name,
         pvc_name=store.pvc_name, network_annotations=mapping.pod_annotations,
-        paths=bucket_paths(case.stack, MODEL, VERL),
+        paths=bucket_paths(case.stack, MODEL, VERL), writer_pvc_name=store.writer_pvc_name,
+        checkpoint_pvc_name=store.checkpoint_pvc_name,
     ), opts=pulumi.ResourceOptions(provider=provider, depends_on=[mapping, store, installer]))
     pulumi.export("network_names", mapping.network_names)
     pulumi.export("pod_annotations", mapping.pod_annotations)
@@ -243,37 +245,66 @@ def test_namespace_created_unless_default():
     assert {x.inputs["metadata"]["namespace"] for x in namespaced} == {"default"}
 
 
-def test_pv_and_pvc_are_bound_to_each_other():
+def pv_by_name(r) -> dict[str, dict]:
+    return {x.inputs["metadata"]["name"]: x.inputs for x in r.of_type(PV)}
+
+
+def test_pvs_and_pvcs_are_bound_to_each_other():
     r = run(Case())
-    pv, pvc = r.one(PV).inputs, r.one(PVC).inputs
-    assert pv["spec"]["claimRef"] == {"namespace": NAMESPACE, "name": pvc["metadata"]["name"]}
-    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
-    assert pvc["metadata"]["namespace"] == NAMESPACE and "namespace" not in pv["metadata"]
-    assert pv["spec"]["storageClassName"] == pvc["spec"]["storageClassName"] == st.STORAGE_CLASS
-    assert pv["spec"]["accessModes"] == pvc["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert pv["spec"]["capacity"]["storage"] == pvc["spec"]["resources"]["requests"]["storage"]
-    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
-    assert pv["spec"]["csi"] == {
-        "driver": "gcsfuse.csi.storage.gke.io", "volumeHandle": r.outputs["bucket_name"],
-        "volumeAttributes": {"skipCSIBucketAccessCheck": "true", "gcsfuseMetadataPrefetchOnMount": "true"}}
-    assert r.outputs["pvc_name"] == pvc["metadata"]["name"]
+    pvs, pvcs = pv_by_name(r), {x.inputs["metadata"]["name"]: x.inputs for x in r.of_type(PVC)}
+    assert len(pvs) == len(pvcs) == 3  # reader, writer, checkpoints
+    for pv in pvs.values():
+        pvc = pvcs[pv["spec"]["claimRef"]["name"]]
+        assert pv["spec"]["claimRef"] == {"namespace": NAMESPACE, "name": pvc["metadata"]["name"]}
+        assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+        assert pvc["metadata"]["namespace"] == NAMESPACE and "namespace" not in pv["metadata"]
+        assert pv["spec"]["storageClassName"] == pvc["spec"]["storageClassName"] == st.STORAGE_CLASS
+        assert pv["spec"]["accessModes"] == pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+        assert pv["spec"]["capacity"]["storage"] == pvc["spec"]["resources"]["requests"]["storage"]
+        assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+        assert pv["spec"]["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
+        assert pv["spec"]["csi"]["volumeHandle"] == r.outputs["bucket_name"]
+    assert r.outputs["pvc_name"] == pvs["training-bucket-pv"]["spec"]["claimRef"]["name"]
 
 
-def test_mount_options_are_the_tutorials_corrected():
-    options = run(Case()).one(PV).inputs["spec"]["mountOptions"]
-    assert options == [
-        "metadata-cache:negative-ttl-secs:0",
-        "metadata-cache:ttl-secs:-1",  # tutorial: 0, which makes the prefetch on mount pointless
-        "metadata-cache:stat-cache-max-size-mb:-1",
-        "metadata-cache:type-cache-max-size-mb:-1",
-        "file-cache:max-size-mb:-1",
-        "file-cache:cache-file-for-range-read:true",
-        "file-cache:enable-parallel-downloads:true",
-        "read_ahead_kb=1024",
-        "write:enable-streaming-writes:true",
-        "write:global-max-blocks:200000",
-    ]
-    assert "implicit-dirs" not in options  # hierarchical namespace: folders are real
+SAMPLES = json.loads((Path(__file__).parent / "data" / "gcsfuse_gpu_samples.json").read_text())
+# Where we deliberately differ from Google's samples: no implicit-dirs (hierarchical namespace: folders
+# are real objects) and a bounded file cache (its volume has a size; -1 would overflow it).
+DELIBERATE = {"implicit-dirs", "file-cache:max-size-mb"}
+
+
+def option_key(option: str) -> str:
+    return option.rsplit(":", 1)[0] if ":" in option else option.split("=", 1)[0]
+
+
+@pytest.mark.parametrize("pv_name,sample", [("training-bucket-pv", "serving"),
+                                            ("training-bucket-ckpt-pv", "checkpointing")])
+def test_reading_mounts_are_googles_samples_with_a_bounded_cache(pv_name, sample):
+    pv = pv_by_name(run(Case()))[pv_name]
+    ours, theirs = pv["spec"]["mountOptions"], SAMPLES[sample]
+    for option in theirs["mountOptions"]:
+        if option_key(option) not in DELIBERATE:
+            assert option in ours, f"{pv_name} lacks {option} ({theirs['file']} @ {theirs['commit']})"
+    (cache,) = [o for o in ours if option_key(o) == "file-cache:max-size-mb"]
+    assert int(cache.rsplit(":", 1)[1]) > 0
+    assert "implicit-dirs" not in ours
+    assert pv["spec"]["csi"]["volumeAttributes"] == theirs["volumeAttributes"]
+
+
+def test_checkpoint_mount_sees_only_the_checkpoint_folder():
+    options = pv_by_name(run(Case()))["training-bucket-ckpt-pv"]["spec"]["mountOptions"]
+    assert "only-dir=checkpoints" in options
+
+
+def test_writer_mount_has_no_cache_no_prefetch_and_a_short_ttl():
+    pv = pv_by_name(run(Case()))["training-bucket-writer-pv"]
+    options = pv["spec"]["mountOptions"]
+    assert "file-cache:max-size-mb:0" in options
+    assert not any(o.startswith(("file-cache:enable-parallel", "read_ahead_kb")) for o in options)
+    (ttl,) = [int(o.rsplit(":", 1)[1]) for o in options if option_key(o) == "metadata-cache:ttl-secs"]
+    assert 0 <= ttl <= 60  # sees what an interrupted run left; never -1 (infinite)
+    assert "gcsfuseMetadataPrefetchOnMount" not in pv["spec"]["csi"]["volumeAttributes"]
+    assert "write:enable-streaming-writes:true" in options
 
 
 def test_hf_token_is_only_in_the_secret():
@@ -298,7 +329,9 @@ def test_no_secret_without_token():
 def test_gcsfuse_annotations_per_mode():
     standard = gcsfuse.pod_annotations(False, gcsfuse.WORKER_SIDECAR)
     assert standard["gke-gcsfuse/volumes"] == "true"
-    assert all(standard[f"gke-gcsfuse/{k}-limit"] == "0" for k in ("cpu", "memory", "ephemeral-storage"))
+    assert all(standard[f"gke-gcsfuse/{k}-limit"] == "0" for k in ("cpu", "memory"))
+    # A "0" ephemeral limit adds nothing to the pod's limit on Standard: the sidecar's disk must be bounded.
+    assert standard["gke-gcsfuse/ephemeral-storage-limit"] == "10Gi"
     sidecar = gcsfuse.SidecarResources(cpu=0.5, memory_gib=4, ephemeral_storage_gib=10)
     assert gcsfuse.SidecarResources(cpu=2, memory_gib=0.25, ephemeral_storage_gib=1.5).memory_quantity == "256Mi"
     autopilot = gcsfuse.pod_annotations(True, sidecar)
@@ -360,8 +393,8 @@ def test_worker_requests_fit_the_node(acc, autopilot):
     if autopilot:  # the sidecar's requests are inside the pod: both must fit
         side_cpu = float(annotations["gke-gcsfuse/cpu-limit"])
         side_mem = quantity_gib(annotations["gke-gcsfuse/memory-limit"])
-    else:  # limits lifted; GKE's default requests remain
-        assert annotations["gke-gcsfuse/ephemeral-storage-limit"] == "0"
+    else:  # CPU/memory limits lifted (GKE's default requests remain); disk bounded
+        assert annotations["gke-gcsfuse/ephemeral-storage-limit"] == "10Gi"
         side_cpu, side_mem = 0.25, 0.25
     assert cpu + side_cpu <= a.allocatable_cpu
     assert memory_gib + side_mem <= a.allocatable_memory_gib
@@ -383,9 +416,13 @@ def test_worker_env_volumes_and_tolerations(acc, autopilot):
     assert "initContainers" not in spec  # verl comes from the bucket via PYTHONPATH
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert set(mounts) == set(volumes)  # no declared-but-unused volumes (the tutorial's lib64, sys, proc-sys)
+    # No declared-but-unused volumes (the tutorial's lib64, sys, proc-sys); the cache is the sidecar's.
+    assert set(mounts) == set(volumes) - {gcsfuse.CACHE_VOLUME}
     assert mounts["training-bucket"]["mountPath"] == MOUNT
     assert volumes["training-bucket"]["persistentVolumeClaim"] == {"claimName": "training-bucket-pvc"}
+    assert mounts["checkpoints"]["mountPath"] == CHECKPOINT_MOUNT
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "training-bucket-ckpt-pvc"}
+    assert "sizeLimit" in volumes[gcsfuse.CACHE_VOLUME]["emptyDir"]
     host = {n: v["hostPath"]["path"] for n, v in volumes.items() if "hostPath" in v}
     # Both modes: NCCL_NET_PLUGIN lives in the gIB dir (issue 10 item 1).
     assert host == {"nvidia": "/home/kubernetes/bin/nvidia", "gib": "/home/kubernetes/bin/gib"}
@@ -394,6 +431,9 @@ def test_worker_env_volumes_and_tolerations(acc, autopilot):
     assert env["NCCL_NET_PLUGIN"].startswith(GIB_MOUNT + "/")
     head = head_pod(mode(acc, autopilot))["spec"]
     assert {m["name"] for m in head["containers"][0]["volumeMounts"]} == {v["name"] for v in head["volumes"]}
+    # The head reads verl's source through the writer PV, read-only: no file cache on the head.
+    (bucket,) = [v for v in head["volumes"] if v["name"] == "training-bucket"]
+    assert bucket["persistentVolumeClaim"] == {"claimName": "training-bucket-writer-pvc", "readOnly": True}
 
 
 SELECTOR_CASES = [
@@ -425,7 +465,8 @@ def test_node_selectors(case, expected):
                     "cloud.google.com/gke-accelerator-count": "8", "topology.kubernetes.io/zone": ZONE,
                     **({"cloud.google.com/gke-gpu-driver-version": "latest"} if case.accelerator == "h200" else {}),
                     **expected}
-        assert head is None  # general-purpose, on-demand: never spot, never a GPU node
+        # Performance class, on-demand: never spot, never a GPU node, and big enough for its disk.
+        assert head == {"cloud.google.com/compute-class": "Performance"}
     else:
         assert head == {"cloud.google.com/gke-nodepool": "cpu-pool"}
     assert worker == expected
@@ -437,20 +478,21 @@ def test_ordering_waits_for_networks_storage_and_installer():
     # depends_on names the RayCluster component; its children wait for the component's registration.
     cluster = r.one("verl-gke:ray_cluster:RayCluster")
     assert r.one(RAY).parent == cluster.urn
-    needed = [*r.of_type(PARAM_SET), *r.of_type(NETWORK), r.one(PV), r.one(PVC), r.one(SA), r.one(MEMBER),
+    needed = [*r.of_type(PARAM_SET), *r.of_type(NETWORK), *r.of_type(PV), *r.of_type(PVC), r.one(SA), r.one(MEMBER),
               r.one(NS), r.one("kubernetes:core/v1:ConfigMap")]
     missing = [f"{x.type} {x.name}" for x in needed if x.urn not in cluster.depends_on]
     assert not missing, f"RayCluster does not wait for {missing}"
-    pvc = r.one(PVC)  # bound by volumeName: created after its PV
-    assert r.one(PV).urn in pvc.depends_on or r.one(PV).urn in pvc.property_dependencies.get("spec", [])
+    for pv, pvc in zip(sorted(r.of_type(PV), key=lambda x: x.name), sorted(r.of_type(PVC), key=lambda x: x.name),
+                       strict=True):  # bound by volumeName: created after its PV
+        assert pv.urn in pvc.depends_on or pv.urn in pvc.property_dependencies.get("spec", [])
 
 
 def test_every_kubernetes_object_uses_the_explicit_provider():
     r = run(Case())
     (provider,) = r.of_type(K8S_PROVIDER)
     objects = [x for x in r.resources if x.custom and x.type.startswith("kubernetes:")]
-    # 9 param sets, 9 networks; namespace, KSA, secret, PV, PVC; the RayCluster; the installer stand-in.
-    assert len(objects) == 9 + 9 + 5 + 1 + 1
+    # 9 param sets, 9 networks; namespace, KSA, secret, 3 PVs, 3 PVCs; the RayCluster; the installer stand-in.
+    assert len(objects) == 9 + 9 + 3 + 6 + 1 + 1
     for obj in objects:
         assert obj.provider.startswith(provider.urn + "::"), f"{obj.type} {obj.name}: {obj.provider!r}"
 
@@ -478,7 +520,8 @@ def _ray_args(**changes: Any) -> rc.RayClusterArgs:
         accelerator=ACCELERATORS["h200"], gpu_nodes=2, autopilot=False, image="verlai/verl:vllm011.latest",
         ray_version="2.49.2", service_account=KSA, pvc_name="training-bucket-pvc",
         network_annotations=nics.interface_annotations(nics.additional_nics(8)),
-        paths=bucket_paths("h200", MODEL, VERL),
+        paths=bucket_paths("h200", MODEL, VERL), writer_pvc_name="training-bucket-writer-pvc",
+        checkpoint_pvc_name="training-bucket-ckpt-pvc",
         cpu_pool_name="cpu-pool", gpu_pool_name="gpu-pool")
     values.update(changes)
     return rc.RayClusterArgs(**values)
@@ -594,6 +637,6 @@ def test_strict_schema_rejects_what_the_api_server_would_prune():
 @pytest.mark.parametrize("type_", [PV, PVC, SECRET, SA, NS])
 def test_core_objects_match_kubernetes_schema(type_):
     r = run(Case())
-    reg = r.one(type_)
-    obj = schemas.manifest(reg, secret_values={"stringData": {r.outputs["hf_secret_key"]: "redacted"}})
-    assert schemas.core_errors(obj) == []
+    for reg in r.of_type(type_):
+        obj = schemas.manifest(reg, secret_values={"stringData": {r.outputs["hf_secret_key"]: "redacted"}})
+        assert schemas.core_errors(obj) == [], reg.name

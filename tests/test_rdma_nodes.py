@@ -86,7 +86,12 @@ def test_3_autopilot_worker_requests_what_googles_autopilot_sample_does(acc):
     spec = worker_spec(run)
     (container,) = spec["containers"]
     sample = FACTS[("worker.requests", "autopilot")]
-    assert container["resources"]["requests"] == sample == container["resources"]["limits"]
+    requests = container["resources"]["requests"]
+    assert requests == container["resources"]["limits"]
+    # CPU, memory and GPUs are the sample's; the disk leaves room for the sidecar within the pod bound.
+    assert {k: v for k, v in requests.items() if k != "ephemeral-storage"} == \
+        {k: v for k, v in sample.items() if k != "ephemeral-storage"}
+    assert requests["ephemeral-storage"] == "990Gi" and sample["ephemeral-storage"] == "1000Gi"
     group = run.one(RAY).inputs["spec"]["workerGroupSpecs"][0]
     assert group["rayStartParams"]["num-cpus"] == sample["cpu"]
     # What is left on the node for Autopilot's own DaemonSets once the GCS FUSE sidecar is counted.

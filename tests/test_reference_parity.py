@@ -74,6 +74,10 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
         "the NICs; DRANET needs the RAPID channel and DRA, while the same NetworkMapping serves both modes",
     ("autopilot", "cluster.release_channel", None):
         "RAPID is in Google's verl Autopilot sample only for DRANET, which we do not use; REGULAR as the blueprints",
+    ("autopilot", "worker.requests", None):
+        "the Ray container asks 990Gi of ephemeral storage so that it plus the 10Gi GCS FUSE sidecar the "
+        "webhook adds stay within 1000Gi, the Accelerator-class pod bound we can prove (catalog.autopilot); "
+        "CPU, memory and GPUs are the sample's",
     ("autopilot", "cluster.maintenance_exclusions", None):
         "the blueprints' NO_MINOR_OR_NODE_UPGRADES exclusion applies on Autopilot too: node upgrades "
         "would evict a running training job there just the same",

@@ -108,15 +108,22 @@ def test_dependency_edges():
     job, data_job, ray = _job(run), run.one(DATA_JOB), run.one(RAYCLUSTER)
     is_gpu_pool = lambda r: r.name == "gke-gpu-pool"  # noqa: E731
     is_cpu_pool = lambda r: r.name == "gke-cpu-pool"  # noqa: E731
-    # Staging runs on CPU nodes while the GPU pool scales up: no path from it to the GPU pool.
-    assert _reaches(run, data_job.urn, is_cpu_pool)
+    # Staging runs on CPU nodes while the GPU pool scales up: no path from it to the GPU pool. Nor to
+    # the CPU pool's operation: the pod selects the pool by name and starts on its first Ready node.
+    assert not _reaches(run, data_job.urn, is_cpu_pool)
+    assert run.one(DATA_JOB).inputs["spec"]["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-nodepool": "cpu-pool"}
     assert not _reaches(run, data_job.urn, is_gpu_pool)
+    # The GPU workers' scale-up waits for the GPU pool, never for the CPU pool (issue 11, critical path).
     assert _reaches(run, ray.urn, is_gpu_pool)
+    assert not _reaches(run, ray.urn, is_cpu_pool)
     assert _reaches(run, ray.urn, lambda r: r.type == "kubernetes:networking.gke.io/v1:Network")
     assert _reaches(run, ray.urn, lambda r: r.type == "kubernetes:core/v1:PersistentVolumeClaim")
     assert _reaches(run, ray.urn, lambda r: r.type == "kubernetes:yaml/v2:ConfigFile")
     # The GRPO job is last: after the RayCluster and the completed staging Job.
     assert ray.urn in job.depends_on and data_job.urn in job.depends_on
+    # ...and after the whole cluster component, so destroy stops it before any pool goes.
+    assert _reaches(run, job.urn, is_cpu_pool)
 
 
 def test_no_secret_in_plain_text_anywhere():

@@ -48,6 +48,9 @@ OLD_FLAGS = "parser.add_argument('--local_dir', default='~/data/gsm8k')"
 HUB = """\
 import json, os
 __version__ = "0.35.0"
+# huggingface_hub reads these once, at import (constants.py): record what it would have seen.
+ENV_AT_IMPORT = ("HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER")
+IMPORT_ENV = {k: os.environ.get(k) for k in ENV_AT_IMPORT}
 
 class HfHubHTTPError(Exception):
     pass
@@ -62,7 +65,9 @@ def snapshot_download(repo_id, revision=None, local_dir=None, token=None, **kwar
     log = os.environ["STUB_LOG"]
     with open(log, "a") as f:
         f.write(json.dumps({"hub": repo_id, "revision": revision, "token": token,
-                            "kwargs": sorted(kwargs), "local_dir": local_dir}) + "\\n")
+                            "kwargs": sorted(kwargs), "max_workers": kwargs.get("max_workers"),
+                            "env": {k: os.environ.get(k) for k in ENV_AT_IMPORT}, "import_env": IMPORT_ENV,
+                            "local_dir": local_dir}) + "\\n")
     calls = sum('"hub"' in line for line in open(log))
     mode = os.environ.get("STUB_HUB_MODE", "ok")
     if mode == "gated":
@@ -292,7 +297,7 @@ def test_hub_download_reads_token_from_env_and_never_shows_it(env):
     calls = [entry for entry in stub_log(env) if "hub" in entry]
     assert len(calls) == 2  # one failure, one retry
     assert all(c["token"] == TOKEN and c["local_dir"] == str(env.model) for c in calls)
-    assert all(c["revision"] == "main" and c["kwargs"] == [] for c in calls)
+    assert all(c["revision"] == "main" and c["kwargs"] == ["max_workers"] for c in calls)
     assert "retry 1/3" in result.stderr
     assert marker(env.model)["source"] == "huggingface"
     for run in gsm8k_runs(env):
@@ -321,3 +326,84 @@ def test_missing_arguments_are_usage_errors(env):
     argv = [sys.executable, str(SCRIPT), "--steps", "verl"]
     result = subprocess.run(argv, check=False, capture_output=True, text=True)
     assert result.returncode == 2 and "--verl-ref" in result.stderr
+
+
+# --- issue 11: sequential writes, failure reasons, the bucket lease ---------------------------
+
+
+def load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stage_data_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_downloads_sequentially_even_when_the_image_turns_hf_transfer_on(env):
+    # verl's base image sets HF_HUB_ENABLE_HF_TRANSFER=1; xet would be on by default in the hub client.
+    result = env.run("--steps", "model", "--max-workers", "3", source=False, HF_HUB_ENABLE_HF_TRANSFER="1")
+    assert result.returncode == 0, result.stderr
+    (hub,) = [e for e in stub_log(env) if "hub" in e]
+    assert hub["import_env"] == {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
+    assert hub["max_workers"] == 3
+
+
+def test_gated_model_failure_reason_goes_to_the_termination_log(env):
+    log = env.tmp / "termination-log"
+    result = env.run("--steps", "model", "--termination-log", str(log), source=False, STUB_HUB_MODE="gated")
+    assert result.returncode == 3
+    message = log.read_text()
+    assert "hfToken" in message and "no hfToken is set" in message and MODEL_ID in message
+
+
+def lease_body(holder: str, age_s: float) -> str:
+    import time
+
+    return json.dumps({"holder": holder, "renewed": time.time() - age_s})
+
+
+def test_a_live_lease_keeps_a_second_run_out(env):
+    lease, log = env.tmp / "staging.lease", env.tmp / "termination-log"
+    lease.write_text(lease_body("other-pod/7/abc", age_s=5))
+    result = env.run("--lease-file", str(lease), "--lease-ttl", "600", "--lease-wait", "0",
+                     "--termination-log", str(log))
+    assert result.returncode == 4, result.stderr
+    assert "other-pod/7/abc" in result.stderr and "other-pod/7/abc" in log.read_text()
+    assert not env.data.exists()  # nothing written by the run that did not get the lease
+    assert json.loads(lease.read_text())["holder"] == "other-pod/7/abc"  # and the holder keeps it
+
+
+def test_a_stale_lease_is_taken_over_and_released(env):
+    lease = env.tmp / "staging.lease"
+    lease.write_text(lease_body("crashed-pod/1/dead", age_s=3600))
+    result = env.run("--lease-file", str(lease), "--lease-ttl", "600", "--lease-wait", "0")
+    assert result.returncode == 0, result.stderr
+    assert "taking over a stale lease of crashed-pod/1/dead" in result.stdout
+    assert (env.verl / MARKER).is_file()
+    assert not lease.exists()  # released at the end
+
+
+def test_lease_store_changes_only_the_generation_it_was_given(tmp_path):
+    store = load_script().FileStore(str(tmp_path / "lease"))
+    gen = store.create(b"a")
+    assert gen and store.create(b"b") is None  # ifGenerationMatch=0: only if absent
+    assert store.read() == (b"a", gen)
+    new = store.replace(b"c", gen)
+    assert new and new != gen and store.replace(b"d", gen) is None  # a stale generation loses
+    assert not store.delete(gen) and store.delete(new) and store.read() is None
+
+
+def test_two_takers_of_one_stale_lease_get_it_once(tmp_path):
+    module = load_script()
+    path = str(tmp_path / "lease")
+    (tmp_path / "lease").write_text(lease_body("gone/1/x", age_s=3600))
+    first = module.Lease(module.FileStore(path), ttl=600, wait=0, poll=0.01)
+    second = module.Lease(module.FileStore(path), ttl=600, wait=0, poll=0.01)
+    first.acquire()
+    with pytest.raises(module.StepError) as err:
+        second.acquire()
+    assert err.value.code == 4 and first.holder in str(err.value)
+    first.release()
+    second.acquire()  # released: free again
+    second.release()

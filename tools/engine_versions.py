@@ -30,7 +30,7 @@ CURRENT: dict[str, Any] = {
 CURRENT["validNodeVersions"] = list(CURRENT["validMasterVersions"])
 
 # Early 2025, before the A4 floors: no channel reaches 1.32.2-gke.1475000 (A4 with RDMA); STABLE
-# stops at 1.31, below the GCS FUSE floors too; RAPID meets A3 Ultra's floors but not A4's.
+# stops at 1.31, below the GCS FUSE floors too; none ships gcsfuse 3.1 (1.33.2-gke.4655000).
 BELOW_FLOOR: dict[str, Any] = {
     "defaultClusterVersion": "1.31.5-gke.1068000",
     "channels": [
@@ -45,6 +45,22 @@ BELOW_FLOOR: dict[str, Any] = {
                             "1.31.5-gke.1068000", "1.30.9-gke.1127000"],
 }
 BELOW_FLOOR["validNodeVersions"] = list(BELOW_FLOOR["validMasterVersions"])
+
+# Mid-2025: RAPID has reached gcsfuse 3.1's floor (1.33.2-gke.4655000); REGULAR and STABLE have not.
+MID_2025: dict[str, Any] = {
+    "defaultClusterVersion": "1.32.4-gke.1415000",
+    "channels": [
+        {"channel": "RAPID", "defaultVersion": "1.33.2-gke.4655000", "upgradeTargetVersion": "1.33.2-gke.4655000",
+         "validVersions": ["1.33.2-gke.4786000", "1.33.2-gke.4655000"]},
+        {"channel": "REGULAR", "defaultVersion": "1.32.4-gke.1415000", "upgradeTargetVersion": "1.32.4-gke.1415000",
+         "validVersions": ["1.33.1-gke.1744000", "1.32.4-gke.1415000"]},
+        {"channel": "STABLE", "defaultVersion": "1.32.2-gke.1652000", "upgradeTargetVersion": "1.32.2-gke.1652000",
+         "validVersions": ["1.32.3-gke.1927000", "1.32.2-gke.1652000"]},
+    ],
+    "validMasterVersions": ["1.33.2-gke.4786000", "1.33.2-gke.4655000", "1.33.1-gke.1744000", "1.32.4-gke.1415000",
+                            "1.32.3-gke.1927000", "1.32.2-gke.1652000"],
+}
+MID_2025["validNodeVersions"] = list(MID_2025["validMasterVersions"])
 
 
 def lookup(server_config: dict[str, Any], version_prefix: str | None = None) -> dict[str, Any]:

@@ -249,6 +249,86 @@ def price_report(stack: str, raw: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def pod_templates(plan: dict[str, Any]) -> list[tuple[str, dict]]:
+    """(label, pod template) of every pod the stack registers: Jobs, the RayCluster's head and workers."""
+    pods: list[tuple[str, dict]] = []
+    for r in plan["resources"]:
+        inputs = r["inputs"]
+        if r["type"] == "kubernetes:batch/v1:Job":
+            pods.append((f"Job {r['name']}", inputs["spec"]["template"]))
+        elif r["type"].startswith("kubernetes:") and inputs.get("kind") == "RayCluster":
+            spec = inputs["spec"]
+            pods.append((f"RayCluster {r['name']} head", spec["headGroupSpec"]["template"]))
+            for group in spec.get("workerGroupSpecs") or []:
+                pods.append((f"RayCluster {r['name']} {group['groupName']}", group["template"]))
+    return pods
+
+
+def admission_rows(plan: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+    """Per pod: what Autopilot (or Standard) does with it once the GCS FUSE webhook has run, and its
+    disk budget (the sum of its ephemeral-storage limits, sidecar included)."""
+    from catalog import autopilot
+
+    rows = []
+    for label, template in pod_templates(plan):
+        v = autopilot.verdict(template, mode == "autopilot")
+        rows.append({"stack": plan["stack"], "mode": mode, "pod": label, "class": v.compute_class,
+                     "admitted": v.admitted, "ephemeralRequestGiB": round(v.ephemeral_request_gib, 2),
+                     "diskBudgetGiB": None if v.ephemeral_limit_gib is None else round(v.ephemeral_limit_gib, 2),
+                     "problems": v.problems})
+    return rows
+
+
+def critical_path(raw: dict[str, str], stack: str, plan: dict[str, Any]):
+    """The deploy's critical path from the plan's graph (tools.critical_path)."""
+    from catalog.models import GB_PER_GIB, weights_gib
+    from tools import critical_path as cp
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    return cp.compute(plan, weights_gib(cfg.model) * GB_PER_GIB)
+
+
+def storage_summary(raw: dict[str, str], stack: str) -> dict[str, Any]:
+    """The staging disk budget, computed once (catalog.gcsfuse) from the model's largest file."""
+    from catalog.gcsfuse import staging_disk_budget
+    from catalog.models import largest_file_gib
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    b = staging_disk_budget(largest_file_gib(cfg.model))
+    return {"model": cfg.model, "largestFileGiB": round(b.largest_file_gib, 2), "parallelFiles": b.parallel_files,
+            "sidecarBufferGiB": b.buffer_gib, "stageContainerGiB": b.container_gib, "stagingPodGiB": b.pod_gib}
+
+
+def other_mode(raw: dict[str, str], mode: str) -> dict[str, str]:
+    key = stack_config.KEYS_BY_NAME["clusterMode"].full
+    return {**raw, key: "standard" if mode == "autopilot" else "autopilot"}
+
+
+def admission(stack: str, raw: dict[str, str], secret_keys: list[str], plan: dict[str, Any]) -> list[dict]:
+    """The table for the stack in its own cluster mode and in the other one (same config otherwise)."""
+    mode = plan["outputs"].get("clusterMode", "standard")
+    rows = admission_rows(plan, mode)
+    try:
+        flipped = build_plan(stack, other_mode(raw, mode), secret_keys)
+    except stack_config.ConfigError as err:  # the other mode may not accept this config at all
+        return rows + [{"stack": stack, "mode": other_mode(raw, mode)[stack_config.KEYS_BY_NAME["clusterMode"].full],
+                        "pod": "-", "admitted": False, "problems": [str(err)]}]
+    return rows + admission_rows(flipped, flipped["outputs"].get("clusterMode", ""))
+
+
+def admission_text(rows: list[dict], storage: dict[str, Any]) -> str:
+    lines = [f"staging disk budget ({storage['model']}): {storage['parallelFiles']} files at once x "
+             f"{storage['largestFileGiB']} GiB largest file -> sidecar buffer {storage['sidecarBufferGiB']} GiB + "
+             f"stage container {storage['stageContainerGiB']} GiB = {storage['stagingPodGiB']} GiB",
+             "admission (pod x cluster mode; ephemeral storage with the GCS FUSE sidecar):"]
+    for r in rows:
+        budget = "unbounded" if r.get("diskBudgetGiB") is None else f"{r['diskBudgetGiB']:g} GiB"
+        verdict = "admitted" if r["admitted"] else "REFUSED: " + "; ".join(r["problems"])
+        lines.append(f"  {r['mode']:<9} {r['pod']:<34} {r.get('class', '-'):<20} "
+                     f"request {r.get('ephemeralRequestGiB', 0):>6g} GiB  disk budget {budget:>9}  {verdict}")
+    return "\n".join(lines)
+
+
 def write(plan: dict[str, Any], out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)
@@ -279,10 +359,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
     out = args.out or ROOT / "build" / "plan" / args.stack
+    plan["admission"] = admission(args.stack, raw, secret_keys, plan)
+    plan["storage"] = storage_summary(raw, args.stack)
+    crit = critical_path(raw, args.stack, plan)
+    plan["criticalPath"] = {"minutes": round(crit.total, 2), "floorMinutes": round(crit.floor, 2),
+                            "ratio": round(crit.ratio, 3), "floor": crit.floor_why,
+                            "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
+                                       "phases": s.why} for s in crit.steps]}
     write(plan, out)
     if not args.quiet:
         print(tree(plan))
         print(report(plan))
+    print(admission_text(plan["admission"], plan["storage"]))
+    from tools.critical_path import text as critical_path_text
+    print(critical_path_text(crit))
     print(price_report(args.stack, raw))
     for warning in plan.get("warnings") or []:
         print(f"warning: {warning}", file=sys.stderr)

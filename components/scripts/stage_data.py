@@ -5,27 +5,44 @@ Each output folder gets a marker file, written last, holding a JSON identity of 
 a folder whose marker matches is skipped; any other folder is resumed (model) or wiped and
 redone (verl source, dataset), so a Job killed half-way is safe to rerun.
 
+Weights are written sequentially (xet and hf_transfer off, `--max-workers` files at a time), the
+only order GCS FUSE streams without staging whole files on local disk. A lease object in the bucket
+(created only if absent, renewed and released with generation preconditions) keeps two staging runs
+from ever writing the same folders; a lease whose holder stopped renewing it is taken over.
+On failure the reason also goes to the termination log, which Kubernetes shows in the Job's status.
+
 The Hugging Face token is read from HF_TOKEN only: never an argument, never printed.
-Exit codes: 0 done, 1 a step failed, 2 bad arguments, 3 model gated/private/not found.
+Exit codes: 0 done, 1 a step failed, 2 bad arguments, 3 model gated/private/not found,
+4 another staging run holds the lease.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
 
 STEPS = ("verl", "model", "dataset")
 GSM8K_SCRIPT = "examples/data_preprocess/gsm8k.py"
 DATASET_FILES = ("train.parquet", "test.parquet")
-EXIT_FAILED, EXIT_MODEL_ACCESS = 1, 3  # 2 is argparse's usage error
+EXIT_FAILED, EXIT_MODEL_ACCESS, EXIT_LEASE = 1, 3, 4  # 2 is argparse's usage error
+# Sequential downloads: xet and hf_transfer write chunks of one file in parallel, which GCS FUSE
+# cannot stream (huggingface_hub constants.py; Google's verl data-prep Jobs set HF_HUB_DISABLE_XET).
+SEQUENTIAL_ENV = {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
 
 
 class StepError(Exception):
@@ -168,10 +185,11 @@ def access_denied(e: Exception) -> bool:
 
 
 def hub_download(args: argparse.Namespace) -> None:
+    os.environ.update(SEQUENTIAL_ENV)  # read by huggingface_hub at import: set before it
     import huggingface_hub  # the image ships it; only this step needs it
 
     token = os.environ.get("HF_TOKEN") or None
-    kwargs = {}
+    kwargs = {"max_workers": args.max_workers}
     version = tuple(int(p) for p in huggingface_hub.__version__.split(".")[:2] if p.isdigit())
     if version < (0, 23):
         kwargs["local_dir_use_symlinks"] = False  # older default: symlinks into the cache
@@ -189,7 +207,7 @@ def hub_download(args: argparse.Namespace) -> None:
             raise
         raise StepError(
             f"cannot download {args.model_id}: it is gated, private or does not exist "
-            f"({'the token set was refused' if token else 'no HF_TOKEN set'}; {type(e).__name__}). "
+            f"({'the hfToken set was refused' if token else 'no hfToken is set'}; {type(e).__name__}). "
             f"Accept the model's licence on https://huggingface.co/{args.model_id} and set a token "
             "that can read it: pulumi config set --secret verl-gke:hfToken <token>",
             code=EXIT_MODEL_ACCESS,
@@ -252,6 +270,184 @@ def stage_dataset(args: argparse.Namespace) -> tuple[bool, str]:
     return False, f"gsm8k ({flag}) into {args.dataset_dir}"
 
 
+# --- lease ---------------------------------------------------------------------------------------
+
+
+class FileStore:
+    """A local file with generation preconditions: the stand-in for the bucket object in tests."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def _locked(self, fn):
+        with open(self.path + ".guard", "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            return fn()
+
+    def _gen(self) -> str | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return f"{st.st_ino}.{st.st_mtime_ns}"
+
+    def _write(self, data: bytes) -> str:
+        tmp = f"{self.path}.{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.path)
+        return self._gen()
+
+    def create(self, data: bytes) -> str | None:
+        return self._locked(lambda: None if self._gen() else self._write(data))
+
+    def read(self) -> tuple[bytes, str] | None:
+        def do():
+            gen = self._gen()
+            if gen is None:
+                return None
+            with open(self.path, "rb") as f:
+                return f.read(), gen
+        return self._locked(do)
+
+    def replace(self, data: bytes, gen: str) -> str | None:
+        return self._locked(lambda: self._write(data) if self._gen() == gen else None)
+
+    def delete(self, gen: str) -> bool:
+        def do():
+            if self._gen() != gen:
+                return False
+            os.remove(self.path)
+            return True
+        return self._locked(do)
+
+
+class GcsStore:
+    """One object in the bucket through the JSON API, every change conditional on its generation
+    (ifGenerationMatch=0 creates only if absent). Credentials: the pod's Workload Identity token."""
+
+    API = "https://storage.googleapis.com"
+    TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+
+    def __init__(self, bucket: str, name: str):
+        self.bucket, self.name = bucket, name
+
+    def _call(self, method: str, url: str, data: bytes | None = None) -> tuple[int, bytes, dict]:
+        req = urllib.request.Request(self.TOKEN_URL, headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            token = json.load(r)["access_token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            if e.code in (404, 412):
+                return e.code, b"", {}
+            raise
+
+    def _object(self) -> str:
+        return urllib.parse.quote(self.name, safe="")
+
+    def _upload(self, data: bytes, if_gen: str) -> str | None:
+        query = urllib.parse.urlencode({"uploadType": "media", "name": self.name, "ifGenerationMatch": if_gen})
+        status, body, _ = self._call("POST", f"{self.API}/upload/storage/v1/b/{self.bucket}/o?{query}", data)
+        return None if status == 412 else str(json.loads(body)["generation"])
+
+    def create(self, data: bytes) -> str | None:
+        return self._upload(data, "0")
+
+    def read(self) -> tuple[bytes, str] | None:
+        status, body, headers = self._call("GET", f"{self.API}/storage/v1/b/{self.bucket}/o/{self._object()}?alt=media")
+        if status == 404:
+            return None
+        return body, headers.get("x-goog-generation") or headers.get("X-Goog-Generation", "")
+
+    def replace(self, data: bytes, gen: str) -> str | None:
+        return self._upload(data, gen)
+
+    def delete(self, gen: str) -> bool:
+        url = f"{self.API}/storage/v1/b/{self.bucket}/o/{self._object()}?ifGenerationMatch={gen}"
+        return self._call("DELETE", url)[0] not in (404, 412)
+
+
+class Lease:
+    """Held while renewed every ttl/4; stale (taken over) once unrenewed for ttl seconds."""
+
+    def __init__(self, store, ttl: float, wait: float, poll: float):
+        self.store, self.ttl, self.wait, self.poll = store, ttl, wait, poll
+        self.holder = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self.gen: str | None = None
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+
+    def _body(self) -> bytes:
+        return json.dumps({"holder": self.holder, "renewed": time.time()}).encode()
+
+    def acquire(self) -> None:
+        deadline = time.monotonic() + self.wait
+        while True:
+            self.gen = self.store.create(self._body())
+            if self.gen:
+                break
+            current = self.store.read()
+            if current is None:
+                continue  # released in between: try again at once
+            data, gen = current
+            try:
+                info = json.loads(data)
+                age = time.time() - float(info["renewed"])
+            except (ValueError, KeyError, TypeError):
+                info, age = {"holder": "unreadable lease"}, float("inf")
+            if age > self.ttl:
+                log(f"[lease] taking over a stale lease of {info.get('holder')} (unrenewed for {age:.0f} s)")
+                self.store.delete(gen)  # only if still that generation: a racing taker wins once
+                continue
+            if time.monotonic() >= deadline:
+                raise StepError(f"another staging run ({info.get('holder')}) holds the bucket's staging lease, "
+                                f"renewed {age:.0f} s ago; it is taken over once unrenewed for {self.ttl:.0f} s",
+                                code=EXIT_LEASE, retry=False)
+            time.sleep(self.poll)
+        threading.Thread(target=self._renew, daemon=True).start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 4):
+            gen = self.store.replace(self._body(), self.gen)
+            if gen is None:
+                self.lost.set()
+                return
+            self.gen = gen
+
+    def release(self) -> None:
+        self._stop.set()
+        if self.gen and not self.lost.is_set():
+            self.store.delete(self.gen)
+
+
+def make_lease(args: argparse.Namespace) -> Lease | None:
+    if args.lease_file:
+        store = FileStore(args.lease_file)
+    elif args.lease_gcs:
+        bucket, _, name = args.lease_gcs.removeprefix("gs://").partition("/")
+        store = GcsStore(bucket, name)
+    else:
+        return None
+    return Lease(store, args.lease_ttl, args.lease_wait, args.lease_poll)
+
+
+def termination_message(path: str | None, message: str) -> None:
+    """What Kubernetes shows as the container's termination message (and Pulumi in the Job error)."""
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(scrub(message)[-4000:])  # the kubelet keeps at most 4096 bytes
+    except OSError:
+        pass
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -270,6 +466,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=3, help="retries after a failed network attempt")
     p.add_argument("--backoff", type=float, default=10.0, help="first retry delay in s, doubled each time")
     p.add_argument("--work-dir", default=tempfile.gettempdir(), help="local scratch for clone/preprocessing")
+    p.add_argument("--max-workers", type=int, default=4, help="weight files downloaded at once (sequentially each)")
+    p.add_argument("--lease-gcs", help="gs://bucket/object: the staging lease, in the bucket written to")
+    p.add_argument("--lease-file", help="a local file as the lease (tests, a local run)")
+    p.add_argument("--lease-ttl", type=float, default=600.0, help="s without renewal after which a lease is stale")
+    p.add_argument("--lease-wait", type=float, default=900.0, help="s to wait for a held lease before failing")
+    p.add_argument("--lease-poll", type=float, default=15.0, help="s between looks at a held lease")
+    p.add_argument("--termination-log", default=None, help="file for the failure reason (/dev/termination-log)")
     args = p.parse_args(argv)
     args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     if not args.steps or set(args.steps) - set(STEPS):
@@ -285,23 +488,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 p.error(f"step {step} needs --{name.replace('_', '-')}")
     if args.retries < 0:
         p.error("--retries must be >= 0")
+    if args.max_workers < 1:
+        p.error("--max-workers must be >= 1")
+    if args.lease_ttl <= 0 or args.lease_wait < 0 or args.lease_poll <= 0:
+        p.error("--lease-ttl and --lease-poll must be > 0, --lease-wait >= 0")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    lease = make_lease(args)
+    try:
+        if lease:
+            lease.acquire()
+            log(f"[lease] held by {lease.holder}")
+        return run_steps(args, lease)
+    except StepError as e:
+        log(f"[lease] FAILED: {e}", err=True)
+        termination_message(args.termination_log, str(e))
+        return e.code
+    finally:
+        if lease:
+            lease.release()
+
+
+def run_steps(args: argparse.Namespace, lease: Lease | None) -> int:
     functions = {"verl": stage_verl, "model": stage_model, "dataset": stage_dataset}
     for step in STEPS:
         if step not in args.steps:
             continue
+        if lease and lease.lost.is_set():
+            raise StepError("lost the staging lease to another run (not renewed in time); stopping", code=EXIT_LEASE)
         start = time.monotonic()
         try:
             skipped, what = functions[step](args)
         except StepError as e:
             log(f"[{step}] FAILED: {e}", err=True)
+            termination_message(args.termination_log, f"staging step {step}: {e}")
             return e.code
         except Exception as e:  # noqa: BLE001 - disk full, permissions, ...: show the underlying error
             log(f"[{step}] FAILED: {type(e).__name__}: {e}", err=True)
+            termination_message(args.termination_log, f"staging step {step}: {type(e).__name__}: {e}")
             return EXIT_FAILED
         if skipped:
             log(f"[{step}] skipped: {what} (marker matches)")

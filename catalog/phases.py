@@ -1,0 +1,41 @@
+"""Phase durations of a deploy, for the critical path the plan prints (tools/critical_path.py).
+
+Estimates, not measurements: each says where its figure comes from. They decide nothing a platform
+accepts; they make the ordering's cost visible and comparable between stacks and changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Phase:
+    minutes: float
+    source: str
+
+
+CLUSTER_STANDARD = Phase(7.0, "assumption: GKE Standard control plane create, typically 5-8 min")
+CLUSTER_AUTOPILOT = Phase(8.0, "assumption: GKE Autopilot create, typically 6-10 min")
+CPU_POOL = Phase(4.0, "assumption: node pool create with its initial nodes: VM boot, registration, "
+                      "health checks of the operation")
+CPU_NODE_READY = Phase(3.0, "assumption: the pool's first node is Ready (schedulable) about 1 min "
+                            "before the pool operation reports done")
+GPU_POOL_EMPTY = Phase(1.5, "assumption: node pool create with 0 initial nodes (no VM to boot)")
+AUTOPILOT_CPU_NODE = Phase(3.0, "assumption: Autopilot provisions a Performance-class node for a pending pod")
+GPU_NODE = Phase(8.0, "assumption: autoscaler scale-up of an 8-GPU A4/A3 Ultra node: VM boot, GPU driver "
+                      "install, RDMA NICs, node Ready")
+IMAGE_PULL = Phase(2.5, "assumption: the verl image, ~15 GB compressed, pulled in full at ~100 MB/s "
+                        "before the container starts")
+IMAGE_PULL_STREAMED = Phase(0.5, "assumption: GKE image streaming starts the container on the "
+                                 "first-needed layers; rest read on demand")
+STAGING_FIXED = Phase(1.5, "assumption: verl clone (shallow) + GSM8K download and preprocessing")
+DOWNLOAD_MB_PER_S = 250.0  # assumption: 4 sequential HF CDN streams of ~60 MB/s each
+INSTALLER = Phase(0.5, "assumption: applying the NCCL installer manifests (a DaemonSet; not awaited to run)")
+API_CALL = Phase(0.1, "assumption: a plain API object (network, bucket, Kubernetes object)")
+
+
+def staging(weights_gb: float) -> Phase:
+    return Phase(STAGING_FIXED.minutes + weights_gb * 1000 / DOWNLOAD_MB_PER_S / 60,
+                 f"{weights_gb:g} GB of weights at {DOWNLOAD_MB_PER_S:g} MB/s (assumption) + "
+                 f"{STAGING_FIXED.minutes:g} min for verl and GSM8K")

@@ -1,0 +1,84 @@
+"""Issue 11: time to the first step, computed from the plan's own graph (tools.critical_path)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+
+import pytest
+
+from catalog import phases
+from catalog.models import GB_PER_GIB, weights_gib
+from tests.stack_helpers import ROOT, STACK_FILES
+from tools import critical_path as cp
+from tools import plan
+
+STACKS = [p.stem.split(".", 1)[1] for p in STACK_FILES]
+MAIN_CLUSTERS = json.loads((ROOT / "tests" / "data" / "main_cluster_inputs.json").read_text())
+
+
+@functools.cache
+def plans(stack: str) -> dict[str, tuple[dict, float]]:
+    raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
+    own = plan.build_plan(stack, raw, secret_keys)
+    other = plan.build_plan(stack, plan.other_mode(raw, own["outputs"]["clusterMode"]), secret_keys)
+    model = raw.get("verl-gke:model", "Qwen/Qwen2.5-32B-Instruct")
+    weights_gb = weights_gib(model) * GB_PER_GIB
+    return {p["outputs"]["clusterMode"]: (p, weights_gb) for p in (own, other)}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("mode", ["autopilot", "standard"])
+def test_every_stack_is_within_1_10_of_the_floor(stack, mode):
+    p, weights = plans(stack)[mode]
+    path = cp.compute(p, weights)
+    assert path.ratio <= 1.10, cp.text(path)
+    assert path.steps and all(s.why for s in path.steps)
+
+
+def test_the_old_ordering_is_over_the_bound():
+    """The model's teeth: on Standard, make the RayCluster and the staging Job wait for the CPU pool
+    again (today's main: the whole cluster component and the pool's name as an output)."""
+    p, weights = plans("h200")["standard"]
+    old = copy.deepcopy(p)
+    pool = next(r["urn"] for r in old["resources"] if r["inputs"].get("name") == "cpu-pool"
+                and r["type"] == cp.NODE_POOL)
+    for r in old["resources"]:
+        if r["type"] in (cp.RAY_CLUSTER, cp.JOB):
+            r["dependsOn"].append(pool)
+    assert cp.compute(old, weights).ratio > 1.10
+    assert cp.compute(p, weights).total < cp.compute(old, weights).total
+
+
+def test_staging_overlaps_gpu_scale_up():
+    for stack in STACKS:
+        for mode, (p, _weights) in plans(stack).items():
+            resources = {r["urn"]: r for r in p["resources"]}
+            job = next(u for u, r in resources.items() if r["type"] == cp.JOB)
+            # Neither the staging Job nor anything it waits for is a GPU pool.
+            todo, seen = [job], set()
+            while todo:
+                u = todo.pop()
+                if u in seen or u not in resources:
+                    continue
+                seen.add(u)
+                assert resources[u]["inputs"].get("name") != "gpu-pool", f"{stack}/{mode}: staging waits for GPUs"
+                todo += resources[u]["dependsOn"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_existing_cluster_is_replaced(stack):
+    """Getting within the bound must not touch the cluster: its inputs are the branch base's."""
+    raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
+    p = plan.build_plan(stack, raw, secret_keys)
+    (cluster,) = [r for r in p["resources"] if r["type"] == cp.CLUSTER]
+    assert cluster["inputs"] == MAIN_CLUSTERS["stacks"][stack]
+
+
+def test_every_phase_says_where_its_figure_comes_from():
+    for name in dir(phases):
+        value = getattr(phases, name)
+        if isinstance(value, phases.Phase):
+            assert value.minutes > 0 and value.source, name
+    assert "MB/s" in phases.staging(65.5).source

@@ -1,0 +1,66 @@
+"""Issue 11, findings 7: the image through a regional mirror with streaming, a digest kept; the bucket's
+soft delete off (or a short retention, a config key)."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog.images import mirrored
+from stacks import config
+from tests.stack_helpers import BASE, run_config
+
+DIGEST = "verlai/verl@sha256:" + "a" * 64
+REPO = "kubernetes:ray.io/v1:RayCluster"
+
+
+@pytest.mark.parametrize("image,expected", [
+    ("verlai/verl:vllm011.latest", "us-central1-docker.pkg.dev/p/verl-dockerhub/verlai/verl:vllm011.latest"),
+    ("python:3.11", "us-central1-docker.pkg.dev/p/verl-dockerhub/library/python:3.11"),
+    ("docker.io/" + DIGEST, "us-central1-docker.pkg.dev/p/verl-dockerhub/" + DIGEST),
+    ("us-docker.pkg.dev/x/y/z:1", "us-docker.pkg.dev/x/y/z:1"),  # not Docker Hub: unchanged
+    ("ghcr.io/org/img:1", "ghcr.io/org/img:1"),
+])
+def test_mirrored_reference(image, expected):
+    assert mirrored(image, "us-central1", "p", "verl-dockerhub") == expected
+
+
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_pods_pull_through_the_regional_remote_repository(mode):
+    run = run_config({"clusterMode": mode, "image": DIGEST})
+    repo = run.one("gcp:artifactregistry/repository:Repository").inputs
+    assert repo["mode"] == "REMOTE_REPOSITORY" and repo["format"] == "DOCKER"
+    assert repo["remoteRepositoryConfig"]["dockerRepository"]["publicRepository"] == "DOCKER_HUB"
+    assert repo["location"] == BASE["gcp:region"]
+    want = f"{BASE['gcp:region']}-docker.pkg.dev/{BASE['gcp:project']}/{repo['repositoryId']}/{DIGEST}"
+    job = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]["containers"][0]
+    ray = run.one(REPO).inputs["spec"]
+    assert job["image"] == want
+    assert ray["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == want
+    assert ray["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] == want
+    apis = {r.inputs["service"] for r in run.of_type("gcp:projects/service:Service")}
+    assert {"artifactregistry.googleapis.com", "containerfilesystem.googleapis.com"} <= apis
+    if mode == "standard":  # Autopilot streams eligible images by itself
+        pools = run.of_type("gcp:container/nodePool:NodePool")
+        assert pools and all(p.inputs["nodeConfig"]["gcfsConfig"] == {"enabled": True} for p in pools)
+
+
+def test_no_mirror_keeps_the_image_as_given():
+    run = run_config({"imageMirror": False, "image": DIGEST})
+    assert run.of_type("gcp:artifactregistry/repository:Repository") == []
+    job = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]["containers"][0]
+    assert job["image"] == DIGEST
+
+
+def test_soft_delete_is_off_by_default_and_a_short_retention_is_a_key():
+    bucket = run_config({}).one("gcp:storage/bucket:Bucket").inputs
+    assert bucket["softDeletePolicy"] == {"retentionDurationSeconds": 0}
+    bucket = run_config({"bucketSoftDeleteDays": 7}).one("gcp:storage/bucket:Bucket").inputs
+    assert bucket["softDeletePolicy"] == {"retentionDurationSeconds": 7 * 86400}
+
+
+@pytest.mark.parametrize("days", [1, 6, 91, -1])
+def test_bad_soft_delete_retention_names_the_key(days):
+    raw = {**BASE, "verl-gke:bucketSoftDeleteDays": str(days)}
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "test")
+    assert "verl-gke:bucketSoftDeleteDays" in str(err.value) and "7..90" in str(err.value)
