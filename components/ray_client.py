@@ -162,17 +162,23 @@ class Dashboard:
             ) from None
         return self._credentials.token
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S):
-        """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token."""
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S,
+             raw: tuple[bytes, str] | None = None):
+        """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token.
+
+        `raw`: (bytes, content type) sent instead of `body` as JSON (e.g. a JSON patch)."""
         import requests
 
         url = self.url + path
         headers = {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
+        if raw is not None:
+            headers["Content-Type"] = raw[1]
         try:
             resp = self._session.request(
                 method,
                 url,
-                json=body,
+                json=body if raw is None else None,
+                data=raw[0] if raw is not None else None,
                 headers=headers,
                 timeout=(CONNECT_TIMEOUT_S, timeout),
                 verify=self._ca_file if self._gke else True,
@@ -189,6 +195,19 @@ class Dashboard:
             return resp.json()
         except ValueError:
             return resp.text
+
+    def api_server(self, method: str, path: str, body: Any, content_type: str) -> Any:
+        """A call to the Kubernetes API server itself (not the service proxy), e.g. a RayCluster patch."""
+        if not self._gke:
+            raise RayJobError(f"{method} {path}: only a `gke` target has a Kubernetes API server")
+        import json as _json
+
+        endpoint = _gke_parts(self._gke)[0]
+        saved, self.url = self.url, f"https://{endpoint}"
+        try:
+            return self.call(method, path, raw=(_json.dumps(body).encode(), content_type))
+        finally:
+            self.url = saved
 
     # Ray's Jobs API --------------------------------------------------------------------------
 
