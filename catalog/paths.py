@@ -25,6 +25,8 @@ class BucketPaths:
     val_file: str
     hf_home: str
     checkpoint_dir: str
+    merged_dir: str  # the Hugging Face folder the last checkpoint is merged into
+    scripts_dir: str  # our scripts the Ray job runs (the run supervisor), shipped by the staging Job
 
 
 def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k") -> BucketPaths:
@@ -39,4 +41,13 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
         hf_home=posixpath.join(MOUNT, "huggingface_cache"),
         # Per model too: `resume_mode=auto` must never load another model's checkpoint.
         checkpoint_dir=posixpath.join(MOUNT, "checkpoints", stack, model_id),
+        merged_dir=posixpath.join(MOUNT, "merged", stack, model_id),
+        scripts_dir=posixpath.join(MOUNT, "scripts"),
     )
+
+
+def gcs_uri(bucket: str, path: str) -> str:
+    """gs:// URI of an in-pod path under MOUNT."""
+    if path != MOUNT and not path.startswith(MOUNT + "/"):
+        raise ValueError(f"{path!r} is not under the bucket mount {MOUNT}")
+    return f"gs://{bucket}/{path[len(MOUNT) + 1:]}"

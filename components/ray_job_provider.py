@@ -227,7 +227,7 @@ class RayJobProvider(dyn.ResourceProvider):
             job_id, attempt, adopted, used, note = self._choose(dash, jobs, base, inputs)
             if adopted is None:
                 window = max(started + inputs["ready_timeout_s"], time.monotonic() + SUBMIT_MIN_WINDOW_S)
-                runtime_env = with_attempt_env(inputs["runtime_env"], attempt, used)
+                runtime_env = with_attempt_env(inputs["runtime_env"], base, attempt, used, inputs["max_recoveries"])
                 submit(dash, job_id, {**inputs, "runtime_env": runtime_env}, window)
             job = dash.job(job_id)
             if inputs["wait_for_completion"]:

@@ -19,8 +19,12 @@ from components.ray_client import Dashboard, DashboardError, RayJobError
 
 SUPERVISOR_LINE = re.compile(r"^\[verl-gke\] (.*)$", re.MULTILINE)
 COUNT = re.compile(r"recover(?:y|ies used) (\d+) of (\d+)")
+# What each attempt learns from the provider, through its runtime env: not in the entrypoint, so
+# raising the cap neither changes the run's submission id nor restarts it.
+RUN_ENV = "VERL_GKE_RUN"  # the base submission id: the budget's key
 ATTEMPT_ENV = "VERL_GKE_ATTEMPT"
 USED_ENV = "VERL_GKE_RECOVERIES_USED"
+MAX_ENV = "VERL_GKE_MAX_RECOVERIES"
 # KubeRay's RayCluster API (ray.io/v1): the object the worker replicas live on.
 RAYCLUSTER_PATH = "/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
 
@@ -44,10 +48,12 @@ def used_by(dash: Dashboard, job: dict[str, Any], attempt: int) -> tuple[int, st
     return max(used or 0, attempt - 1), line
 
 
-def with_attempt_env(runtime_env: dict[str, Any] | None, attempt: int, used: int) -> dict[str, Any]:
-    """The runtime env with the attempt's number and the run's count so far (the supervisor's floor)."""
+def with_attempt_env(runtime_env: dict[str, Any] | None, run: str, attempt: int, used: int,
+                     max_recoveries: int) -> dict[str, Any]:
+    """The runtime env plus the run, the attempt's number, the count so far (the supervisor's floor), the cap."""
     env = dict(runtime_env or {})
-    env["env_vars"] = {**(env.get("env_vars") or {}), ATTEMPT_ENV: str(attempt), USED_ENV: str(used)}
+    env["env_vars"] = {**(env.get("env_vars") or {}), RUN_ENV: run, ATTEMPT_ENV: str(attempt),
+                       USED_ENV: str(used), MAX_ENV: str(max_recoveries)}
     return env
 
 
@@ -62,7 +68,7 @@ def scale_up(dash: Dashboard, scale: dict[str, Any]) -> str:
     A JSON patch that first tests the group's name at `index`, so a reordered spec fails loudly
     instead of scaling another group. Returns what was done, for the log.
     """
-    path = RAYCLUSTER_PATH.format(namespace=scale["namespace"], name=scale["name"])
+    path = RAYCLUSTER_PATH.format(namespace=scale["namespace"], name=scale["name"]) + "?fieldManager=verl-gke-job"
     index, replicas = int(scale.get("index") or 0), int(scale["replicas"])
     patch = [
         {"op": "test", "path": f"/spec/workerGroupSpecs/{index}/groupName", "value": scale["group"]},

@@ -498,8 +498,9 @@ def test_supervisor_note_and_budget_rules():
     assert supervisor_note("plain job output\n") == (None, "")
     assert budget_left(2, 3, 3) and not budget_left(3, 1, 3)
     assert budget_left(None, 3, 3) and not budget_left(None, 4, 3)  # state from before the counter
-    env = with_attempt_env({"env_vars": {"A": "1"}}, 3, 2)
-    assert env == {"env_vars": {"A": "1", "VERL_GKE_ATTEMPT": "3", "VERL_GKE_RECOVERIES_USED": "2"}}
+    env = with_attempt_env({"env_vars": {"A": "1"}}, "run", 3, 2, 4)
+    assert env == {"env_vars": {"A": "1", "VERL_GKE_RUN": "run", "VERL_GKE_ATTEMPT": "3",
+                                "VERL_GKE_RECOVERIES_USED": "2", "VERL_GKE_MAX_RECOVERIES": "4"}}
 
 
 def test_diff_does_not_resubmit_a_run_that_used_its_budget():
@@ -515,17 +516,17 @@ def test_diff_does_not_resubmit_a_run_that_used_its_budget():
 
 
 def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provider):
-    echo = 'echo "attempt=$VERL_GKE_ATTEMPT used=$VERL_GKE_RECOVERIES_USED"; exit 1'
+    echo = 'echo "attempt=$VERL_GKE_ATTEMPT used=$VERL_GKE_RECOVERIES_USED of $VERL_GKE_MAX_RECOVERIES"; exit 1'
     p = props(head.address, "budget", entrypoint=echo, max_recoveries=1)
     sid = p["submission_id"]
     first = provider.create(p)
     wait_status(head.address, sid, {"FAILED"})
-    assert "attempt=1 used=0" in requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=10).json()["logs"]
+    assert "attempt=1 used=0 of 1" in requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=10).json()["logs"]
     second = provider.create(p)  # `pulumi up --refresh` after the failure: the one recovery allowed
     assert (second.id, second.outs["recoveries"]) == (f"{sid}-r2", 1)
     wait_status(head.address, f"{sid}-r2", {"FAILED"})
     logs = requests.get(f"{head.address}/api/jobs/{sid}-r2/logs", timeout=10).json()["logs"]
-    assert "attempt=2 used=1" in logs
+    assert "attempt=2 used=1 of 1" in logs
     refreshed = provider.read(second.id, second.outs).outs
     assert refreshed["recoveries"] == 1 and refreshed["status"] == "FAILED"
     assert provider.diff(second.id, refreshed, p).replaces == []  # spent: not resubmitted

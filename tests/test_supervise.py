@@ -48,14 +48,14 @@ def worker(head):
 
 
 def supervise_cmd(head: RayNode, tmp: Path, run_id: str, trainer_args: list[str], *, merge_fail: bool = False,
-                  settle_s: int = 120, extra: tuple[str, ...] = ()) -> str:
+                  settle_s: int = 120, extra: tuple[str, ...] = (), on_worker: bool = False) -> str:
     py = sys.executable
     merge_cmd = f"{py} {MERGER}{' --fail' if merge_fail else ''} merge --backend fsdp"
     sup = [py, str(SUPERVISE), "--run-id", run_id, "--state", str(tmp / "ckpt" / "verl-gke-run.json"),
            "--max-recoveries", "3", "--expected-gpus", str(GPUS), "--dashboard", head.address,
            "--settle-s", str(settle_s), "--backoff-s", "1", "--gpu-wait-s", "600",
            "--checkpoint-dir", str(tmp / "ckpt"), "--merge-to", str(tmp / "merged"),
-           "--merge-cmd", merge_cmd, *extra]
+           "--merge-cmd", merge_cmd, *(["--merge-on-worker"] if on_worker else []), *extra]
     trainer = [py, str(TRAINER), "--ckpt", str(tmp / "ckpt"), "--gpus", str(GPUS), *trainer_args]
     return shlex.join([*sup, "--", *trainer])
 
@@ -86,7 +86,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
-    job = submit(head, supervise_cmd(head, tmp_path, "run-a", ["--steps", "8", "--step-s", "2"]))
+    job = submit(head, supervise_cmd(head, tmp_path, "run-a", ["--steps", "8", "--step-s", "2"], on_worker=True))
     wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
     worker[0].stop()  # the spot VM is gone, and its GPUs with it
     time.sleep(5)
@@ -106,6 +106,7 @@ def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_pat
     assert f"standin: starting at step {resumed_at}" in text
     assert "recovery 1 of 3" in text and "SUCCEEDED, recoveries used 1 of 3" in text
     # The model handed over: the last checkpoint merged.
+    assert "on a GPU node" in text and "standin merge: 1 shard(s)" in text
     marker = json.loads((tmp_path / "merged" / ".verl-gke-merged.json").read_text())
     assert marker["step"] == 8 and (tmp_path / "merged" / "model.safetensors").read_text() == "weights after step 8\n"
 

@@ -252,6 +252,31 @@ def stage_dataset(args: argparse.Namespace) -> tuple[bool, str]:
     return False, f"gsm8k ({flag}) into {args.dataset_dir}"
 
 
+# --- shipped scripts --------------------------------------------------------------------------
+
+
+def ship(pairs: list[str]) -> None:
+    """Copy small files (scripts the Ray job runs) into the bucket: SRC=DEST, written to a temp name
+    and renamed, so a job reading DEST never sees half a file; skipped when DEST already matches."""
+    for pair in pairs:
+        src, dest = pair.split("=", 1)
+        with open(src, "rb") as f:
+            data = f.read()
+        try:
+            with open(dest, "rb") as f:
+                if f.read() == data:
+                    log(f"[ship] skipped: {dest} (same content)")
+                    continue
+        except OSError:
+            pass
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        tmp = f"{dest}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, dest)
+        log(f"[ship] wrote {dest}")
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -270,7 +295,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=3, help="retries after a failed network attempt")
     p.add_argument("--backoff", type=float, default=10.0, help="first retry delay in s, doubled each time")
     p.add_argument("--work-dir", default=tempfile.gettempdir(), help="local scratch for clone/preprocessing")
+    p.add_argument("--ship", action="append", default=[], metavar="SRC=DEST",
+                   help="also copy the file SRC to DEST (e.g. the run supervisor into the bucket)")
     args = p.parse_args(argv)
+    for pair in args.ship:
+        src, sep, dest = pair.partition("=")
+        if not sep or not src or not dest.startswith("/"):
+            p.error(f"--ship {pair!r}: must be SRC=DEST with an absolute DEST")
     args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     if not args.steps or set(args.steps) - set(STEPS):
         p.error(f"--steps must be a comma-separated subset of {','.join(STEPS)}")
@@ -291,6 +322,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     functions = {"verl": stage_verl, "model": stage_model, "dataset": stage_dataset}
+    try:
+        ship(args.ship)
+    except OSError as e:
+        log(f"[ship] FAILED: {e}", err=True)
+        return EXIT_FAILED
     for step in STEPS:
         if step not in args.steps:
             continue

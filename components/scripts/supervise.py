@@ -160,6 +160,23 @@ def latest_step(checkpoint_dir: str) -> int | None:
         return None
 
 
+# The merger loads every shard into CPU memory (verl model_merger/fsdp_model_merger.py): about twice
+# the parameter count in bytes, more than the head pod has for a 32B model, so it runs where the GPUs
+# were, in a Ray task that holds one GPU (nothing else needs it once training has ended).
+ON_WORKER = """
+import json, subprocess, sys
+import ray
+ray.init()
+def run(cmd):
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return done.returncode, done.stdout
+task = ray.remote(num_gpus=1, max_retries=0)(run)
+code, out = ray.get(task.remote(json.loads(sys.argv[1])))
+sys.stdout.write(out)
+sys.exit(code)
+"""
+
+
 def merge(args: argparse.Namespace) -> str | None:
     """Merge the last checkpoint into args.merge_to; the reason on failure, None on success."""
     step = latest_step(args.checkpoint_dir)
@@ -167,7 +184,10 @@ def merge(args: argparse.Namespace) -> str | None:
         return f"no checkpoint to merge: {os.path.join(args.checkpoint_dir, LATEST_FILE)} is missing"
     actor = os.path.join(args.checkpoint_dir, f"global_step_{step}", "actor")
     cmd = [*shlex.split(args.merge_cmd), "--local_dir", actor, "--target_dir", args.merge_to]
-    log(f"merging {actor} into {args.merge_to}: {shlex.join(cmd)}")
+    where = "on a GPU node" if args.merge_on_worker else "here"
+    log(f"merging {actor} into {args.merge_to} {where}: {shlex.join(cmd)}")
+    if args.merge_on_worker:
+        cmd = [sys.executable, "-c", ON_WORKER, json.dumps(cmd)]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stdout.write(done.stdout)
     if done.returncode != 0:
@@ -199,7 +219,9 @@ def release_gpus(args: argparse.Namespace) -> None:
     except OSError as err:
         log(f"GPU release skipped: no service account token ({err})")
         return
-    path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{args.release_raycluster}"
+    # A field manager of our own: server-side apply then records who set the replicas (not Pulumi).
+    path = (f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{args.release_raycluster}"
+            "?fieldManager=verl-gke-supervisor")
     i = args.release_group_index
     patch = [
         {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": args.release_group},
@@ -316,14 +338,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         sys.exit(2)
     cut = argv.index("--")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run-id", required=True, help="the run's base submission id (the budget's key)")
+    # The job provider sets these per attempt in the runtime env (components/ray_recovery.py).
+    env = os.environ.get
+    p.add_argument("--run-id", default=env("VERL_GKE_RUN"), help="the run's base submission id (the budget's key)")
+    p.add_argument("--max-recoveries", type=int, default=env("VERL_GKE_MAX_RECOVERIES"))
+    p.add_argument("--attempt", type=int, default=int(env("VERL_GKE_ATTEMPT", "1")))
+    p.add_argument("--used", type=int, default=int(env("VERL_GKE_RECOVERIES_USED", "0")))
     p.add_argument("--state", required=True, help="the budget's JSON file (on the bucket)")
-    p.add_argument("--max-recoveries", type=int, required=True)
     p.add_argument("--expected-gpus", type=int, required=True)
     p.add_argument("--dashboard", default="http://127.0.0.1:8265", help="this Ray cluster's dashboard")
-    # The job provider sets these per attempt.
-    p.add_argument("--attempt", type=int, default=int(os.environ.get("VERL_GKE_ATTEMPT", "1")))
-    p.add_argument("--used", type=int, default=int(os.environ.get("VERL_GKE_RECOVERIES_USED", "0")))
     p.add_argument("--settle-s", type=float, default=90.0, help="how long a lost node may take to show")
     p.add_argument("--backoff-s", type=float, default=30.0)
     p.add_argument("--backoff-cap-s", type=float, default=600.0)
@@ -332,6 +355,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--checkpoint-dir", default="", help="verl's trainer.default_local_dir")
     p.add_argument("--merge-to", default="", help="merge the last checkpoint into this folder on success")
     p.add_argument("--merge-cmd", default="python3 -m verl.model_merger merge --backend fsdp")
+    p.add_argument("--merge-on-worker", action="store_true",
+                   help="run the merge as a Ray task on a GPU node: it holds the whole model in memory")
     p.add_argument("--release-raycluster", default="", help="scale this RayCluster's GPU group to 0 at the end")
     p.add_argument("--release-group", default="gpu-group")
     p.add_argument("--release-group-index", type=int, default=0)
@@ -341,6 +366,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     trainer = argv[cut + 1:]
     if not trainer:
         p.error("no trainer command after --")
+    if args.run_id is None or args.max_recoveries is None:
+        p.error("--run-id and --max-recoveries (or VERL_GKE_RUN and VERL_GKE_MAX_RECOVERIES) are required")
     if args.merge_to and not args.checkpoint_dir:
         p.error("--merge-to needs --checkpoint-dir")
     if args.max_recoveries < 0 or args.expected_gpus < 0 or args.attempt < 1:
