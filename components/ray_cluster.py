@@ -185,13 +185,14 @@ WORKER_GROUPS_ANNOTATION = "verl-gke.io/worker-groups"
 RUNTIME_FIELDS = ("replicas", "minReplicas")
 
 
-def worker_groups_digest(groups: list[dict]) -> pulumi.Output[str]:
-    """sha256 of the worker groups without the counts set at run time."""
-    def digest(resolved: list[dict]) -> str:
-        kept = [{k: v for k, v in g.items() if k not in RUNTIME_FIELDS} for g in resolved]
-        return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def groups_digest(groups: list[dict]) -> str:
+    """sha256 of resolved worker groups without the counts set at run time."""
+    kept = [{k: v for k, v in g.items() if k not in RUNTIME_FIELDS} for g in groups]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    return pulumi.Output.from_input(groups).apply(digest)
+
+def worker_groups_digest(groups: list[dict]) -> pulumi.Output[str]:
+    return pulumi.Output.from_input(groups).apply(groups_digest)
 
 
 def runtime_scaled_options() -> dict:
