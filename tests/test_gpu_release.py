@@ -88,3 +88,23 @@ def test_a_group_that_moved_is_not_scaled_by_position(head, tmp_path, monkeypatc
         with pytest.raises(Exception, match="could not scale RayCluster ray/rc2 group gpu-group") as err:
             RayJobProvider().create(props)
         assert "422" in str(err.value) and kube.replicas == 0 and json.dumps(kube.patches) == "[]"
+
+
+def test_a_stopped_run_releases_the_gpus_too(head, tmp_path):
+    """`ray job stop`, as the provider's delete does when `pulumi up` replaces or stops the run."""
+    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
+        wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
+        sa = service_account_dir(tmp_path, kube)
+        py, ckpt = sys.executable, tmp_path / "ckpt"
+        cmd = (f"{py} {SUPERVISE} --run-id run-s --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
+               f"--expected-gpus {GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} "
+               f"--release-raycluster rc3 --release-group {GROUP} --k8s-api https://{kube.endpoint} "
+               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 500 --step-s 1")
+        job = submit(head, cmd)
+        wait_for(lambda: (ckpt / "steps.log").exists(), 300, "the first step")
+        RayJobProvider().delete(job, {"submission_id": job, "entrypoint": cmd, "address": head.address,
+                                      "job_id": job, "stop_timeout_s": 120})
+        assert kube.replicas == 0, logs(head, job)[-3000:]
+        wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
+        state = json.loads((ckpt / "verl-gke-run.json").read_text())
+        assert state["attempts"]["1"]["outcome"] == "STOPPED"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from components.ray_job_provider import RayJobProvider
 from tests.ray_fixtures import REPO, RayNode, wait_status
 
 SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
@@ -86,14 +87,26 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
-    job = submit(head, supervise_cmd(head, tmp_path, "run-a", ["--steps", "8", "--step-s", "2"], on_worker=True))
+    # Submitted by the job provider, as `pulumi up` does: the run id and the cap reach the supervisor
+    # through the attempt's runtime env, not its command line.
+    cmd = supervise_cmd(head, tmp_path, "ignored", ["--steps", "8", "--step-s", "2"], on_worker=True)
+    cmd = cmd.replace(" --run-id ignored", "").replace(" --max-recoveries 3", "")
+    provider = RayJobProvider()
+    created = provider.create({"submission_id": "run-a", "entrypoint": cmd, "expected_gpus": GPUS,
+                               "address": head.address, "ready_timeout_s": 300, "max_recoveries": 3})
+    job = created.id
     wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
     worker[0].stop()  # the spot VM is gone, and its GPUs with it
     time.sleep(5)
     worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
+    # `pulumi refresh` while it runs: the recovery shows in the outputs (jobRecoveries, jobMessage).
+    wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
     status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
     text = logs(head, job)
     assert status == "SUCCEEDED", text[-4000:]
+    refreshed = provider.read(job, created.outs).outs
+    assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
+    assert refreshed["message"].startswith("run run-a attempt 1: SUCCEEDED, recoveries used 1 of 3")
 
     state = json.loads((tmp_path / "ckpt" / "verl-gke-run.json").read_text())
     restarts = state["attempts"]["1"]["restarts"]

@@ -264,6 +264,7 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
         return EXIT_GIVE_UP
     budget.record(outcome="RUNNING")
     child: subprocess.Popen | None = None
+    released = False
 
     def on_stop(signum, _frame):
         if child is not None and child.poll() is None:
@@ -319,8 +320,13 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
         log(f"run {args.run_id} attempt {args.attempt}: SUCCEEDED, {budget.tally()}{where}")
         return 0
     except StoppedError:
-        budget.record(outcome="STOPPED")
+        # `ray job stop` (or a replacement by `pulumi up`): Ray kills the process group a few seconds
+        # after its SIGTERM (RAY_JOB_STOP_WAIT_TIME_S), so release first, then wait for the trainer.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        release_gpus(args)
+        released = True
         log(f"run {args.run_id} attempt {args.attempt}: STOPPED ({budget.tally()})")
+        budget.record(outcome="STOPPED")
         if child is not None:
             try:
                 child.wait(timeout=args.stop_grace_s)
@@ -329,7 +335,8 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
         return EXIT_STOPPED
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release below must not be cut short
-        release_gpus(args)
+        if not released:
+            release_gpus(args)
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
