@@ -2,9 +2,11 @@
 
 Fixed from the tutorial's manifests: the name comes from the stack (never "b200" on H200); the head
 runs on on-demand CPU capacity and takes no Ray tasks; workers request what the accelerator's node
-can actually allocate (not a fixed 220 CPU / 2800Gi); only the host paths that are mounted are
-declared, read-only and on Standard only; verl comes from the bucket via PYTHONPATH (staged by the
-data-prep Job), so there is no editable-install init container.
+can actually allocate on Standard and what Google's Autopilot sample requests on Autopilot (not a
+fixed 220 CPU / 2800Gi); the driver and gIB host directories are mounted read-only in both modes, as
+Google's Autopilot RDMA samples do; Autopilot workers are pinned to the RoCE VPC's zone; verl comes
+from the bucket via PYTHONPATH (staged by the data-prep Job), so there is no editable-install init
+container.
 """
 
 from __future__ import annotations
@@ -18,16 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog import naming
-from catalog.accelerators import (
-    GIB_HOST_DIR,
-    GIB_MOUNT,
-    GPU_RESOURCE,
-    NVIDIA_HOST_DIR,
-    NVIDIA_MOUNT,
-    Accelerator,
-    foreign_accelerator_in_name,
-    nccl_env,
-)
+from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gcsfuse import HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
@@ -51,22 +44,35 @@ SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /
 BUCKET_VOLUME = "training-bucket"
 
 
-def shm_gib(acc: Accelerator) -> int:
+# Autopilot placement by node selector: the zone with the Kubernetes well-known label (GKE "Deploy
+# Autopilot Pods in specific zones"), the driver with GKE's label (values default | latest; GKE "Deploy
+# GPU workloads in Autopilot"), reservations with cloud.google.com/reservation-name (GKE "Consume
+# reserved zonal resources": Autopilot takes specific reservations only, selected by name).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
+
+
+def shm_gib(acc: Accelerator, autopilot: bool = False) -> int:
     """/dev/shm size: memory-backed, so it counts against the worker's memory limit."""
-    return min(SHM_MAX_GIB, acc.worker_memory_gib // 4)
+    return min(SHM_MAX_GIB, acc.worker_size(autopilot)[1] // 4)
 
 
 def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
-                         gpu_pool_name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
-    """Where GPU workers run. Standard: the GPU pool (which fixes machine and capacity). Autopilot:
-    the accelerator and its capacity type, as string values."""
+                         gpu_pool_name: pulumi.Input[str] | None,
+                         zone: str | None = None) -> dict[str, pulumi.Input[str]]:
+    """Where GPU workers run. Standard: the GPU pool (which fixes machine, zone, driver and capacity).
+    Autopilot: the accelerator, the RoCE VPC's zone, the driver and the capacity type, as strings."""
     if not autopilot:
         selector: dict[str, pulumi.Input[str]] = {"cloud.google.com/gke-nodepool": gpu_pool_name}
     else:
         selector = {
             "cloud.google.com/gke-accelerator": acc.accelerator_type,
             "cloud.google.com/gke-accelerator-count": str(acc.gpus_per_node),
+            # The RoCE network profile is zonal (<zone>-vpc-roce): a node elsewhere has no RDMA NICs.
+            ZONE_LABEL: str(zone),
         }
+        if acc.gpu_driver != "DEFAULT":  # Autopilot's spelling of the pool's gpu_driver_version
+            selector[DRIVER_LABEL] = acc.gpu_driver.lower()
         if capacity.kind == SPOT:
             selector["cloud.google.com/gke-spot"] = "true"
         elif capacity.kind == RESERVATION:
@@ -114,6 +120,7 @@ class RayClusterArgs:
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
+    zone: str | None = None  # Autopilot only: the RoCE VPC's zone, where the workers must land
     worker_ephemeral_storage_gib: int = WORKER_EPHEMERAL_GIB
 
     def validate(self) -> None:
@@ -140,6 +147,8 @@ class RayClusterArgs:
                 bad(field_name, "must be None on Autopilot (there are no node pools to select)")
             elif not self.autopilot and not given:
                 bad(field_name, "is required on Standard (the node pool's name)", "None")
+        if self.autopilot and (problem := naming.zone(str(self.zone))):
+            bad("zone", f"is required on Autopilot (the RoCE VPC's zone): {problem}")
         for field_name, check in (("image", naming.image_ref), ("ray_version", naming.ray_version)):
             if problem := check(getattr(self, field_name)):
                 bad(field_name, problem)
@@ -158,11 +167,12 @@ class RayClusterArgs:
             bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
         # The accelerator table promises the worker fits its node next to the sidecar: hold it to that.
         sidecar = WORKER_SIDECAR if self.autopilot else STANDARD_SIDECAR_REQUEST
-        if acc.worker_cpu + sidecar.cpu > acc.allocatable_cpu:
-            problems.append(f"accelerator {acc.key}: worker_cpu {acc.worker_cpu} + GCS FUSE sidecar "
+        cpu, memory_gib = acc.worker_size(self.autopilot)
+        if cpu + sidecar.cpu > acc.allocatable_cpu:
+            problems.append(f"accelerator {acc.key}: worker CPU {cpu} + GCS FUSE sidecar "
                             f"{sidecar.cpu} exceeds the node's allocatable {acc.allocatable_cpu:.2f} CPU")
-        if acc.worker_memory_gib + sidecar.memory_gib > acc.allocatable_memory_gib:
-            problems.append(f"accelerator {acc.key}: worker_memory_gib {acc.worker_memory_gib} + GCS FUSE "
+        if memory_gib + sidecar.memory_gib > acc.allocatable_memory_gib:
+            problems.append(f"accelerator {acc.key}: worker memory {memory_gib} GiB + GCS FUSE "
                             f"sidecar {sidecar.memory_gib} exceeds the node's allocatable "
                             f"{acc.allocatable_memory_gib:.0f} GiB")
         if problems:
@@ -294,24 +304,27 @@ class RayCluster(pulumi.ComponentResource):
             {"name": BUCKET_VOLUME, "mountPath": MOUNT},
         ]
         volumes: list[dict] = [
-            {"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(acc)}Gi"}},
+            {"name": "shared-memory",
+             "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(acc, args.autopilot)}Gi"}},
             {"name": "ray-tmp", "emptyDir": {}},
             _bucket_volume(args.pvc_name),
         ]
-        if not args.autopilot:
-            # The driver's libraries and the gIB NCCL plugin (put there by the NCCL RDMA installer).
-            # Type Directory: the pod waits for the installer instead of mounting an empty directory.
-            host_dirs = (("nvidia", NVIDIA_HOST_DIR, NVIDIA_MOUNT), ("gib", GIB_HOST_DIR, GIB_MOUNT))
-            for vol, host, mount in host_dirs:
-                mounts.append({"name": vol, "mountPath": mount, "readOnly": True})
-                volumes.append({"name": vol, "hostPath": {"path": host, "type": "Directory"}})
+        # The driver's libraries and the gIB NCCL plugin (NCCL_NET_PLUGIN), put there by the NCCL RDMA
+        # installer, read-only in both modes. Standard: type Directory, so the pod waits for the
+        # installer instead of mounting an empty directory. Autopilot: exactly the volume Google's
+        # Autopilot RDMA sample declares (no type), the form its hostPath allow-list admits.
+        for d in acc.host_dirs:
+            mounts.append({"name": d.volume, "mountPath": d.mount_path, "readOnly": True})
+            host_path = {"path": d.host_path} if args.autopilot else {"path": d.host_path, "type": "Directory"}
+            volumes.append({"name": d.volume, "hostPath": host_path})
+        cpu, memory_gib = acc.worker_size(args.autopilot)
         container = {
             "name": "ray-worker",
             "image": args.image,
             "env": _env({**common, **nccl}),
             "resources": _resources({
-                "cpu": str(acc.worker_cpu),
-                "memory": f"{acc.worker_memory_gib}Gi",
+                "cpu": str(cpu),
+                "memory": f"{memory_gib}Gi",
                 GPU_RESOURCE: str(acc.gpus_per_node),
                 "ephemeral-storage": f"{args.worker_ephemeral_storage_gib}Gi",
             }),
@@ -325,13 +338,13 @@ class RayCluster(pulumi.ComponentResource):
             "minReplicas": args.gpu_nodes,
             "maxReplicas": args.gpu_nodes,
             # Ray's CPU count = the pod's CPU request (GPUs and memory KubeRay derives from the limits).
-            "rayStartParams": {"num-cpus": str(acc.worker_cpu)},
+            "rayStartParams": {"num-cpus": str(cpu)},
             "template": {
                 "metadata": {"annotations": {**gcsfuse, **args.network_annotations}},
                 "spec": {
                     "serviceAccountName": args.service_account,
                     "nodeSelector": worker_node_selector(acc, args.autopilot, args.capacity,
-                                                         args.gpu_pool_name),
+                                                         args.gpu_pool_name, args.zone),
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [container],
                     "volumes": volumes,

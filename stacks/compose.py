@@ -11,21 +11,24 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from catalog import gke
 from catalog.gcsfuse import WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.paths import BucketPaths, bucket_paths, gcs_uri
 from catalog.ray import WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
+from components.budget import ProjectBudget, ProjectBudgetArgs
 from components.cluster import CpuPool, GkeCluster, GkeClusterArgs
 from components.data_prep import DataPrep, DataPrepArgs
 from components.network import RdmaNetwork, RdmaNetworkArgs
 from components.network_mapping import NetworkMapping
+from components.node_identity import NodeServiceAccount
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, grpo, preflight
+from stacks import config, cost, grpo, keys, preflight, quotas
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -57,22 +60,27 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
         primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
         gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu), opts=after_apis)
+    nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
     # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.
-    checks: list[pulumi.Output[list[preflight.Finding]]] = []
+    gke_version = _gke_version(cfg, apis)
+    checks: list[pulumi.Output[list[preflight.Finding]]] = [gke_version.apply(lambda v: v.findings)]
+    checks.append(quotas.check(cfg, apis))
     cluster = GkeCluster("gke", GkeClusterArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, name=cfg.name("gke"), autopilot=cl.autopilot,
         accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
-        min_version=preflight.gate(cl.min_version, checks),
+        min_version=preflight.gate(gke_version.apply(lambda v: v.version), checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
         cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max),
-        deletion_protection=cl.deletion_protection,
+        deletion_protection=cl.deletion_protection, node_service_account=nodes.email,
+        authorized_networks=cl.authorized_networks,
     ), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
 
     mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster)
     storage = TrainingStorage("storage", TrainingStorageArgs(
         project_id=cfg.project,
-        project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
+        project_number=gcp.organizations.get_project_output(
+            project_id=cfg.project, opts=pulumi.InvokeOutputOptions(depends_on=[apis])).number,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
@@ -94,11 +102,25 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
         paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
+        zone=cfg.zone if cl.autopilot else None,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
+
+    if cfg.budget is not None:
+        ProjectBudget("budget", ProjectBudgetArgs(
+            billing_account=cfg.budget.billing_account, project=cfg.project,
+            project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
+            monthly_amount=cfg.budget.monthly_amount, display_name=f"{cfg.name('budget')} {cfg.project}"[:60],
+        ), opts=after_apis)
+    price = cost.hourly(cfg)
+    pulumi.log.info(cost.render_hourly(price))
 
     outputs: dict[str, Any] = {
         "clusterName": cluster.name,
         "clusterMode": cl.mode,
+        "gkeVersion": _describe_version(gke_version, cfg),
+        "nodeServiceAccount": nodes.email.apply(
+            lambda e: e if isinstance(e, str) else f"{cfg.name('nodes')}@{cfg.project}.iam.gserviceaccount.com "
+                                                  "(created by this run)", run_with_unknowns=True),
         "accelerator": acc.key,
         "gpus": cfg.total_gpus,
         "kubeconfig": cluster.kubeconfig,
@@ -110,6 +132,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         "rdmaSubnets": network.rdma_subnets,
         "bucket": storage.bucket_name,
         "rayCluster": ray.name,
+        "hourlyPrice": cost.summary(price),
         "namespace": storage.namespace,
         "dashboardCommand": storage.namespace.apply(
             lambda ns: f"kubectl -n {ns} port-forward svc/{ray.head_service} {ray.dashboard_port}:"
@@ -137,6 +160,38 @@ def cloud_logging_command(cfg: StackConfig, cluster_name: pulumi.Output[str], na
                 "--format 'value(timestamp,resource.labels.pod_name,textPayload)'")
 
     return pulumi.Output.all(cluster_name, namespace).apply(command)
+
+
+def _gke_version(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[preflight.GkeVersion]:
+    """The channel lookup, run once the container API is on (ProjectApis may enable it in this very run).
+
+    It is an output-based invoke that depends on the APIs: on an empty project it is unknown at
+    preview (the gate then leaves the cluster's version unknown) and runs at `pulumi up` before the
+    cluster is registered. The location is the region: the cluster is regional, and a region may
+    offer other versions than its zones (data source docs).
+    """
+    cl = cfg.cluster
+    lookup = gcp.container.get_engine_versions_output(
+        location=cfg.region, project=cfg.project, version_prefix=gke.version_prefix(cl.gke_version),
+        opts=pulumi.InvokeOutputOptions(depends_on=[apis]))
+    return lookup.apply(lambda found: preflight.resolve_gke_version(
+        found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.region,
+        pin_key=keys.full("gkeVersion"), channel_key=keys.full("releaseChannel")))
+
+
+def _describe_version(version: pulumi.Output[preflight.GkeVersion], cfg: StackConfig) -> pulumi.Output[str]:
+    """The version and where it came from; at preview on an empty project, plainly that it is not known yet."""
+    channel = cfg.cluster.release_channel
+
+    def say(v: Any) -> str:
+        if isinstance(v, preflight.GkeVersion):
+            return f"{v.version} ({v.basis})" if v.version else f"refused: {'; '.join(map(str, v.findings))}"
+        text = (f"resolved at deploy time from the {channel} release channel in {cfg.region} (unknown at preview: "
+                "the lookup waits for the container API, which this run enables)")
+        pulumi.log.info(f"GKE version {text}")
+        return text
+
+    return version.apply(say, run_with_unknowns=True)
 
 
 def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage: TrainingStorage,

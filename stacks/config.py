@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import naming
+from catalog import gcsfuse, gke, naming
 from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
 from stacks.grpo import GrpoSettings, preflight
@@ -39,7 +40,8 @@ MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
 # Names the program derives from namePrefix: each must pass the rule of the component that uses it.
-DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name"}
+DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name",
+                 "nodes": "node service account id"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class NetworkConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     mode: str
-    min_version: str
+    gke_version: str  # the user's pin: "" = the channel's newest, "1.33" = its newest 1.33 patch, or a full version
     release_channel: str
+    floors: tuple[Floor, ...]  # the accelerator's, the capacity type's and the GCS FUSE options'
+    authorized_networks: tuple[str, ...]  # control plane CIDRs; empty = any address
     cpu_machine_type: str
     cpu_nodes_min: int
     cpu_nodes_max: int
@@ -77,6 +81,12 @@ class JobSettings:
     max_recoveries: int = 3
     release_gpus: bool = True
     merge_model: bool = True
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    billing_account: str
+    monthly_amount: int
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,7 @@ class StackConfig:
     ray_version: str
     grpo: GrpoSettings
     job: JobSettings
+    budget: BudgetConfig | None = None  # billingAccount + budgetMonthly, both or neither
 
     @property
     def total_gpus(self) -> int:
@@ -220,6 +231,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     for field_name, why in capacity.problems():
         if field_name == "reservation":
             r.bad("reservation", capacity.reservation, why)
+    if acc_key in ACCELERATORS:
+        r.check("capacity", capacity.kind,
+                capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source))
     if capacity.reservation:
         r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
 
@@ -232,7 +246,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     r.check("namespace", namespace, naming.namespace(namespace))
 
     network = _network(r, acc, gpu_nodes)
-    cluster = _cluster(r, acc, mode)
+    cluster = _cluster(r, acc, mode, capacity)
 
     model = r.str("model")
     r.check("model", model, naming.model_id(model))
@@ -248,6 +262,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     ray_version = r.str("rayVersion")
     r.check("rayVersion", ray_version, naming.ray_version(ray_version))
 
+    budget = _budget(r)
     bucket_location = r.str("bucketLocation") or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     parsed_so_far = len(r.problems)
@@ -271,8 +286,23 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
-        verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
+        verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
     )
+
+
+def _budget(r: _Reader) -> BudgetConfig | None:
+    """The optional budget alert: both keys or neither."""
+    account = r.str("billingAccount")
+    amount = r.int("budgetMonthly", minimum=0)
+    if account:
+        r.check("billingAccount", account, naming.billing_account_id(account))
+        if amount < 1:
+            r.bad("budgetMonthly", amount, "must be a positive amount (in the billing account's currency) "
+                  "when billingAccount is set")
+    elif amount > 0:
+        r.bad("billingAccount", "<unset>", "must be set when budgetMonthly is set (the budget lives on the "
+              "billing account): run `pulumi config set billingAccount 012345-567890-ABCDEF`")
+    return BudgetConfig(account, amount) if account and amount > 0 else None
 
 
 def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
@@ -285,6 +315,8 @@ def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
         r.bad("namePrefix", prefix, f"the RayCluster name {prefix}-ray: {problem}")
     if problem := foreign_accelerator_in_name(f"{prefix}-ray", acc.key):
         r.bad("namePrefix", prefix, problem)
+    if problem := naming.service_account_id(f"{prefix}-nodes"):
+        r.bad("namePrefix", prefix, f"the node service account id {prefix}-nodes {problem}")
 
 
 def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
@@ -331,13 +363,18 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
     return NetworkConfig(primary, pods, services, gvnic, rdma, mtu)
 
 
-def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
-    version = r.str("gkeVersion") or acc.min_gke_version
-    parsed = naming.gke_version(version)
-    if parsed is None:
-        r.bad("gkeVersion", version, "must be a GKE version such as 1.32.2-gke.1422000")
-    elif parsed < naming.gke_version(acc.min_gke_version):
-        r.bad("gkeVersion", version, f"is below {acc.min_gke_version}, the minimum for {acc.key}")
+def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> ClusterConfig:
+    floors = acc.gke_floors + capacity.gke_floors + gcsfuse.gke_floors()
+    pin = r.str("gkeVersion")
+    if pin and (problem := naming.gke_version_pin(pin)):
+        r.bad("gkeVersion", pin, problem)
+    elif pin:
+        # A full pin meets every floor or fails here; a minor pin fails here when its whole minor is
+        # below a floor, and otherwise at deploy time if the channel's newest patch of it is (preflight).
+        short = gke.unmet(pin, floors) if gke.version_key(pin) else gke.unmet_by_minor(pin, floors)
+        if short:
+            r.bad("gkeVersion", pin, f"is below {short[0].version}, the floor for {short[0].needed_for} "
+                  f"({short[0].source}); unset it to take the release channel's newest version")
     channel = r.choice("releaseChannel", CHANNELS)
     machine = r.str("cpuMachineType")
     vcpus = naming.machine_vcpus(machine)
@@ -350,7 +387,24 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
     hi = r.int("cpuNodesMax", minimum=1)
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
-    return ClusterConfig(mode, version, channel, machine, lo, hi, r.bool("deletionProtection"))
+    return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
+                         r.bool("deletionProtection"))
+
+
+def _authorized_networks(r: _Reader) -> tuple[str, ...]:
+    """CIDRs for master_authorized_networks_config: IPv4 (the cluster is single-stack), no host bits."""
+    cidrs = r.list("masterAuthorizedNetworks")
+    for value in cidrs:
+        try:
+            net = ipaddress.ip_network(value, strict=True)
+        except ValueError as err:
+            r.bad("masterAuthorizedNetworks", value, f"must be an IPv4 CIDR such as 203.0.113.0/24 ({err})")
+            continue
+        if net.version != 4:
+            r.bad("masterAuthorizedNetworks", value, "must be an IPv4 CIDR: the cluster's endpoint is IPv4")
+    if len(set(cidrs)) != len(cidrs):
+        r.bad("masterAuthorizedNetworks", list(cidrs), "lists a CIDR twice")
+    return cidrs
 
 
 def _grpo(r: _Reader) -> GrpoSettings:

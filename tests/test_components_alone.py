@@ -55,7 +55,7 @@ BUILDERS: dict[str, tuple[str, Callable[[], object]]] = {
         model_id="Qwen/Qwen2.5-0.5B-Instruct", verl_version="v0.6.1",
         pod_annotations=gcsfuse.pod_annotations(False, gcsfuse.WORKER_SIDECAR)))),
     "RayCluster": ("verl-gke:ray_cluster:RayCluster", lambda: RayCluster("ray", RayClusterArgs(
-        name="alone-ray", namespace="alone", accelerator=B200, gpu_nodes=1, autopilot=True,
+        name="alone-ray", namespace="alone", accelerator=B200, gpu_nodes=1, autopilot=True, zone="us-central1-b",
         image="verlai/verl:vllm011.latest", ray_version="2.49.2", service_account="ksa", pvc_name="pvc",
         network_annotations=nics.interface_annotations(nics.additional_nics(B200.rdma_nics)), paths=PATHS))),
     "RayJob": ("pulumi-python:dynamic/verl-gke:RayJob", lambda: RayJob("job", RayJobArgs(

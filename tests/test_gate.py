@@ -28,6 +28,7 @@ BASE = {"gcp:project": "gate-project-1", "gcp:region": "us-central1", "gcp:zone"
 # check on a config-derived value ("<component>.<check>").
 GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "naming.zone_in_region": [({"gcp:zone": "europe-west4-a"}, "gcp:zone")],
+    "naming.zone": [({"gcp:zone": "us-central1"}, "gcp:zone")],
     "naming.project_id": [({"gcp:project": "Bad_Project"}, "gcp:project"), ({"gcp:project": ""}, "gcp:project")],
     "storage.location": [({"gcp:region": ""}, "gcp:region")],
     "naming.bucket_prefix": [({"verl-gke:namePrefix": "goog-x"}, "verl-gke:namePrefix"),
@@ -49,6 +50,10 @@ GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "naming.model_id": [({"verl-gke:model": "qwen"}, "verl-gke:model")],
     "naming.git_ref": [({"verl-gke:verlVersion": "v0.6.1..x"}, "verl-gke:verlVersion")],
     "naming.ray_version": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
+    # namePrefix's own rule (DNS-1035, <= 20) implies a valid "<prefix>-nodes"; the case still breaks both.
+    "naming.service_account_id": [({"verl-gke:namePrefix": "Nodes"}, "verl-gke:namePrefix")],
+    "naming.billing_account_id": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
+                                   "verl-gke:billingAccount")],
 }
 # Rules components enforce on values no config key reaches (constants of the component or of compose).
 NOT_CONFIG_DERIVED = {

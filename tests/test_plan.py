@@ -32,8 +32,8 @@ def test_plan_writes_files(b200):
     data = json.loads((out / "plan.json").read_text())
     assert data["project"] == "verl-gke" and data["stack"] == "b200"
     keys = {"urn", "type", "name", "custom", "parent", "dependsOn", "provider", "protect", "retainOnDelete",
-            "deletedWith", "aliases", "inputs"}
-    optional = {"ignoreChanges", "replaceOnChanges"}  # only where set
+            "deletedWith", "aliases", "ignoreChanges", "inputs"}
+    optional = {"replaceOnChanges"}  # only where set
     assert all(keys <= set(r) <= keys | optional for r in data["resources"])
     types = {r["type"] for r in data["resources"]}
     assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network", "verl-gke:network:RdmaNetwork",

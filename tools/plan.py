@@ -1,10 +1,15 @@
 """Offline plan: what a stack would create, with no credentials, Pulumi CLI or network.
 
-    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR]
+    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR] [--preview]
 
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
 its inputs, secrets replaced by "[secret]"), DIR/manifests/*.yaml (the Kubernetes objects)
-and DIR/graph.mmd (components and their dependencies). Bad config: exit 2, nothing written.
+and DIR/graph.mmd (components and their dependencies), then prints the stack's hourly price
+by resource class and, when the recipe's sizing is available, the estimated cost of the
+configured run. Bad config: exit 2, nothing written.
+The mocks answer the GKE version lookup with sample channel data (tools.engine_versions); with
+--preview the plan is `pulumi preview` on an empty project, where that lookup waits for the APIs
+this run enables, so the version shows as resolved at deploy time.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SECURE_PLACEHOLDER = "secure-value-not-decrypted-offline"
 # Inputs worth a glance in the printed tree.
 _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfile", "machineType",
-              "enableAutopilot", "nodeLocations", "kind", "file", "entrypoint")
+              "enableAutopilot", "nodeLocations", "minMasterVersion", "accountId", "role", "kind", "file",
+              "entrypoint")
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -50,14 +56,14 @@ def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
     return raw, secret_keys
 
 
-def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
+def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview: bool = False) -> dict[str, Any]:
     from stacks.compose import program
     from tools import mocking
 
     # The gate first: bad config exits 2 before the program (and the mocks) ever start.
     stack_config.load(raw, stack, allow_placeholder_project=True)
     run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
-                      project=stack_config.PROJECT)
+                      project=stack_config.PROJECT, preview=preview)
     resources = []
     for r in sorted(run.resources, key=lambda r: r.urn):  # registration order is async: sort for stable diffs
         depends = list(dict.fromkeys(r.depends_on + [u for urns in r.property_dependencies.values() for u in urns]))
@@ -65,7 +71,7 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[
             "urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "parent": r.parent,
             "dependsOn": depends, "provider": r.provider, "protect": r.protect,
             "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "aliases": r.aliases,
-            **({"ignoreChanges": r.ignore_changes} if r.ignore_changes else {}),
+            "ignoreChanges": r.ignore_changes,
             **({"replaceOnChanges": r.replace_on_changes} if r.replace_on_changes else {}),
             "inputs": r.inputs,
         })
@@ -139,6 +145,10 @@ def tree(plan: dict[str, Any]) -> str:
     for r in plan["resources"]:
         children.setdefault(r["parent"] if r["parent"] in urns else "", []).append(r)
     lines = [f"{plan['project']} / {plan['stack']}: {len(plan['resources'])} resources"]
+    outputs = plan["outputs"]
+    for label, key in (("GKE version", "gkeVersion"), ("node service account", "nodeServiceAccount")):
+        if key in outputs:
+            lines.append(f"{label}: {outputs[key] if outputs[key] is not None else '[unknown]'}")
 
     def walk(parent: str, depth: int) -> None:
         for r in sorted(children.get(parent, []), key=lambda r: r["name"]):
@@ -154,6 +164,33 @@ def tree(plan: dict[str, Any]) -> str:
     walk("", 1)
     lines.append("outputs:")
     lines += [f"  {k}: {json.dumps(v)}" for k, v in plan["outputs"].items()]
+    return "\n".join(lines)
+
+
+def run_sizing_function():
+    """The recipe's sizing (stacks.sizing.run_sizing: GPU-hours, bucket GB) once it exists, else None."""
+    try:
+        from stacks.sizing import run_sizing
+    except ImportError:
+        return None
+    return run_sizing
+
+
+def price_report(stack: str, raw: dict[str, str]) -> str:
+    """The hourly price table and, when the sizing is importable, the run estimate."""
+    from stacks import cost
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    table = cost.hourly(cfg)
+    lines = [cost.render_hourly(table)]
+    sizing = run_sizing_function()
+    if sizing is None:
+        lines.append("estimated run cost: not available (needs stacks.sizing for the run's GPU-hours and "
+                     "bucket usage)")
+    else:
+        s = sizing(cfg)
+        estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
+        lines.append(cost.render_run(estimate, s.gpu_hours, s.bucket_gb))
     return "\n".join(lines)
 
 
@@ -173,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="stack file (default: Pulumi.<stack>.yaml)")
     parser.add_argument("--out", type=Path, help="output folder (default: build/plan/<stack>)")
     parser.add_argument("--quiet", action="store_true", help="do not print the tree")
+    parser.add_argument("--preview", action="store_true",
+                        help="plan as `pulumi preview` on an empty project (lookups not yet possible stay unknown)")
     args = parser.parse_args(argv)
     path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
     if not path.is_file():
@@ -180,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     raw, secret_keys = read_stack_file(path)
     try:
-        plan = build_plan(args.stack, raw, secret_keys)
+        plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
     except stack_config.ConfigError as err:
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
@@ -188,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     write(plan, out)
     if not args.quiet:
         print(tree(plan))
+    print(price_report(args.stack, raw))
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
     return 0
 
