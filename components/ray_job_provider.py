@@ -8,6 +8,11 @@ keeps nothing on `self`, heavy imports happen inside functions, and every deadli
 Like KubeRay's RayJob: wait for the cluster (healthy dashboard and `expected_gpus` GPUs), submit with
 a fixed submission id and adopt on "already exists", resubmit a failed or vanished job as a new
 attempt (`<id>-r<k>`), stop the job on delete.
+
+Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
+supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
+reported, not resubmitted. Before waiting for the GPUs, `scale` brings the RayCluster's worker group
+back to its size (the supervisor scales it to 0 when a run ends).
 """
 
 from __future__ import annotations
