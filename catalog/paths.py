@@ -31,6 +31,8 @@ class BucketPaths:
     hf_home: str
     checkpoint_dir: str
     tensorboard_dir: str  # verl's TENSORBOARD_DIR (verl/utils/tracking.py; default: inside the pod's CWD)
+    merged_dir: str  # the Hugging Face folder the last checkpoint is merged into
+    scripts_dir: str  # our scripts the Ray job runs (the run supervisor), shipped by the staging Job
 
 
 def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k",
@@ -51,6 +53,8 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
         checkpoint_dir=posixpath.join(CHECKPOINT_MOUNT, stack, model_id),
         # Per stack and model like the checkpoints, so curves of different runs never mix.
         tensorboard_dir=posixpath.join(MOUNT, "tensorboard", stack, model_id),
+        merged_dir=posixpath.join(MOUNT, "merged", stack, model_id),
+        scripts_dir=posixpath.join(MOUNT, "scripts"),
     )
 
 

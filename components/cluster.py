@@ -102,6 +102,19 @@ def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
     }, indent=2)
 
 
+def ray_operator_addon() -> gcp.container.ClusterAddonsConfigRayOperatorConfigArgs:
+    """The GKE Ray add-on (KubeRay) with its logging and monitoring: Ray's own logs (raylet.out, the
+    job driver's log) go to Cloud Logging and outlive the pods (pulumi-gcp ClusterAddonsConfig
+    ray_operator_configs[].ray_cluster_logging_config / ray_cluster_monitoring_config; both default off)."""
+    return gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
+        enabled=True,
+        ray_cluster_logging_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(
+            enabled=True),
+        ray_cluster_monitoring_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(
+            enabled=True),
+    )
+
+
 class GkeCluster(pulumi.ComponentResource):
     """Depend on the component itself to wait for the cluster, its pools and the NCCL installer."""
 
@@ -120,7 +133,7 @@ class GkeCluster(pulumi.ComponentResource):
         super().__init__("verl-gke:cluster:GkeCluster", name, None, opts)
         net = args.network
         addons = gcp.container.ClusterAddonsConfigArgs(
-            ray_operator_configs=[gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=True)],
+            ray_operator_configs=[ray_operator_addon()],
             gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
         )
         common = dict(

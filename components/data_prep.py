@@ -76,6 +76,8 @@ class DataPrepArgs:
     backoff_limit: int = 3  # reruns resume; preemptions and evictions do not count
     # Pulumi waits this much longer than the deadline, so Kubernetes' verdict is what it reports.
     await_margin_seconds: int = 15 * 60
+    # Small files to copy into the bucket too: in-pod path under MOUNT -> text (e.g. the run supervisor).
+    extra_files: dict[str, str] = field(default_factory=dict)
 
 
 class DataPrep(pulumi.ComponentResource):
@@ -102,7 +104,7 @@ class DataPrep(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
             metadata={"namespace": args.namespace, "labels": LABELS},
-            data={SCRIPT_KEY: script},
+            data={SCRIPT_KEY: script, **{_extra_key(dest): text for dest, text in args.extra_files.items()}},
             immutable=True,
             opts=child,
         )
@@ -210,7 +212,14 @@ def command_flags(args: DataPrepArgs) -> list[str]:
         "--work-dir", SCRATCH_DIR,
         "--max-workers", str(args.disk_budget.parallel_files),
         "--termination-log", TERMINATION_LOG,
+        *[flag for dest in args.extra_files
+          for flag in ("--ship", f"{posixpath.join(SCRIPTS_DIR, _extra_key(dest))}={dest}")],
     ]
+
+
+def _extra_key(dest: str) -> str:
+    """The ConfigMap key of an extra file: its file name."""
+    return posixpath.basename(dest)
 
 
 def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
@@ -236,6 +245,13 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
         if problem := check(getattr(args, arg)):
             raise bad(arg, getattr(args, arg), problem)
     _validate_paths(args, bad)
+    keys = [_extra_key(dest) for dest in args.extra_files]
+    for dest in args.extra_files:
+        if (posixpath.normpath(dest) != dest or not dest.startswith(MOUNT + "/")
+                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) == SCRIPT_KEY
+                or keys.count(_extra_key(dest)) > 1):
+            raise bad("extra_files", dest, f"must be a normalised path under {MOUNT}/ whose file name is a "
+                      f"unique ConfigMap key other than {SCRIPT_KEY}")
 
     if not isinstance(args.disk_budget, DiskBudget):
         raise bad("disk_budget", args.disk_budget, "must be catalog.gcsfuse.staging_disk_budget(...)")

@@ -184,16 +184,30 @@ class Dashboard:
             raise RayJobError("no Kubernetes API server behind a plain dashboard address")
         return self._send("GET", self.api_server + path, None, READ_TIMEOUT_S)
 
-    def _send(self, method: str, url: str, body: dict | None, timeout: float):
-        """Errors never carry the token."""
+    def kube_send(self, method: str, path: str, body: Any, content_type: str) -> Any:
+        """A write to the Kubernetes API server itself (not the service proxy), e.g. a RayCluster patch."""
+        if not self.api_server:
+            raise RayJobError(f"{method} {path}: only a `gke` target has a Kubernetes API server")
+        import json
+
+        return self._send(method, self.api_server + path, None, READ_TIMEOUT_S,
+                          raw=(json.dumps(body).encode(), content_type))
+
+    def _send(self, method: str, url: str, body: dict | None, timeout: float,
+              raw: tuple[bytes, str] | None = None):
+        """Errors never carry the token. `raw`: (bytes, content type) sent instead of `body` as JSON."""
         import requests
 
+        headers = self.headers()
+        if raw is not None:
+            headers["Content-Type"] = raw[1]
         try:
             resp = self._session.request(
                 method,
                 url,
-                json=body,
-                headers=self.headers(),
+                json=body if raw is None else None,
+                data=raw[0] if raw is not None else None,
+                headers=headers,
                 timeout=(CONNECT_TIMEOUT_S, timeout),
                 verify=self.verify,
                 allow_redirects=False,

@@ -11,6 +11,8 @@ container.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -233,6 +235,40 @@ class RayClusterArgs:
             raise ValueError("invalid RayCluster arguments:\n  - " + "\n  - ".join(problems))
 
 
+# ----------------------------------------------------------------------------- scaled at run time (issue 14)
+# The run supervisor scales the GPU group to 0 when a run ends and the job provider back to
+# gpuNodes before the next one, with JSON patches on replicas/minReplicas. Pulumi must neither
+# reset that nor recreate the cluster for it (a replacement deletes the head and its running job).
+# `workerGroupSpecs` has no x-kubernetes-list-type in KubeRay's CRD, so server-side apply treats the
+# whole list as one atomic field, owned by whoever patched it last: Pulumi ignores the whole list
+# (pulumi-kubernetes then leaves a field owned by another manager out of its apply: provider/pkg/await,
+# "Drop the field from the inputs if it is present on the cluster and managed by another manager";
+# a path into the list would not match: "TODO: ... support nested arrays"). What Pulumi still has to
+# act on in the list, every worker group setting except the two replica counts, reaches it through
+# a digest annotation: a changed template, image, size or group still recreates the cluster, since
+# KubeRay does not roll existing pods when the template changes (same name: delete first).
+WORKER_GROUPS_ANNOTATION = "verl-gke.io/worker-groups"
+RUNTIME_FIELDS = ("replicas", "minReplicas")
+
+
+def groups_digest(groups: list[dict]) -> str:
+    """sha256 of resolved worker groups without the counts set at run time."""
+    kept = [{k: v for k, v in g.items() if k not in RUNTIME_FIELDS} for g in groups]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def worker_groups_digest(groups: list[dict]) -> pulumi.Output[str]:
+    return pulumi.Output.from_input(groups).apply(groups_digest)
+
+
+def runtime_scaled_options() -> dict:
+    return {
+        "ignore_changes": ["spec.workerGroupSpecs"],
+        "replace_on_changes": ["spec", f'metadata.annotations["{WORKER_GROUPS_ANNOTATION}"]'],
+        "delete_before_replace": True,
+    }
+
+
 class RayCluster(pulumi.ComponentResource):
     cluster: k8s.apiextensions.CustomResource
     name: str
@@ -253,13 +289,10 @@ class RayCluster(pulumi.ComponentResource):
         self.cluster = k8s.apiextensions.CustomResource(
             f"{name}-raycluster", api_version=API_VERSION, kind="RayCluster",
             metadata={"name": args.name, "namespace": args.namespace,
-                      "annotations": await_annotations(args.ready_timeout_s)},
+                      "annotations": {**await_annotations(args.ready_timeout_s),
+                                      WORKER_GROUPS_ANNOTATION: worker_groups_digest(spec["workerGroupSpecs"])}},
             spec=spec,
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                # KubeRay does not roll existing pods when the template changes: recreate the
-                # cluster so a changed image, env or size really takes effect (same name: delete first).
-                replace_on_changes=["spec"], delete_before_replace=True))
+            opts=pulumi.ResourceOptions(parent=self, **runtime_scaled_options()))
         self.name = args.name
         self.namespace = pulumi.Output.from_input(args.namespace)
         self.head_service = head_service(args.name)
@@ -369,7 +402,8 @@ class RayCluster(pulumi.ComponentResource):
         }
         return {
             "groupName": WORKER_GROUP,
-            # Fixed size: the GRPO job needs every GPU node, and nothing scales this group.
+            # The GRPO job needs every GPU node: no autoscaler. Set to 0 when a run ends and back
+            # to gpuNodes by the next submission (see runtime_scaled_options).
             "replicas": args.gpu_nodes,
             "minReplicas": args.gpu_nodes,
             "maxReplicas": args.gpu_nodes,

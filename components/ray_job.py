@@ -38,6 +38,11 @@ class RayJobArgs:
     resubmit_on_failure: pulumi.Input[bool] = DEFAULTS["resubmit_on_failure"]
     log_tail_lines: pulumi.Input[int] = DEFAULTS["log_tail_lines"]
     stop_timeout_s: pulumi.Input[int] = DEFAULTS["stop_timeout_s"]
+    max_recoveries: pulumi.Input[int] = DEFAULTS["max_recoveries"]  # resubmissions + in-run restarts
+    # The RayCluster worker group to scale back to `replicas` before waiting for the GPUs (gke only):
+    # {namespace, name, group, index, replicas}.
+    scale: pulumi.Input[dict[str, Any]] | None = None
+    logs_hint: pulumi.Input[str] = DEFAULTS["logs_hint"]  # where the logs outlive the pods; in failures
 
 
 class RayJob(dyn.Resource, module="verl-gke", name="RayJob"):
@@ -48,6 +53,7 @@ class RayJob(dyn.Resource, module="verl-gke", name="RayJob"):
     status: pulumi.Output[str]
     message: pulumi.Output[str]
     dashboard_url: pulumi.Output[str]
+    recoveries: pulumi.Output[int]  # of the run's recovery budget, as of the last create or refresh
 
     def __init__(self, name: str, args: RayJobArgs, opts: pulumi.ResourceOptions | None = None):
         plain = {f.name: getattr(args, f.name) for f in fields(args)}

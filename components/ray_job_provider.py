@@ -8,6 +8,11 @@ keeps nothing on `self`, heavy imports happen inside functions, and every deadli
 Like KubeRay's RayJob: wait for the cluster (healthy dashboard and `expected_gpus` GPUs), submit with
 a fixed submission id and adopt on "already exists", resubmit a failed or vanished job as a new
 attempt (`<id>-r<k>`), stop the job on delete.
+
+Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
+supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
+reported, not resubmitted. Before waiting for the GPUs, `scale` brings the RayCluster's worker group
+back to its size (the supervisor scales it to 0 when a run ends).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from components.ray_client import (
     target_key,
     wait_until_ready,
 )
+from components.ray_recovery import budget_left, scale_up, supervisor_note, used_by, with_attempt_env
 
 RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
 
@@ -49,6 +55,11 @@ DEFAULTS: dict[str, Any] = {
     "resubmit_on_failure": True,
     "log_tail_lines": 50,
     "stop_timeout_s": 120,
+    # One budget for resubmissions and the run supervisor's in-run restarts (components.ray_recovery).
+    "max_recoveries": 3,
+    # {namespace, name, group, index, replicas}: the RayCluster worker group to scale back up (gke only).
+    "scale": None,
+    "logs_hint": "",  # a command that reads the job's logs where they outlive the pods; in failures
 }
 INPUT_KEYS = ("submission_id", "entrypoint", *DEFAULTS)
 INT_KEYS = (
@@ -58,8 +69,10 @@ INT_KEYS = (
     "log_tail_lines",
     "stop_timeout_s",
     "attempt",
+    "max_recoveries",
+    "recoveries",
 )
-OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url")
+OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url", "recoveries")
 # What makes a different job. The target is compared without the CA, so a CA rotation is no restart.
 REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
 
@@ -117,6 +130,17 @@ def validate_inputs(inputs: dict[str, Any]) -> list[tuple[str, str]]:
     for key in ("ready_timeout_s", "completion_timeout_s", "stop_timeout_s"):
         if key in known and not (isinstance(known[key], (int, float)) and known[key] > 0):
             bad.append((key, f"{known[key]!r} must be a number of seconds > 0"))
+    if "max_recoveries" in known and not (isinstance(known["max_recoveries"], int)
+                                          and known["max_recoveries"] >= 0):
+        bad.append(("max_recoveries", f"{known['max_recoveries']!r} must be an integer >= 0"))
+    scale = known.get("scale")
+    if scale is not None:
+        if not has_gke:
+            bad.append(("scale", "needs `gke`: the worker group is scaled through the Kubernetes API"))
+        elif isinstance(scale, dict):
+            for key in ("namespace", "name", "group", "replicas"):
+                if scale.get(key) in (None, ""):
+                    bad.append((f"scale.{key}", "required"))
     metadata = known.get("metadata")
     if isinstance(metadata, dict) and not all(isinstance(v, str) for v in metadata.values()):
         bad.append(("metadata", "Ray job metadata values must be strings"))
@@ -165,12 +189,19 @@ def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
     if target_key(old) != target_key(new):
         replaces += [k for k in ("address", "gke") if old.get(k) != new.get(k)]
     # After `pulumi up --refresh` finds the job dead (spot preemption): a new attempt resumes training.
-    if old.get("status") in RESUBMIT_ON and new.get("resubmit_on_failure"):
+    # ... while the run's recovery budget lasts: a run that used it up stays as it is until its inputs change.
+    if (old.get("status") in RESUBMIT_ON and new.get("resubmit_on_failure")
+            and budget_left(old.get("recoveries"), old.get("attempt"), new["max_recoveries"])):
         replaces.append("status")
     changed = bool(replaces) or any(old.get(k) != new.get(k) for k in INPUT_KEYS)
     # Stop the old job before the new one needs the same GPUs.
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
 
+
+
+def _message(ray_message: str | None, note: str) -> str:
+    """Ray's message, led by the run supervisor's newest line (its recoveries) when there is one."""
+    return f"{note} | {ray_message or ''}".strip(" |") if note else (ray_message or "")
 
 
 # ----------------------------------------------------------------------------- the provider
@@ -194,35 +225,63 @@ class RayJobProvider(dyn.ResourceProvider):
         base = inputs["submission_id"]
         with Dashboard(inputs) as dash:
             started = time.monotonic()
+            if inputs["scale"]:
+                # The run supervisor released the GPUs when the last run ended: bring them back first.
+                scale_up(dash, inputs["scale"])
             jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"])
-            job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"])
+            job_id, attempt, adopted, used, note = self._choose(dash, jobs, base, inputs)
             if adopted is None:
                 window = max(started + inputs["ready_timeout_s"], time.monotonic() + SUBMIT_MIN_WINDOW_S)
-                submit(dash, job_id, inputs, window)
+                runtime_env = with_attempt_env(inputs["runtime_env"], base, attempt, used, inputs["max_recoveries"])
+                submit(dash, job_id, {**inputs, "runtime_env": runtime_env}, window)
             job = dash.job(job_id)
             if inputs["wait_for_completion"]:
                 job = follow(dash, job_id, inputs["completion_timeout_s"])
+                used, note = used_by(dash, job, attempt)
                 if job.get("status") in ("FAILED", "STOPPED"):
-                    raise RayJobError(self._failure(dash, job_id, job, inputs["log_tail_lines"]))
+                    raise RayJobError(self._failure(dash, job_id, job, inputs["log_tail_lines"],
+                                                    inputs["logs_hint"]))
             outs = {
                 **inputs,
                 "job_id": job_id,
                 "attempt": attempt,
                 "status": job.get("status"),
-                "message": job.get("message") or "",
+                "message": _message(job.get("message"), note),
                 "dashboard_url": dash.url,
+                "recoveries": used,
             }
         return dyn.CreateResult(job_id, outs)
 
     @staticmethod
-    def _failure(dash: Dashboard, job_id: str, job: dict[str, Any], lines: int) -> str:
+    def _choose(dash: Dashboard, jobs: list[dict[str, Any]], base: str, inputs: dict[str, Any]):
+        """(job id, attempt, job to adopt or None, recoveries used, supervisor's note).
+
+        A new attempt after a dead one is itself a recovery: only while the budget lasts; otherwise
+        the dead attempt is adopted and its status reported.
+        """
+        job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"])
+        if adopted is not None:
+            return (job_id, attempt, adopted, *used_by(dash, adopted, attempt))
+        if attempt == 1:
+            return job_id, 1, None, 0, ""
+        previous = next(j for j in jobs if j.get("submission_id") == attempt_id(base, attempt - 1))
+        used, note = used_by(dash, previous, attempt - 1)
+        if not budget_left(used, attempt - 1, inputs["max_recoveries"]):
+            spent = (f"recovery budget spent ({used} of {inputs['max_recoveries']}): not resubmitted; "
+                     "change the run's inputs (or raise jobMaxRecoveries) to start again")
+            return previous["submission_id"], attempt - 1, previous, used, spent
+        return job_id, attempt, None, used + 1, note
+
+    @staticmethod
+    def _failure(dash: Dashboard, job_id: str, job: dict[str, Any], lines: int, hint: str = "") -> str:
         try:
             logs = tail(dash.logs(job_id), lines)
         except DashboardError as err:
             logs = f"(logs unavailable: {err})"
+        kept = f"\n--- all logs, also after the pods are gone ---\n{hint}" if hint else ""
         return (
             f"Ray job {job_id} at {dash.url} ended {job.get('status')}: {job.get('message')}\n"
-            f"--- last {lines} log lines ---\n{logs}"
+            f"--- last {lines} log lines ---\n{logs}{kept}"
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
@@ -230,8 +289,18 @@ class RayJobProvider(dyn.ResourceProvider):
         if not outs.get("address") and not outs.get("gke"):
             raise RayJobError(f"cannot read Ray job {id_}: no `address` or `gke` in its state")
         job_id = outs.get("job_id") or id_
-        status, message = probe(with_defaults(outs), job_id)
-        return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status, "message": message})
+        inputs = with_defaults(outs)
+        status, message = probe(inputs, job_id)
+        recoveries, note = outs.get("recoveries"), ""
+        if status != GONE:
+            try:
+                with Dashboard(inputs) as dash:
+                    used, note = supervisor_note(dash.logs(job_id))
+                recoveries = max(used or 0, int(outs.get("attempt") or 1) - 1)
+            except DashboardError:
+                pass  # the count from the last look stays
+        return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status,
+                                    "message": _message(message, note), "recoveries": recoveries})
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         # Only knobs changed (timeouts, flags, metadata, CA): the running job stays as it is.

@@ -18,7 +18,7 @@ from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.models import largest_file_gib, weights_gib
 from catalog.nodes import cpu_boot_disk_gb
 from catalog.paths import BucketPaths, bucket_paths, gs_url
-from catalog.ray import HEAD_EPHEMERAL_GIB
+from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
 from components.budget import ProjectBudget, ProjectBudgetArgs
@@ -30,6 +30,7 @@ from components.network_mapping import NetworkMapping
 from components.node_identity import NodeServiceAccount
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
+from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
 from components.storage import TrainingStorage, TrainingStorageArgs
 from stacks import config, cost, grpo, keys, preflight, quotas
 from stacks.config import StackConfig
@@ -118,6 +119,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         hf_secret_key=storage.hf_secret_key,
         pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
         node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
+        extra_files={script_path(paths): script_text()},  # the run supervisor the Ray job runs
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage, *image_deps]))
 
     ray = RayCluster("ray", RayClusterArgs(
@@ -179,9 +181,28 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
                               "port": ray.dashboard_port},
         "watchCommand": f"venv/bin/python -m tools.watch --stack {cfg.stack}",
     }
+    outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
         outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
     return outputs
+
+
+def cloud_logging_command(cfg: StackConfig, cluster_name: pulumi.Output[str], namespace: pulumi.Output[str],
+                          raycluster: str) -> pulumi.Output[str]:
+    """Reads the Ray pods' logs from Cloud Logging (the GKE Ray add-on's logging): they outlive the pods.
+
+    Filter: GKE's k8s_container resource labels, and KubeRay's `ray.io/cluster` pod label as Cloud
+    Logging names pod labels (`labels."k8s-pod/<key with . and / as _ and />"`).
+    """
+    def command(values: list[str]) -> str:
+        name, ns = values
+        query = (f'resource.type="k8s_container" AND resource.labels.cluster_name="{name}" '
+                 f'AND resource.labels.namespace_name="{ns}" '
+                 f'AND labels."k8s-pod/ray_io/cluster"="{raycluster}"')
+        return (f"gcloud logging read '{query}' --project {cfg.project} --freshness 7d --order asc "
+                "--format 'value(timestamp,resource.labels.pod_name,textPayload)'")
+
+    return pulumi.Output.all(cluster_name, namespace).apply(command)
 
 
 def _gke_version(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[preflight.GkeVersion]:
@@ -228,8 +249,19 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
     acc = cfg.accelerator
     overrides = grpo.overrides(cfg.grpo, stack=cfg.stack, nnodes=cfg.gpu_nodes, gpus_per_node=acc.gpus_per_node,
                                paths=paths)
-    entrypoint = grpo.entrypoint(overrides)
+    release = None
+    # The cluster component too: on destroy the job is stopped before any node pool goes.
+    depends: list[pulumi.Resource] = [ray, prep, cluster]
+    if cfg.job.release_gpus:
+        depends.append(GpuReleaseAccess("gpu-release", GpuReleaseAccessArgs(
+            namespace=storage.namespace, service_account=storage.ksa_name, raycluster=ray.name,
+        ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage])))
+        release = (ray.name, WORKER_GROUP)
+    entrypoint = grpo.supervised(
+        grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
+        expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release)
     runtime_env = grpo.runtime_env(acc, paths)
+    logs_command = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     job = RayJob("grpo", RayJobArgs(
         submission_id=grpo.submission_id(cfg.stack, entrypoint, runtime_env, cfg.total_gpus),
         entrypoint=entrypoint, runtime_env=runtime_env, expected_gpus=ray.expected_gpus,
@@ -238,10 +270,15 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
              "namespace": storage.namespace, "service": ray.head_service, "port": ray.dashboard_port},
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
-        # The cluster component too: on destroy the job is stopped before any node pool goes.
-    ), opts=pulumi.ResourceOptions(depends_on=[ray, prep, cluster], aliases=[GRPO_JOB_ALIAS]))
+        max_recoveries=cfg.job.max_recoveries, logs_hint=logs_command,
+        # The supervisor released the GPUs when the last run ended: the next submission brings them back.
+        scale={"namespace": storage.namespace, "name": ray.name, "group": WORKER_GROUP, "index": 0,
+               "replicas": cfg.gpu_nodes},
+    ), opts=pulumi.ResourceOptions(depends_on=depends, aliases=[GRPO_JOB_ALIAS]))
     # Needs dashboardCommand's port-forward running; the watch command needs none.
     logs = job.job_id.apply(
         lambda job_id: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {job_id}")
+    merged = storage.bucket_name.apply(lambda b: gs_url(b, paths.merged_dir)) if cfg.job.merge_model else None
     return {"jobId": job.job_id, "jobStatus": job.status, "jobMessage": job.message,
-            "jobDashboardUrl": job.dashboard_url, "jobLogsCommand": logs}
+            "jobDashboardUrl": job.dashboard_url, "jobLogsCommand": logs, "jobRecoveries": job.recoveries,
+            **({"mergedModel": merged} if merged is not None else {})}

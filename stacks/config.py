@@ -80,6 +80,9 @@ class JobSettings:
     wait_for_completion: bool
     completion_timeout_s: int
     resubmit_on_failure: bool
+    max_recoveries: int = 3
+    release_gpus: bool = True
+    merge_model: bool = True
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         wait_for_completion=r.bool("jobWaitForCompletion"),
         completion_timeout_s=r.int("jobCompletionTimeoutMinutes", minimum=1) * 60,
         resubmit_on_failure=r.bool("jobResubmitOnFailure"),
+        max_recoveries=r.int("jobMaxRecoveries", minimum=0),
+        release_gpus=r.bool("jobReleaseGpus"),
+        merge_model=r.bool("jobMergeModel"),
     )
     if r.problems:
         raise ConfigError(r.problems)

@@ -441,6 +441,24 @@ def entrypoint(overrides: list[str]) -> str:
     return " ".join(["python3", "-m", ENTRY_MODULE, *(shlex.quote(o) for o in overrides)])
 
 
+def supervised(trainer: str, *, script: str, state: str, paths: BucketPaths, expected_gpus: int,
+               merge: bool, release: tuple[str, str] | None) -> str:
+    """The Ray job's entrypoint: the run supervisor (components/scripts/supervise.py) around the trainer.
+
+    It restarts the trainer after a lost GPU node (verl resumes: trainer.resume_mode=auto), merges the
+    last checkpoint (verl's `python -m verl.model_merger merge --backend fsdp`, which also reads FSDP2
+    checkpoints: model_merger/fsdp_model_merger.py at v0.6.1) and releases the GPUs: `release` is
+    (RayCluster name, worker group). The budget's cap and the attempt come from the job provider.
+    """
+    args = ["python3", script, "--state", state, "--expected-gpus", str(expected_gpus),
+            "--checkpoint-dir", paths.checkpoint_dir]
+    if merge:
+        args += ["--merge-to", paths.merged_dir, "--merge-on-worker"]
+    if release:
+        args += ["--release-raycluster", release[0], "--release-group", release[1]]
+    return " ".join(shlex.quote(a) for a in args) + " -- " + trainer
+
+
 def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str]]:
     """Ray runtime env: env vars only. The image ships verl's dependencies, so no pip/uv/working_dir
     (the tutorial reinstalls torch), and verl comes from the bucket through PYTHONPATH.

@@ -62,7 +62,10 @@ def test_modes_and_accelerators(mode, acc):
     cluster = run.one(CLUSTER).inputs
     assert cluster["enableMultiNetworking"] is True
     assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
-    assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": True}]
+    # The Ray add-on with its logging and monitoring: Ray's logs outlive the pods (issue 14).
+    assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{
+        "enabled": True, "rayClusterLoggingConfig": {"enabled": True},
+        "rayClusterMonitoringConfig": {"enabled": True}}]
     assert cluster["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
     # The channel's newest version (the mocks answer like GKE), not a floor; later channel moves are ignored.
     assert cluster["minMasterVersion"] == engine_versions.lookup(engine_versions.CURRENT)[

@@ -522,3 +522,68 @@ def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, m
     with pytest.raises(RayJobError) as plain:
         provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=2))
     assert "Kubernetes" not in str(plain.value)
+
+
+# ----------------------------------------------------------------------------- the recovery budget (issue 14)
+
+
+def test_supervisor_note_and_budget_rules():
+    from components.ray_recovery import budget_left, supervisor_note, with_attempt_env
+
+    logs = ("noise\n[verl-gke] starting the trainer (attempt 2, recoveries used 1 of 3, ...)\n"
+            "[verl-gke] recovery 2 of 3: 1 GPU worker node(s) left the Ray cluster (abc)\nmore noise\n")
+    assert supervisor_note(logs) == (2, "recovery 2 of 3: 1 GPU worker node(s) left the Ray cluster (abc)")
+    assert supervisor_note("plain job output\n") == (None, "")
+    assert budget_left(2, 3, 3) and not budget_left(3, 1, 3)
+    assert budget_left(None, 3, 3) and not budget_left(None, 4, 3)  # state from before the counter
+    env = with_attempt_env({"env_vars": {"A": "1"}}, "run", 3, 2, 4)
+    assert env == {"env_vars": {"A": "1", "VERL_GKE_RUN": "run", "VERL_GKE_ATTEMPT": "3",
+                                "VERL_GKE_RECOVERIES_USED": "2", "VERL_GKE_MAX_RECOVERIES": "4"}}
+
+
+def test_diff_does_not_resubmit_a_run_that_used_its_budget():
+    old_in = {"submission_id": "s", "entrypoint": "e", "expected_gpus": 16, "address": "http://h:8265"}
+    olds = wire({**with_defaults(old_in), "job_id": "s-r2", "attempt": 2, "status": "FAILED", "message": ""})
+    assert diff_inputs({**olds, "recoveries": 2}, wire({**old_in, "max_recoveries": 3})).replaces == ["status"]
+    assert diff_inputs({**olds, "recoveries": 3}, wire({**old_in, "max_recoveries": 3})).replaces == []
+    assert diff_inputs({**olds, "recoveries": 3}, wire(old_in)).replaces == []  # default cap 3
+    # a changed run is a new run with a new budget
+    assert diff_inputs({**olds, "recoveries": 3}, wire({**old_in, "entrypoint": "f"})).replaces == ["entrypoint"]
+    assert {p for p, _ in validate_inputs({**old_in, "max_recoveries": -1})} == {"max_recoveries"}
+    assert {p for p, _ in validate_inputs({**old_in, "scale": {"name": "rc"}})} == {"scale"}  # needs gke
+
+
+def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provider):
+    echo = 'echo "attempt=$VERL_GKE_ATTEMPT used=$VERL_GKE_RECOVERIES_USED of $VERL_GKE_MAX_RECOVERIES"; exit 1'
+    p = props(head.address, "budget", entrypoint=echo, max_recoveries=1)
+    sid = p["submission_id"]
+    first = provider.create(p)
+    wait_status(head.address, sid, {"FAILED"})
+    assert "attempt=1 used=0 of 1" in requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=10).json()["logs"]
+    second = provider.create(p)  # `pulumi up --refresh` after the failure: the one recovery allowed
+    assert (second.id, second.outs["recoveries"]) == (f"{sid}-r2", 1)
+    wait_status(head.address, f"{sid}-r2", {"FAILED"})
+    logs = requests.get(f"{head.address}/api/jobs/{sid}-r2/logs", timeout=10).json()["logs"]
+    assert "attempt=2 used=1 of 1" in logs
+    refreshed = provider.read(second.id, second.outs).outs
+    assert refreshed["recoveries"] == 1 and refreshed["status"] == "FAILED"
+    assert provider.diff(second.id, refreshed, p).replaces == []  # spent: not resubmitted
+    again = provider.create(p)  # even a create adopts the spent run instead of submitting attempt 3
+    assert again.id == f"{sid}-r2" and "recovery budget spent (1 of 1)" in again.outs["message"]
+    assert sorted(j["submission_id"] for j in jobs_on(head.address, sid)) == [sid, f"{sid}-r2"]
+    del first
+
+
+def test_in_run_recoveries_reported_by_the_supervisor_count_too(head, provider):
+    line = "[verl-gke] run x attempt 1: FAILED, 1 GPU worker node(s) left; no recovery left (recoveries used 3 of 3)"
+    p = props(head.address, "inrun", entrypoint=f"echo '{line}'; exit 1", max_recoveries=3,
+              logs_hint="gcloud logging read 'resource.type=\"k8s_container\"'")
+    sid = p["submission_id"]
+    provider.create(p)
+    wait_status(head.address, sid, {"FAILED"})
+    adopted = provider.create(p)
+    assert adopted.id == sid and adopted.outs["recoveries"] == 3
+    assert adopted.outs["message"].startswith("recovery budget spent (3 of 3)")
+    # a failure seen by a waiting `pulumi up` names the command that reads the logs after the pods are gone
+    with pytest.raises(RayJobError, match="also after the pods are gone ---\ngcloud logging read"):
+        provider.create({**p, "submission_id": new_id("inrun2"), "wait_for_completion": True})

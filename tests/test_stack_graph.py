@@ -50,7 +50,8 @@ def test_paths_agree_between_staging_recipe_and_raycluster(stack):
     assert flags["--marker-name"] == COMPLETE_MARKER
     assert flags["--model-id"] == cfg.model and flags["--verl-ref"] == cfg.verl_version
 
-    overrides = dict(o.split("=", 1) for o in shlex.split(_job(run).inputs["entrypoint"])[3:])
+    argv = shlex.split(_job(run).inputs["entrypoint"])
+    overrides = dict(o.split("=", 1) for o in argv[argv.index("--") + 4:])  # after -- python3 -m <module>
     assert overrides["actor_rollout_ref.model.path"] == paths.model_dir
     assert overrides["data.train_files"] == paths.train_file
     assert overrides["data.val_files"] == paths.val_file
@@ -71,7 +72,8 @@ def test_job_inputs(stack):
     run, cfg = stack
     job = _job(run).inputs
     assert job["expected_gpus"] == cfg.total_gpus
-    assert job["entrypoint"].startswith("python3 -m verl.trainer.main_ppo ")
+    supervisor, trainer = job["entrypoint"].split(" -- ", 1)
+    assert trainer.startswith("python3 -m verl.trainer.main_ppo ")
     assert job["submission_id"].startswith(f"verl-grpo-{cfg.stack}-")
     gke = job["gke"]
     assert gke["service"] == f"{cfg.prefix}-ray-head-svc" and gke["port"] == 8265
@@ -79,6 +81,32 @@ def test_job_inputs(stack):
     assert job.get("address") is None
     assert job["resubmit_on_failure"] is True and job["ready_timeout_s"] == 90 * 60
     assert "pip" not in job["runtime_env"] and set(job["runtime_env"]) == {"env_vars"}
+
+
+def test_supervisor_agrees_with_staging_raycluster_and_outputs(stack):
+    """The script the job runs is the one the staging Job ships; it releases the group the RayCluster
+    has, and the provider scales that same group back to gpuNodes; the merged folder is the output."""
+    run, cfg = stack
+    paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    job = _job(run).inputs
+    sup = shlex.split(job["entrypoint"].split(" -- ", 1)[0])
+    flags = {a: (sup[i + 1] if i + 1 < len(sup) and not sup[i + 1].startswith("--") else True)
+             for i, a in enumerate(sup) if a.startswith("--")}
+    container = _container(run.one(DATA_JOB).inputs)
+    args = container["command"] + container.get("args", [])
+    shipped = [args[i + 1].split("=", 1)[1] for i, a in enumerate(args) if a == "--ship"]
+    assert sup[:2] == ["python3", shipped[0]] and shipped[0].startswith(paths.scripts_dir + "/supervise-")
+    assert flags["--state"].startswith(paths.checkpoint_dir + "/") and flags["--checkpoint-dir"] == paths.checkpoint_dir
+    assert flags["--merge-to"] == paths.merged_dir and flags["--expected-gpus"] == str(cfg.total_gpus)
+    ray_cluster = run.one(RAYCLUSTER).inputs
+    group = ray_cluster["spec"]["workerGroupSpecs"][0]
+    assert flags["--release-raycluster"] == ray_cluster["metadata"]["name"] == job["scale"]["name"]
+    assert flags["--release-group"] == group["groupName"] == job["scale"]["group"]
+    assert job["scale"]["index"] == 0 and job["scale"]["replicas"] == group["replicas"] == cfg.gpu_nodes
+    assert job["max_recoveries"] == cfg.job.max_recoveries == 3
+    assert run.outputs["mergedModel"].endswith("/" + paths.merged_dir.removeprefix("/data/"))
+    assert run.outputs["mergedModel"].startswith("gs://")
+    assert "gcloud logging read" in job["logs_hint"] and job["logs_hint"] == run.outputs["logsCommand"]
 
 
 def _ancestors_deps(run, urn):

@@ -407,3 +407,23 @@ def test_two_takers_of_one_stale_lease_get_it_once(tmp_path):
     first.release()
     second.acquire()  # released: free again
     second.release()
+
+
+def test_ship_copies_the_supervisor_once_and_whole(tmp_path):
+    """--ship SRC=DEST (issue 14: the run supervisor into the bucket): written via a temp name, skipped
+    when the same; a relative DEST is a usage error."""
+    src = tmp_path / "supervise.py"
+    src.write_text("print('supervise')\n")
+    dest = tmp_path / "data" / "scripts" / "supervise-abc.py"
+
+    def ship(*extra):
+        return subprocess.run([sys.executable, str(SCRIPT), "--steps", "verl", "--verl-ref", "v0",
+                               "--verl-dir", str(tmp_path / "nowhere"), "--retries", "0", *extra],
+                              capture_output=True, text=True, check=False)
+
+    first = ship("--ship", f"{src}={dest}")
+    assert dest.read_text() == src.read_text() and f"[ship] wrote {dest}" in first.stdout
+    assert not list(dest.parent.glob("*.tmp-*"))
+    second = ship("--ship", f"{src}={dest}")
+    assert f"[ship] skipped: {dest} (same content)" in second.stdout
+    assert ship("--ship", f"{src}=relative/path").returncode == 2

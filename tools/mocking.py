@@ -89,6 +89,7 @@ class Registration:
     aliases: list[str]  # the type/name/parent a resource was known under before (aliasSpecs, as given)
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
+    replace_on_changes: list[str] = field(default_factory=list)  # property paths whose change replaces
 
 
 @dataclass
@@ -149,6 +150,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             aliases=[json.dumps(json_format.MessageToDict(a), sort_keys=True) for a in request.aliases],
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
+            replace_on_changes=list(request.replaceOnChanges),
         ))
         return response
 

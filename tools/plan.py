@@ -73,7 +73,9 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
             "urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "parent": r.parent,
             "dependsOn": depends, "provider": r.provider, "protect": r.protect,
             "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "aliases": r.aliases,
-            "ignoreChanges": r.ignore_changes, "inputs": r.inputs,
+            "ignoreChanges": r.ignore_changes,
+            **({"replaceOnChanges": r.replace_on_changes} if r.replace_on_changes else {}),
+            "inputs": r.inputs,
         })
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
     plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs,

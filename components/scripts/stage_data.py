@@ -448,6 +448,31 @@ def termination_message(path: str | None, message: str) -> None:
         pass
 
 
+# --- shipped scripts --------------------------------------------------------------------------
+
+
+def ship(pairs: list[str]) -> None:
+    """Copy small files (scripts the Ray job runs) into the bucket: SRC=DEST, written to a temp name
+    and renamed, so a job reading DEST never sees half a file; skipped when DEST already matches."""
+    for pair in pairs:
+        src, dest = pair.split("=", 1)
+        with open(src, "rb") as f:
+            data = f.read()
+        try:
+            with open(dest, "rb") as f:
+                if f.read() == data:
+                    log(f"[ship] skipped: {dest} (same content)")
+                    continue
+        except OSError:
+            pass
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        tmp = f"{dest}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, dest)
+        log(f"[ship] wrote {dest}")
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -473,7 +498,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lease-wait", type=float, default=900.0, help="s to wait for a held lease before failing")
     p.add_argument("--lease-poll", type=float, default=15.0, help="s between looks at a held lease")
     p.add_argument("--termination-log", default=None, help="file for the failure reason (/dev/termination-log)")
+    p.add_argument("--ship", action="append", default=[], metavar="SRC=DEST",
+                   help="also copy the file SRC to DEST (e.g. the run supervisor into the bucket)")
     args = p.parse_args(argv)
+    for pair in args.ship:
+        src, sep, dest = pair.partition("=")
+        if not sep or not src or not dest.startswith("/"):
+            p.error(f"--ship {pair!r}: must be SRC=DEST with an absolute DEST")
     args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     if not args.steps or set(args.steps) - set(STEPS):
         p.error(f"--steps must be a comma-separated subset of {','.join(STEPS)}")
@@ -514,6 +545,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_steps(args: argparse.Namespace, lease: Lease | None) -> int:
     functions = {"verl": stage_verl, "model": stage_model, "dataset": stage_dataset}
+    try:
+        ship(args.ship)
+    except OSError as e:
+        log(f"[ship] FAILED: {e}", err=True)
+        return EXIT_FAILED
     for step in STEPS:
         if step not in args.steps:
             continue

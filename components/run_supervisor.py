@@ -1,0 +1,78 @@
+"""The run supervisor (scripts/supervise.py): where it lives in the bucket, and what it may do.
+
+The Ray job's entrypoint runs it on the head; it runs the trainer, recovers from lost GPU nodes,
+merges the last checkpoint and finally scales the RayCluster's GPU group to zero. It reaches the
+head pod through the bucket (the staging Job copies it there, DataPrepArgs.extra_files), not through
+the RayCluster spec, so changing it never recreates the cluster. The file name carries a hash of its
+content: a running job's copy is never overwritten, and a changed supervisor is a changed run.
+
+GpuReleaseAccess lets the head pod's service account get and patch that one RayCluster (a
+namespaced Role): all the supervisor needs to set the worker group's replicas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from catalog import naming
+from catalog.paths import BucketPaths
+
+SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "supervise.py"
+STATE_FILE = "verl-gke-run.json"  # the recovery budget, next to the checkpoints (see supervise.Budget)
+
+
+def script_text() -> str:
+    return SCRIPT_FILE.read_text()
+
+
+def script_path(paths: BucketPaths) -> str:
+    """The supervisor's in-pod path in the bucket: content-addressed."""
+    digest = hashlib.sha256(script_text().encode()).hexdigest()[:12]
+    return posixpath.join(paths.scripts_dir, f"supervise-{digest}.py")
+
+
+def state_path(paths: BucketPaths) -> str:
+    return posixpath.join(paths.checkpoint_dir, STATE_FILE)
+
+
+@dataclass
+class GpuReleaseAccessArgs:
+    namespace: pulumi.Input[str]
+    service_account: pulumi.Input[str]  # the head pod's (TrainingStorage.ksa_name)
+    raycluster: str  # the RayCluster's name
+
+
+class GpuReleaseAccess(pulumi.ComponentResource):
+    """Role + RoleBinding: the head pod's service account may get and patch one RayCluster."""
+
+    role: k8s.rbac.v1.Role
+    binding: k8s.rbac.v1.RoleBinding
+
+    def __init__(self, name: str, args: GpuReleaseAccessArgs, opts: pulumi.ResourceOptions | None = None):
+        if problem := naming.dns_subdomain(args.raycluster):
+            raise ValueError(f"GpuReleaseAccessArgs.raycluster = {args.raycluster!r}: {problem}")
+        super().__init__("verl-gke:run_supervisor:GpuReleaseAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        labels = {"app.kubernetes.io/part-of": "verl-gke", "app.kubernetes.io/component": "gpu-release"}
+        self.role = k8s.rbac.v1.Role(
+            f"{name}-role",
+            metadata={"namespace": args.namespace, "labels": labels},
+            # Only what the JSON patch of supervise.release_gpus needs, on this one object.
+            rules=[{"apiGroups": ["ray.io"], "resources": ["rayclusters"],
+                    "resourceNames": [args.raycluster], "verbs": ["get", "patch"]}],
+            opts=child,
+        )
+        self.binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-binding",
+            metadata={"namespace": args.namespace, "labels": labels},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": self.role.metadata.name},
+            subjects=[{"kind": "ServiceAccount", "name": args.service_account, "namespace": args.namespace}],
+            opts=child,
+        )
+        self.register_outputs({"role": self.role.metadata.name})

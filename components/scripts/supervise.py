@@ -1,0 +1,387 @@
+"""Supervise one training run inside its Ray job: recover from lost GPU nodes, merge, release the GPUs.
+
+The Ray job's entrypoint is this script; the trainer (verl) is its child process. When the child
+fails, the script asks Ray's state API whether a GPU worker node was lost while it ran. If so
+(a spot preemption, a node repair), it waits with back-off until Ray reports every GPU again and
+runs the trainer once more: verl continues from the last checkpoint (`trainer.resume_mode=auto`).
+Any other failure fails the job at once: it would fail the same way again.
+
+One budget covers both kinds of recovery: these in-run restarts and the job provider's
+resubmissions (`-r<k>` attempts). It is kept in a small JSON file next to the checkpoints (on the
+bucket, so it outlives the head), keyed by the run's submission id: a changed run starts afresh.
+Each recovery and the final tally are printed as `[verl-gke]` lines, which the job provider reads.
+
+After a successful run the last checkpoint is merged into a Hugging Face folder (verl's model
+merger); a failed merge fails the job. At the end, whatever the outcome, the GPU worker group of
+the RayCluster is scaled to zero through the Kubernetes API (the pod's service account), so idle
+GPUs stop billing; the next submission scales it back.
+
+Standard library only: it runs in the training image before anything else is known to work.
+Exit codes: the trainer's on a deterministic failure, 0 success, 1 budget spent / GPUs never
+returned / merge failed, 2 bad arguments, 143 stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PREFIX = "[verl-gke]"
+LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's trainer/ray_trainer.py writes it last
+MERGED_MARKER = ".verl-gke-merged.json"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod's projected service account token
+K8S_API = "https://kubernetes.default.svc"
+EXIT_GIVE_UP, EXIT_STOPPED = 1, 143
+
+
+def log(message: str) -> None:
+    print(f"{PREFIX} {message}", flush=True)
+
+
+# ----------------------------------------------------------------------------- the shared budget
+
+
+class Budget:
+    """Recoveries used by one run (base submission id), across its attempts, in a JSON file.
+
+    used = (highest attempt - 1) resubmissions + every in-run restart of every attempt.
+    """
+
+    def __init__(self, path: str, run: str, attempt: int, floor: int, limit: int):
+        self.path, self.run, self.attempt, self.limit = path, run, attempt, limit
+        self.data = self._load()
+        self.data.setdefault("attempts", {}).setdefault(str(attempt), {"restarts": []})
+        self.data["max_recoveries"] = limit
+        self.floor = floor  # what the provider counted: never report less
+
+    def _load(self) -> dict:
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {"run": self.run}
+        return data if isinstance(data, dict) and data.get("run") == self.run else {"run": self.run}
+
+    @property
+    def restarts(self) -> list[dict]:
+        return self.data["attempts"][str(self.attempt)]["restarts"]
+
+    @property
+    def used(self) -> int:
+        attempts = [int(k) for k in self.data["attempts"]]
+        counted = max(attempts) - 1 + sum(len(a.get("restarts", [])) for a in self.data["attempts"].values())
+        return max(counted, self.floor)
+
+    def record(self, **fields) -> None:
+        self.data["attempts"][str(self.attempt)].update(fields)
+        self.data["used"] = self.used
+        self.save()
+
+    def save(self) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        tmp = f"{self.path}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=1, sort_keys=True)
+        os.replace(tmp, self.path)
+
+    def tally(self) -> str:
+        return f"recoveries used {self.used} of {self.limit}"
+
+
+# ----------------------------------------------------------------------------- Ray's state API
+
+
+def alive_gpu_nodes(dashboard: str) -> dict[str, float] | None:
+    """node id -> GPUs of every ALIVE node with GPUs; None when the dashboard does not answer."""
+    try:
+        with urllib.request.urlopen(f"{dashboard}/api/v0/nodes?limit=10000&detail=false", timeout=30) as resp:
+            answer = json.load(resp)
+    except (OSError, ValueError):
+        return None
+    result = answer.get("data", {}).get("result", {})
+    nodes = result.get("result", []) if isinstance(result, dict) else result
+    return {
+        n["node_id"]: float(n.get("resources_total", {}).get("GPU", 0))
+        for n in nodes
+        if n.get("state") == "ALIVE" and float(n.get("resources_total", {}).get("GPU", 0)) > 0
+    }
+
+
+def lost_nodes(dashboard: str, before: dict[str, float], expected_gpus: int, settle_s: float) -> str | None:
+    """Why the run lost GPUs (a node it started with is gone, or GPUs are missing), or None.
+
+    Ray marks a node dead only after its health checks fail, possibly after the trainer has already
+    died of it: look again for up to `settle_s` before calling the failure deterministic.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        now = alive_gpu_nodes(dashboard)
+        if now is not None:
+            gone = sorted(set(before) - set(now))
+            if gone:
+                return f"{len(gone)} GPU worker node(s) left the Ray cluster ({', '.join(g[:12] for g in gone)})"
+            if sum(now.values()) < expected_gpus:
+                return f"only {sum(now.values()):g} of {expected_gpus} GPUs are in the Ray cluster"
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+
+
+def wait_for_gpus(dashboard: str, expected: int, timeout_s: float) -> dict[str, float] | None:
+    """The GPU nodes once `expected` GPUs are back; None at the deadline."""
+    deadline, step = time.monotonic() + timeout_s, 0
+    while True:
+        nodes = alive_gpu_nodes(dashboard)
+        if nodes is not None and sum(nodes.values()) >= expected:
+            return nodes
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(30.0, 1.0 * 2**step, max(0.0, deadline - time.monotonic())))
+        step += 1
+
+
+# ----------------------------------------------------------------------------- checkpoints, merge
+
+
+def latest_step(checkpoint_dir: str) -> int | None:
+    try:
+        with open(os.path.join(checkpoint_dir, LATEST_FILE)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+# The merger loads every shard into CPU memory (verl model_merger/fsdp_model_merger.py): about twice
+# the parameter count in bytes, more than the head pod has for a 32B model, so it runs where the GPUs
+# were, in a Ray task that holds one GPU (nothing else needs it once training has ended).
+ON_WORKER = """
+import json, subprocess, sys
+import ray
+ray.init()
+def run(cmd):
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return done.returncode, done.stdout
+task = ray.remote(num_gpus=1, max_retries=0)(run)
+code, out = ray.get(task.remote(json.loads(sys.argv[1])))
+sys.stdout.write(out)
+sys.exit(code)
+"""
+
+
+def merge(args: argparse.Namespace) -> str | None:
+    """Merge the last checkpoint into args.merge_to; the reason on failure, None on success."""
+    step = latest_step(args.checkpoint_dir)
+    if step is None:
+        return f"no checkpoint to merge: {os.path.join(args.checkpoint_dir, LATEST_FILE)} is missing"
+    actor = os.path.join(args.checkpoint_dir, f"global_step_{step}", "actor")
+    cmd = [*shlex.split(args.merge_cmd), "--local_dir", actor, "--target_dir", args.merge_to]
+    where = "on a GPU node" if args.merge_on_worker else "here"
+    log(f"merging {actor} into {args.merge_to} {where}: {shlex.join(cmd)}")
+    if args.merge_on_worker:
+        cmd = [sys.executable, "-c", ON_WORKER, json.dumps(cmd)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        last = "\n".join(done.stdout.strip().splitlines()[-10:])
+        return f"model merge of global_step_{step} failed with exit code {done.returncode}:\n{last}"
+    with open(os.path.join(args.merge_to, MERGED_MARKER), "w") as f:
+        json.dump({"run": args.run_id, "step": step, "source": actor}, f)
+    log(f"merged global_step_{step} into {args.merge_to}")
+    return None
+
+
+# ----------------------------------------------------------------------------- releasing the GPUs
+
+
+def release_gpus(args: argparse.Namespace) -> None:
+    """Scale the RayCluster's GPU worker group to 0 (replicas and minReplicas: KubeRay clamps to min).
+
+    A JSON patch with a `test` on the group's name: it never scales another group by position.
+    Best effort: a failure is printed, never turns a good run into a failed job.
+    """
+    if not args.release_raycluster:
+        return
+    sa_dir = args.k8s_sa_dir
+    try:
+        with open(os.path.join(sa_dir, "token")) as f:
+            token = f.read().strip()
+        with open(os.path.join(sa_dir, "namespace")) as f:
+            namespace = f.read().strip()
+    except OSError as err:
+        log(f"GPU release skipped: no service account token ({err})")
+        return
+    # A field manager of our own: server-side apply then records who set the replicas (not Pulumi).
+    path = (f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{args.release_raycluster}"
+            "?fieldManager=verl-gke-supervisor")
+    i = args.release_group_index
+    patch = [
+        {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": args.release_group},
+        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/minReplicas", "value": 0},
+        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": 0},
+    ]
+    request = urllib.request.Request(
+        args.k8s_api.rstrip("/") + path, data=json.dumps(patch).encode(), method="PATCH",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json-patch+json"})
+    ca = os.path.join(sa_dir, "ca.crt")
+    context = ssl.create_default_context(cafile=ca) if os.path.exists(ca) else None
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=context):
+                log(f"released the GPUs: {args.release_raycluster}/{args.release_group} scaled to 0 "
+                    "(the node pool drains the idle nodes; the next submission scales it back)")
+                return
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")[:500]
+            log(f"GPU release failed: HTTP {err.code} {detail}")
+            if err.code < 500:
+                return
+        except OSError as err:
+            log(f"GPU release failed: {err}")
+        time.sleep(2 * (attempt + 1))
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+class StoppedError(Exception):
+    pass
+
+
+def run(args: argparse.Namespace, trainer: list[str]) -> int:
+    budget = Budget(args.state, args.run_id, args.attempt, args.used, args.max_recoveries)
+    if budget.used > budget.limit:
+        budget.record(outcome="FAILED", reason="recovery budget spent before this attempt")
+        log(f"run {args.run_id} attempt {args.attempt}: FAILED, recovery budget spent ({budget.tally()})")
+        return EXIT_GIVE_UP
+    budget.record(outcome="RUNNING")
+    child: subprocess.Popen | None = None
+    released = False
+
+    def on_stop(signum, _frame):
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+        raise StoppedError()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    try:
+        while True:
+            before = alive_gpu_nodes(args.dashboard) or {}
+            step = latest_step(args.checkpoint_dir) if args.checkpoint_dir else None
+            log(f"starting the trainer (attempt {args.attempt}, {budget.tally()}, "
+                f"resuming from {f'global_step_{step}' if step else 'the start'}): {shlex.join(trainer)}")
+            child = subprocess.Popen(trainer)
+            code = child.wait()
+            child = None
+            if code == 0:
+                break
+            why = lost_nodes(args.dashboard, before, args.expected_gpus, args.settle_s)
+            if why is None:
+                budget.record(outcome="FAILED", reason=f"trainer exit code {code}, no node lost: not retried")
+                log(f"run {args.run_id} attempt {args.attempt}: FAILED, the trainer exited with code {code} "
+                    f"and no GPU node was lost, so it would fail the same way again: not retried "
+                    f"({budget.tally()})")
+                return code
+            if budget.used >= budget.limit:
+                budget.record(outcome="FAILED", reason=f"{why}; recovery budget spent")
+                log(f"run {args.run_id} attempt {args.attempt}: FAILED, {why}; no recovery left ({budget.tally()})")
+                return EXIT_GIVE_UP
+            budget.restarts.append({"reason": why, "exit_code": code, "from_step": latest_step(args.checkpoint_dir),
+                                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            budget.record(outcome="RECOVERING")
+            n = len(budget.restarts)
+            pause = min(args.backoff_cap_s, args.backoff_s * 2 ** (n - 1))
+            log(f"recovery {budget.used} of {budget.limit}: {why}; waiting {pause:g}s, then up to "
+                f"{args.gpu_wait_s:g}s for {args.expected_gpus} GPUs")
+            time.sleep(pause)
+            if wait_for_gpus(args.dashboard, args.expected_gpus, args.gpu_wait_s) is None:
+                budget.record(outcome="FAILED", reason=f"{why}; the GPUs did not return in {args.gpu_wait_s:g}s")
+                log(f"run {args.run_id} attempt {args.attempt}: FAILED, the GPUs did not return within "
+                    f"{args.gpu_wait_s:g}s ({budget.tally()})")
+                return EXIT_GIVE_UP
+        if args.merge_to:
+            problem = merge(args)
+            if problem:
+                budget.record(outcome="FAILED", reason=problem.splitlines()[0])
+                log(f"run {args.run_id} attempt {args.attempt}: FAILED, {problem} ({budget.tally()})")
+                return EXIT_GIVE_UP
+            budget.record(merged=args.merge_to, merged_step=latest_step(args.checkpoint_dir))
+        budget.record(outcome="SUCCEEDED")
+        where = f", merged model at {args.merge_to}" if args.merge_to else ""
+        log(f"run {args.run_id} attempt {args.attempt}: SUCCEEDED, {budget.tally()}{where}")
+        return 0
+    except StoppedError:
+        # `ray job stop` (or a replacement by `pulumi up`): Ray kills the process group a few seconds
+        # after its SIGTERM (RAY_JOB_STOP_WAIT_TIME_S), so release first, then wait for the trainer.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        release_gpus(args)
+        released = True
+        log(f"run {args.run_id} attempt {args.attempt}: STOPPED ({budget.tally()})")
+        budget.record(outcome="STOPPED")
+        if child is not None:
+            try:
+                child.wait(timeout=args.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        return EXIT_STOPPED
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release below must not be cut short
+        if not released:
+            release_gpus(args)
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" not in argv:
+        print("usage: supervise.py [options] -- <trainer command>", file=sys.stderr)
+        sys.exit(2)
+    cut = argv.index("--")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # The job provider sets these per attempt in the runtime env (components/ray_recovery.py).
+    env = os.environ.get
+    p.add_argument("--run-id", default=env("VERL_GKE_RUN"), help="the run's base submission id (the budget's key)")
+    p.add_argument("--max-recoveries", type=int, default=env("VERL_GKE_MAX_RECOVERIES"))
+    p.add_argument("--attempt", type=int, default=int(env("VERL_GKE_ATTEMPT", "1")))
+    p.add_argument("--used", type=int, default=int(env("VERL_GKE_RECOVERIES_USED", "0")))
+    p.add_argument("--state", required=True, help="the budget's JSON file (on the bucket)")
+    p.add_argument("--expected-gpus", type=int, required=True)
+    p.add_argument("--dashboard", default="http://127.0.0.1:8265", help="this Ray cluster's dashboard")
+    p.add_argument("--settle-s", type=float, default=90.0, help="how long a lost node may take to show")
+    p.add_argument("--backoff-s", type=float, default=30.0)
+    p.add_argument("--backoff-cap-s", type=float, default=600.0)
+    p.add_argument("--gpu-wait-s", type=float, default=3600.0)
+    p.add_argument("--stop-grace-s", type=float, default=2.0)
+    p.add_argument("--checkpoint-dir", default="", help="verl's trainer.default_local_dir")
+    p.add_argument("--merge-to", default="", help="merge the last checkpoint into this folder on success")
+    p.add_argument("--merge-cmd", default="python3 -m verl.model_merger merge --backend fsdp")
+    p.add_argument("--merge-on-worker", action="store_true",
+                   help="run the merge as a Ray task on a GPU node: it holds the whole model in memory")
+    p.add_argument("--release-raycluster", default="", help="scale this RayCluster's GPU group to 0 at the end")
+    p.add_argument("--release-group", default="gpu-group")
+    p.add_argument("--release-group-index", type=int, default=0)
+    p.add_argument("--k8s-api", default=K8S_API)
+    p.add_argument("--k8s-sa-dir", default=SA_DIR)
+    args = p.parse_args(argv[:cut])
+    trainer = argv[cut + 1:]
+    if not trainer:
+        p.error("no trainer command after --")
+    if args.run_id is None or args.max_recoveries is None:
+        p.error("--run-id and --max-recoveries (or VERL_GKE_RUN and VERL_GKE_MAX_RECOVERIES) are required")
+    if args.merge_to and not args.checkpoint_dir:
+        p.error("--merge-to needs --checkpoint-dir")
+    if args.max_recoveries < 0 or args.expected_gpus < 0 or args.attempt < 1:
+        p.error("--max-recoveries and --expected-gpus must be >= 0, --attempt >= 1")
+    return args, trainer
+
+
+if __name__ == "__main__":
+    options, command = parse(sys.argv[1:])
+    sys.exit(run(options, command))

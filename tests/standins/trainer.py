@@ -1,0 +1,71 @@
+"""A stand-in for verl's trainer: a Ray driver whose steps run on the GPU nodes and that writes and
+resumes from checkpoints in verl's layout (global_step_N/actor/..., latest_checkpointed_iteration.txt).
+
+Every step it runs is appended to <ckpt>/steps.log, so a test can see where a rerun resumed.
+`--fail-at-step K` fails deterministically at step K, every time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import ray
+
+
+@ray.remote(num_cpus=0, num_gpus=1)
+class Worker:
+    """One per GPU, like verl's FSDP/vLLM worker group: a node lost is an actor died."""
+
+    def step(self, step: int, seconds: float) -> int:
+        time.sleep(seconds)
+        return step
+
+
+def save(ckpt: str, step: int) -> None:
+    actor = os.path.join(ckpt, f"global_step_{step}", "actor")
+    os.makedirs(os.path.join(actor, "huggingface"), exist_ok=True)
+    with open(os.path.join(actor, "fsdp_config.json"), "w") as f:
+        json.dump({"FSDP_version": 2, "world_size": 1}, f)
+    with open(os.path.join(actor, "model_world_size_1_rank_0.pt"), "w") as f:
+        f.write(f"weights after step {step}\n")
+    with open(os.path.join(actor, "huggingface", "config.json"), "w") as f:
+        json.dump({"model_type": "standin"}, f)
+    with open(os.path.join(ckpt, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(step))  # last, as verl does
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--step-s", type=float, default=1.0)
+    p.add_argument("--fail-at-step", type=int, default=0)
+    p.add_argument("--gpus", type=int, default=2)
+    args = p.parse_args()
+    os.makedirs(args.ckpt, exist_ok=True)
+    try:
+        with open(os.path.join(args.ckpt, "latest_checkpointed_iteration.txt")) as f:
+            start = int(f.read()) + 1
+    except OSError:
+        start = 1
+    print(f"standin: starting at step {start}", flush=True)
+    ray.init()
+    workers = [Worker.remote() for _ in range(args.gpus)]
+    for step in range(start, args.steps + 1):
+        if step == args.fail_at_step:
+            print(f"standin: deterministic failure at step {step}", flush=True)
+            return 3
+        ray.get([w.step.remote(step, args.step_s) for w in workers])
+        with open(os.path.join(args.ckpt, "steps.log"), "a") as f:
+            f.write(f"{step}\n")
+        save(args.ckpt, step)
+        print(f"standin: step {step} done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

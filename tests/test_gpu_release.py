@@ -1,0 +1,110 @@
+"""GPUs released when a run ends and brought back by the next submission, against a real Ray head.
+
+The run supervisor scales the RayCluster's GPU group to 0 through the Kubernetes API with the head
+pod's service account; the job provider scales it back before it waits for the GPUs. KubeRay and
+the API server are stood in by tests/kuberay_fixture.py (real Ray worker nodes follow `replicas`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from components.ray_job_provider import RayJobProvider
+from tests.kuberay_fixture import FakeKubeRay
+from tests.ray_fixtures import RayNode, gpus_on, pem, wait_status
+from tests.test_supervise import SUPERVISE, TRAINER, logs, submit
+
+GPUS = 2
+TOKEN = "sa-token-for-tests"
+GROUP = "gpu-group"
+
+
+@pytest.fixture(scope="module")
+def head():
+    node = RayNode(gpus=0).start(timeout=180)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def service_account_dir(tmp_path, kube: FakeKubeRay):
+    """What Kubernetes mounts into the head pod at /var/run/secrets/kubernetes.io/serviceaccount."""
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text(TOKEN)
+    (sa / "namespace").write_text(kube.namespace)
+    (sa / "ca.crt").write_bytes(pem(kube.ca_cert))
+    return sa
+
+
+def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head, tmp_path, monkeypatch):
+    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
+        wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
+        sa = service_account_dir(tmp_path, kube)
+        py, ckpt = sys.executable, tmp_path / "ckpt"
+        cmd = (f"{py} {SUPERVISE} --run-id run-r --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
+               f"--expected-gpus {GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} "
+               f"--release-raycluster rc --release-group {GROUP} --k8s-api https://{kube.endpoint} "
+               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 2 --step-s 0.2")
+        job = submit(head, cmd)
+        assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=600) == "SUCCEEDED", \
+            logs(head, job)[-3000:]
+        group = kube.obj["spec"]["workerGroupSpecs"][0]
+        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 1)
+        assert "released the GPUs: rc/gpu-group scaled to 0" in logs(head, job)
+        assert "fieldManager=verl-gke-supervisor" in kube.queries  # not Pulumi's: it leaves the field alone
+        wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
+
+        # The next `pulumi up` (a changed run, or a resubmission): scale back, wait for the GPUs, submit.
+        monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
+        props = {"submission_id": "next-run", "entrypoint": "echo next", "expected_gpus": GPUS,
+                 "ready_timeout_s": 600, "gke": kube.gke(),
+                 "scale": {"namespace": kube.namespace, "name": "rc", "group": GROUP, "index": 0, "replicas": 1}}
+        created = RayJobProvider().create(props)
+        assert kube.patches[-1][0] == {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": GROUP}
+        assert kube.replicas == 1 and gpus_on(head.address) == GPUS and kube.queries[-1] == "fieldManager=verl-gke-job"
+        assert wait_status(head.address, created.id, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
+
+
+def test_a_group_that_moved_is_not_scaled_by_position(head, tmp_path, monkeypatch):
+    with FakeKubeRay(head, TOKEN, name="rc2", group="other-group", replicas=0, gpus_per_worker=GPUS) as kube:
+        monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
+        props = {"submission_id": "never", "entrypoint": "echo", "expected_gpus": GPUS, "ready_timeout_s": 30,
+                 "gke": kube.gke(), "scale": {"namespace": kube.namespace, "name": "rc2", "group": GROUP,
+                                              "index": 0, "replicas": 1}}
+        with pytest.raises(Exception, match="could not scale RayCluster ray/rc2 group gpu-group") as err:
+            RayJobProvider().create(props)
+        assert "422" in str(err.value) and kube.replicas == 0 and json.dumps(kube.patches) == "[]"
+
+
+def test_a_stopped_run_releases_the_gpus_too(head, tmp_path):
+    """`ray job stop`, as the provider's delete does when `pulumi up` replaces or stops the run."""
+    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
+        wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
+        sa = service_account_dir(tmp_path, kube)
+        py, ckpt = sys.executable, tmp_path / "ckpt"
+        cmd = (f"{py} {SUPERVISE} --run-id run-s --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
+               f"--expected-gpus {GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} "
+               f"--release-raycluster rc3 --release-group {GROUP} --k8s-api https://{kube.endpoint} "
+               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 500 --step-s 1")
+        job = submit(head, cmd)
+        wait_for(lambda: (ckpt / "steps.log").exists(), 300, "the first step")
+        RayJobProvider().delete(job, {"submission_id": job, "entrypoint": cmd, "address": head.address,
+                                      "job_id": job, "stop_timeout_s": 120})
+        assert kube.replicas == 0, logs(head, job)[-3000:]
+        wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
+        state = json.loads((ckpt / "verl-gke-run.json").read_text())
+        assert state["attempts"]["1"]["outcome"] == "STOPPED"

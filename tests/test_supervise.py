@@ -1,0 +1,160 @@
+"""The run supervisor (components/scripts/supervise.py) as the entrypoint of a real Ray job.
+
+A real local Ray head (no GPUs, like the KubeRay head) and a worker node that declares GPUs; the
+stand-in trainer (tests/standins/trainer.py) runs its steps on the worker and checkpoints in verl's
+layout. Killing the worker node mid-run is a spot preemption; starting another is KubeRay's
+replacement pod.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from components.ray_job_provider import RayJobProvider
+from tests.ray_fixtures import REPO, RayNode, wait_status
+
+SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
+TRAINER = REPO / "tests" / "standins" / "trainer.py"
+MERGER = REPO / "tests" / "standins" / "merge.py"
+GPUS = 2
+# Generous: this machine is small and shared; nothing here is a timing assertion.
+JOB_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="module")
+def head():
+    node = RayNode(gpus=0).start(timeout=180)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture
+def worker(head):
+    nodes = [RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)]
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def supervise_cmd(head: RayNode, tmp: Path, run_id: str, trainer_args: list[str], *, merge_fail: bool = False,
+                  settle_s: int = 120, extra: tuple[str, ...] = (), on_worker: bool = False) -> str:
+    py = sys.executable
+    merge_cmd = f"{py} {MERGER}{' --fail' if merge_fail else ''} merge --backend fsdp"
+    sup = [py, str(SUPERVISE), "--run-id", run_id, "--state", str(tmp / "ckpt" / "verl-gke-run.json"),
+           "--max-recoveries", "3", "--expected-gpus", str(GPUS), "--dashboard", head.address,
+           "--settle-s", str(settle_s), "--backoff-s", "1", "--gpu-wait-s", "600",
+           "--checkpoint-dir", str(tmp / "ckpt"), "--merge-to", str(tmp / "merged"),
+           "--merge-cmd", merge_cmd, *(["--merge-on-worker"] if on_worker else []), *extra]
+    trainer = [py, str(TRAINER), "--ckpt", str(tmp / "ckpt"), "--gpus", str(GPUS), *trainer_args]
+    return shlex.join([*sup, "--", *trainer])
+
+
+def submit(head: RayNode, entrypoint: str) -> str:
+    job_id = f"sup-{uuid.uuid4().hex[:8]}"
+    resp = requests.post(f"{head.address}/api/jobs/", json={"entrypoint": entrypoint, "submission_id": job_id},
+                         timeout=30)
+    resp.raise_for_status()
+    return job_id
+
+
+def logs(head: RayNode, job_id: str) -> str:
+    return requests.get(f"{head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
+
+
+def steps_run(tmp: Path) -> list[int]:
+    path = tmp / "ckpt" / "steps.log"
+    return [int(s) for s in path.read_text().split()] if path.exists() else []
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
+    # Submitted by the job provider, as `pulumi up` does: the run id and the cap reach the supervisor
+    # through the attempt's runtime env, not its command line.
+    cmd = supervise_cmd(head, tmp_path, "ignored", ["--steps", "8", "--step-s", "2"], on_worker=True)
+    cmd = cmd.replace(" --run-id ignored", "").replace(" --max-recoveries 3", "")
+    provider = RayJobProvider()
+    created = provider.create({"submission_id": "run-a", "entrypoint": cmd, "expected_gpus": GPUS,
+                               "address": head.address, "ready_timeout_s": 300, "max_recoveries": 3})
+    job = created.id
+    wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
+    worker[0].stop()  # the spot VM is gone, and its GPUs with it
+    time.sleep(5)
+    worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
+    # `pulumi refresh` while it runs: the recovery shows in the outputs (jobRecoveries, jobMessage).
+    wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
+    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    text = logs(head, job)
+    assert status == "SUCCEEDED", text[-4000:]
+    refreshed = provider.read(job, created.outs).outs
+    assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
+    assert refreshed["message"].startswith("run run-a attempt 1: SUCCEEDED, recoveries used 1 of 3")
+
+    state = json.loads((tmp_path / "ckpt" / "verl-gke-run.json").read_text())
+    restarts = state["attempts"]["1"]["restarts"]
+    assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"], state
+    assert state["used"] == 1 and state["attempts"]["1"]["outcome"] == "SUCCEEDED"
+    # Resumed: after the kill the trainer continued after the last checkpoint, it did not restart at 1.
+    steps = steps_run(tmp_path)
+    assert steps[-1] == 8 and steps.count(1) == 1, steps
+    resumed_at = restarts[0]["from_step"] + 1
+    assert f"standin: starting at step {resumed_at}" in text
+    assert "recovery 1 of 3" in text and "SUCCEEDED, recoveries used 1 of 3" in text
+    # The model handed over: the last checkpoint merged.
+    assert "on a GPU node" in text and "standin merge: 1 shard(s)" in text
+    marker = json.loads((tmp_path / "merged" / ".verl-gke-merged.json").read_text())
+    assert marker["step"] == 8 and (tmp_path / "merged" / "model.safetensors").read_text() == "weights after step 8\n"
+
+
+def test_deterministic_failure_is_not_retried(head, worker, tmp_path):
+    cmd = supervise_cmd(head, tmp_path, "run-b", ["--steps", "5", "--step-s", "0.5", "--fail-at-step", "3"],
+                        settle_s=20)
+    job = submit(head, cmd)
+    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    text = logs(head, job)
+    assert status == "FAILED", text[-4000:]
+    assert text.count("starting the trainer") == 1, text[-4000:]
+    assert "no GPU node was lost" in text and "not retried" in text
+    state = json.loads((tmp_path / "ckpt" / "verl-gke-run.json").read_text())
+    assert state["attempts"]["1"]["restarts"] == [] and state["used"] == 0
+    assert not (tmp_path / "merged").exists()
+
+
+def test_failed_merge_fails_the_job_with_the_reason(head, worker, tmp_path):
+    job = submit(head, supervise_cmd(head, tmp_path, "run-c", ["--steps", "2", "--step-s", "0.2"], merge_fail=True))
+    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    text = logs(head, job)
+    assert status == "FAILED", text[-4000:]
+    assert "model merge of global_step_2 failed" in text and "CUDA out of memory" in text
+    assert "FAILED" in json.loads((tmp_path / "ckpt" / "verl-gke-run.json").read_text())["attempts"]["1"]["outcome"]
+
+
+def test_budget_spent_by_earlier_attempts_stops_at_once(head, worker, tmp_path):
+    state = tmp_path / "ckpt" / "verl-gke-run.json"
+    state.parent.mkdir(parents=True)
+    # Attempt 3 of a run whose first attempt already restarted twice: 2 resubmissions + 2 restarts > 3.
+    state.write_text(json.dumps({"run": "run-d", "attempts": {"1": {"restarts": [{}, {}]}, "2": {"restarts": []}}}))
+    cmd = supervise_cmd(head, tmp_path, "run-d", ["--steps", "2"], extra=("--attempt", "3"))
+    job = submit(head, cmd)
+    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    text = logs(head, job)
+    assert status == "FAILED" and "recovery budget spent (recoveries used 4 of 3)" in text, text[-3000:]
+    assert "starting the trainer" not in text
