@@ -162,11 +162,21 @@ class Dashboard:
             ) from None
         return self._credentials.token
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S):
-        """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token."""
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S,
+             deadline: float | None = None):
+        """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token.
+
+        With a `deadline` (time.monotonic()) the connect and read timeouts never reach past it.
+        """
         import requests
 
         url = self.url + path
+        connect, read = CONNECT_TIMEOUT_S, timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DashboardError(method, url, None, "not called: the deadline has passed")
+            connect, read = min(connect, left), min(read, left)
         headers = {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
         try:
             resp = self._session.request(
@@ -174,7 +184,7 @@ class Dashboard:
                 url,
                 json=body,
                 headers=headers,
-                timeout=(CONNECT_TIMEOUT_S, timeout),
+                timeout=(connect, read),
                 verify=self._ca_file if self._gke else True,
                 allow_redirects=False,
             )
@@ -192,28 +202,43 @@ class Dashboard:
 
     # Ray's Jobs API --------------------------------------------------------------------------
 
-    def jobs(self) -> list[dict[str, Any]]:
-        listed = self.call("GET", "/api/jobs/")
+    def jobs(self, deadline: float | None = None) -> list[dict[str, Any]]:
+        listed = self.call("GET", "/api/jobs/", deadline=deadline)
         return list(listed.values()) if isinstance(listed, dict) else list(listed)
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/api/jobs/{job_id}")
+    def job(self, job_id: str, deadline: float | None = None) -> dict[str, Any]:
+        return self.call("GET", f"/api/jobs/{job_id}", deadline=deadline)
 
     def logs(self, job_id: str) -> str:
         answer = self.call("GET", f"/api/jobs/{job_id}/logs")
         return answer.get("logs", "") if isinstance(answer, dict) else str(answer)
 
-    def gpus(self) -> tuple[float, int]:
-        """(total GPUs, nodes) over ALIVE nodes, from the state API (Ray >= 2.0)."""
-        answer = self.call("GET", "/api/v0/nodes?limit=10000&detail=false")
+    def nodes(self, deadline: float | None = None) -> tuple[float, int, str | None]:
+        """(total GPUs, nodes, head node id) over ALIVE nodes, from the state API (Ray >= 2.0)."""
+        answer = self.call("GET", "/api/v0/nodes?limit=10000&detail=false", deadline=deadline)
         data = answer.get("data", {}).get("result", {})
         nodes = data.get("result", []) if isinstance(data, dict) else data
         alive = [n for n in nodes if n.get("state") == "ALIVE"]
-        return sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive), len(alive)
+        head = next((n.get("node_id") for n in alive if n.get("is_head_node")), None)
+        return sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive), len(alive), head
+
+    def agent_ready(self, head_node_id: str, deadline: float) -> None:
+        """Raise DashboardError unless the head node's dashboard agent, which runs submitted jobs, answers.
+
+        The Jobs API hands a submission to the head's agent, found under its node id in the GCS KV
+        (ray/dashboard/modules/job/job_head.py `_fetch_agent_info`); until the agent has registered
+        there, a submission fails with "No available agent". Listing the head's log files goes through
+        the same KV entry to the same agent (ray/util/state/state_manager.py get_log_service_stub), so
+        a 2xx here means the agent is registered and serving.
+        """
+        left = max(1, min(int(deadline - time.monotonic()), int(READ_TIMEOUT_S)))
+        self.call("GET", f"/api/v0/logs?node_id={head_node_id}&glob=dashboard_agent*&timeout={left}",
+                  deadline=deadline)
 
 
 def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Poll until the dashboard is healthy, the Jobs API answers and the GPUs have joined.
+    """Poll until the dashboard is healthy, the GPUs have joined, the head's job agent answers and the
+    Jobs API lists the jobs. Every call is capped to the time left before the deadline.
 
     Returns the jobs on the head (to pick the attempt from). At the deadline: what was missing, where.
     """
@@ -222,11 +247,21 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> l
     step = 0
     while True:
         try:
-            dash.call("GET", "/api/gcs_healthz", timeout=10)
-            gpus, nodes = dash.gpus()
-            if gpus >= expected_gpus:
-                return dash.jobs()
-            missing = f"found {gpus:g} of {expected_gpus} GPUs on {nodes} alive node(s)"
+            dash.call("GET", "/api/gcs_healthz", timeout=10, deadline=deadline)
+            gpus, nodes, head = dash.nodes(deadline)
+            if gpus < expected_gpus:
+                missing = f"found {gpus:g} of {expected_gpus} GPUs on {nodes} alive node(s)"
+            elif head is None:
+                missing = "no alive head node in the state API"
+            else:
+                try:
+                    dash.agent_ready(head, deadline)
+                except DashboardError as err:
+                    if err.fatal:
+                        raise
+                    raise DashboardError(err.method, err.url, err.status,
+                                         f"the head's job agent is not serving yet: {err.detail}") from None
+                return dash.jobs(deadline)
         except DashboardError as err:
             if err.fatal:
                 raise
@@ -247,7 +282,7 @@ def submit(dash: Dashboard, job_id: str, inputs: dict[str, Any], deadline: float
     step = 0
     while True:
         try:
-            dash.call("POST", "/api/jobs/", body)
+            dash.call("POST", "/api/jobs/", body, deadline=deadline)
             return "submitted"
         except DashboardError as err:
             if "already exists" in err.detail:
@@ -265,7 +300,7 @@ def follow(dash: Dashboard, job_id: str, timeout_s: float) -> dict[str, Any]:
     step, job = 0, {}
     while True:
         try:
-            job = dash.job(job_id)
+            job = dash.job(job_id, deadline=deadline)
             if job.get("status") in TERMINAL:
                 return job
         except DashboardError as err:

@@ -64,6 +64,7 @@ OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url")
 REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
 
 SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+LAST_JOB_KEY = "last_job_id"  # the newest attempt state knows of, kept in the inputs by `read`
 SUBMIT_MIN_WINDOW_S = 30  # retries of "No available agent" get at least this long after readiness
 
 
@@ -82,28 +83,46 @@ def with_defaults(props: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_unknown(value: Any) -> bool:
+    """A value not known yet (preview): the engine sends rpc.UNKNOWN, which the provider server turns
+    into pulumi's `Unknown` object (deserialize_properties(..., keep_unknowns=True)); also inside a dict."""
     from pulumi.runtime import rpc
 
-    return isinstance(value, str) and value == rpc.UNKNOWN
+    return rpc.contains_unknowns(value) or (isinstance(value, str) and value == rpc.UNKNOWN)
+
+
+def _given(value: Any) -> bool:
+    """Set by the program: known and non-empty, or not known yet."""
+    return _is_unknown(value) or bool(value)
+
+
+def _wire_unknowns(value: Any) -> Any:
+    """Unknown objects back to the wire sentinel: the provider server can serialize only that."""
+    from pulumi.runtime import rpc
+
+    if isinstance(value, dict):
+        return {k: _wire_unknowns(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire_unknowns(v) for v in value]
+    return rpc.UNKNOWN if _is_unknown(value) else value
 
 
 def validate_inputs(inputs: dict[str, Any]) -> list[tuple[str, str]]:
     """(property, reason) for each bad input; values still unknown at preview are not judged."""
     bad: list[tuple[str, str]] = []
     known = {k: v for k, v in with_defaults(inputs).items() if not _is_unknown(v)}
-    has_address, has_gke = bool(inputs.get("address")), bool(inputs.get("gke"))
+    has_address, has_gke = _given(inputs.get("address")), _given(inputs.get("gke"))
     if has_address == has_gke:
         bad.append(("address", "give exactly one of `address` (dashboard URL) and `gke` (service proxy)"))
     address = known.get("address")
     if isinstance(address, str) and not address.startswith(("http://", "https://")):
         bad.append(("address", f"{address!r} is not an http(s):// URL"))
-    gke = known.get("gke")
+    gke = inputs.get("gke")  # judged field by field: at preview the endpoint and CA are often unknown
     if isinstance(gke, dict):
         for key in ("endpoint", "ca_certificate", "namespace", "service"):
-            if not gke.get(key):
+            if not _given(gke.get(key)):
                 bad.append((f"gke.{key}", "required"))
     for key in ("submission_id", "entrypoint"):
-        if not inputs.get(key):
+        if not _given(inputs.get(key)):
             bad.append((key, "required"))
     sid = known.get("submission_id")
     if sid and not (isinstance(sid, str) and SUBMISSION_ID_RE.match(sid)):
@@ -138,18 +157,23 @@ def attempt_id(base_id: str, attempt: int) -> str:
 
 
 def pick_attempt(
-    existing_jobs: list[dict[str, Any]], base_id: str, resubmit: bool
+    existing_jobs: list[dict[str, Any]], base_id: str, resubmit: bool, last_job_id: str | None = None
 ) -> tuple[str, int, dict[str, Any] | None]:
     """(submission id, attempt, job to adopt or None to submit) given the jobs on the head.
 
     The newest attempt wins: a live or finished one is adopted (never a second job); a failed or
     stopped one is followed by attempt k+1 when resubmitting, else adopted to report its status.
+    `last_job_id` is the attempt state remembers: when the head no longer has it (the job or the
+    whole cluster vanished: GONE), the next attempt follows it, never attempt 1 again.
     """
     attempts = [
         (n, job)
         for job in existing_jobs
         if (n := attempt_number(job.get("submission_id"), base_id)) is not None
     ]
+    last = attempt_number(last_job_id, base_id) or 0
+    if last > max((n for n, _ in attempts), default=0):
+        return attempt_id(base_id, last + 1), last + 1, None
     if not attempts:
         return base_id, 1, None
     number, newest = max(attempts, key=lambda pair: pair[0])
@@ -179,9 +203,13 @@ def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
 class RayJobProvider(dyn.ResourceProvider):
     """Submits one Ray job per attempt and tracks it. Stateless: safe to pickle and run anywhere."""
 
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures = [dyn.CheckFailure(prop, reason) for prop, reason in validate_inputs(news)]
-        return dyn.CheckResult(news, failures)
+        inputs = _wire_unknowns(news)
+        # The attempt state remembers (put into the inputs by `read`) rides along to the next create.
+        if olds.get(LAST_JOB_KEY) and not news.get(LAST_JOB_KEY):
+            inputs[LAST_JOB_KEY] = olds[LAST_JOB_KEY]
+        return dyn.CheckResult(inputs, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         return diff_inputs(olds, news)
@@ -194,12 +222,14 @@ class RayJobProvider(dyn.ResourceProvider):
         base = inputs["submission_id"]
         with Dashboard(inputs) as dash:
             started = time.monotonic()
+            deadline = started + inputs["ready_timeout_s"]
             jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"])
-            job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"])
+            job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"],
+                                                    inputs.get(LAST_JOB_KEY))
             if adopted is None:
-                window = max(started + inputs["ready_timeout_s"], time.monotonic() + SUBMIT_MIN_WINDOW_S)
-                submit(dash, job_id, inputs, window)
-            job = dash.job(job_id)
+                # The agent was part of readiness; a short window still covers a head that restarts it.
+                submit(dash, job_id, inputs, max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
+            job = dash.job(job_id, deadline=max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
             if inputs["wait_for_completion"]:
                 job = follow(dash, job_id, inputs["completion_timeout_s"])
                 if job.get("status") in ("FAILED", "STOPPED"):
@@ -231,7 +261,10 @@ class RayJobProvider(dyn.ResourceProvider):
             raise RayJobError(f"cannot read Ray job {id_}: no `address` or `gke` in its state")
         job_id = outs.get("job_id") or id_
         status, message = probe(with_defaults(outs), job_id)
-        return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status, "message": message})
+        # The inputs keep the attempt, so a resubmission after GONE is the next attempt, not attempt 1
+        # (check carries it from the old inputs into the new ones; create reads it).
+        inputs = {k: outs[k] for k in (*INPUT_KEYS, LAST_JOB_KEY) if k in outs} | {LAST_JOB_KEY: job_id}
+        return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status, "message": message}, inputs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         # Only knobs changed (timeouts, flags, metadata, CA): the running job stays as it is.
@@ -242,20 +275,20 @@ class RayJobProvider(dyn.ResourceProvider):
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         inputs = with_defaults(props)
         job_id = props.get("job_id") or id_
+        deadline = time.monotonic() + inputs["stop_timeout_s"]
         with Dashboard(inputs) as dash:
             try:
-                if dash.job(job_id).get("status") in TERMINAL:
+                if dash.job(job_id, deadline=deadline).get("status") in TERMINAL:
                     return
-                dash.call("POST", f"/api/jobs/{job_id}/stop")
+                dash.call("POST", f"/api/jobs/{job_id}/stop", deadline=deadline)
             except DashboardError as err:
                 if err.gone:
                     return  # the job or the cluster is already gone: nothing left to stop
                 raise
-            deadline = time.monotonic() + inputs["stop_timeout_s"]
             step, status = 0, "unknown"
             while True:
                 try:
-                    status = dash.job(job_id).get("status")
+                    status = dash.job(job_id, deadline=deadline).get("status")
                     if status in TERMINAL:
                         return
                 except DashboardError as err:

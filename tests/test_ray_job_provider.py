@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +23,14 @@ from pulumi.runtime import rpc
 from components import ray_client
 from components.ray_client import GONE, DashboardError, RayJobError, base_url, tail
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
-from components.ray_job_provider import attempt_number, diff_inputs, pick_attempt, validate_inputs, with_defaults
+from components.ray_job_provider import (
+    LAST_JOB_KEY,
+    attempt_number,
+    diff_inputs,
+    pick_attempt,
+    validate_inputs,
+    with_defaults,
+)
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -37,6 +45,7 @@ from tests.ray_fixtures import (
 
 BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"  # TEST-NET-3: nothing answers there
 HEAD_GPUS = 2
+READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 
 
 def wire(props: dict) -> dict:
@@ -78,7 +87,7 @@ def props(address: str | None, tag: str = "job", **overrides) -> dict:
         "submission_id": new_id(tag),
         "entrypoint": "echo hello",
         "expected_gpus": 1,
-        "ready_timeout_s": 30,
+        "ready_timeout_s": READY_S,
         "address": address,
     }
     return wire({**base, **overrides})
@@ -92,6 +101,17 @@ def test_attempt_numbers():
     assert attempt_number("s-abc-r7", "s-abc") == 7
     for other in ("s-abc-r1", "s-abc-rx", "s-abc-r", "s-abcd", "x-s-abc", None):
         assert attempt_number(other, "s-abc") is None
+
+
+def test_pick_attempt_after_a_vanished_attempt():
+    # state knows attempt 3; the head (a new cluster) knows nothing: attempt 4, never attempt 1
+    assert pick_attempt([], "s", True, last_job_id="s-r3") == ("s-r4", 4, None)
+    assert pick_attempt([], "s", True, last_job_id="s") == ("s-r2", 2, None)
+    # the head still has the newest attempt: it decides, as before
+    running = {"submission_id": "s-r3", "status": "RUNNING"}
+    assert pick_attempt([running], "s", True, last_job_id="s-r3") == ("s-r3", 3, running)
+    # another job's id in state does not count
+    assert pick_attempt([], "s", True, last_job_id="other-r7") == ("s", 1, None)
 
 
 def test_pick_attempt():
@@ -141,6 +161,72 @@ def test_validate_inputs_names_the_property():
     assert bad(address="http://h", metadata={"k": 1}) == {"metadata"}
     assert bad(address=rpc.UNKNOWN, expected_gpus=rpc.UNKNOWN) == set()  # preview: not known yet
     assert {p for p, _ in validate_inputs({"address": "http://h"})} == {"submission_id", "entrypoint"}
+
+
+@pytest.fixture(scope="module")
+def provider_server():
+    """Pulumi's own dynamic provider server, started as the engine starts it (`python -m pulumi.dynamic`
+    in the project directory, port on stdout) and reached over gRPC: the engine's wire format."""
+    import grpc
+    from google.protobuf import struct_pb2
+    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+    server = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=REPO, stdout=subprocess.PIPE)
+    try:
+        port = int(server.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = provider_pb2_grpc.ResourceProviderStub(channel)
+            stub.Configure(provider_pb2.ConfigureRequest(args=struct_pb2.Struct()), timeout=120)
+            yield stub
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _check_over_the_wire(stub, news: dict, olds: dict | None = None):
+    """Check as the engine calls it at preview: a CheckRequest whose unknown values are the wire
+    sentinel (rpc.UNKNOWN, as the engine marshals a computed value). Returns (inputs, failures)."""
+    from google.protobuf import struct_pb2
+    from pulumi.dynamic.dynamic import serialize_provider
+    from pulumi.runtime.proto import provider_pb2
+
+    def struct(props: dict) -> struct_pb2.Struct:
+        out = struct_pb2.Struct()
+        out.update(props)
+        return out
+
+    blob = serialize_provider(RayJobProvider())
+    request = provider_pb2.CheckRequest(
+        urn="urn:pulumi:dev::verl-gke::pulumi-python:dynamic:Resource::grpo",
+        olds=struct({**olds, "__provider": blob} if olds else {}),
+        news=struct({**news, "__provider": blob}),
+    )
+    response = stub.Check(request, timeout=120)
+    inputs = rpc.deserialize_properties(response.inputs, True)
+    return inputs, {(f.property, f.reason) for f in response.failures}
+
+
+def test_preview_unknowns_are_not_judged_over_the_wire(provider_server):
+    unknown = rpc.UNKNOWN
+    news = {"submission_id": unknown, "entrypoint": unknown, "expected_gpus": unknown,
+            "ready_timeout_s": unknown, "gke": {"endpoint": unknown, "ca_certificate": unknown,
+                                               "namespace": "verl", "service": unknown}}
+    inputs, failures = _check_over_the_wire(provider_server, news)
+    assert failures == set()
+    assert all(isinstance(inputs[k], pulumi.output.Unknown) for k in ("submission_id", "expected_gpus"))
+    assert isinstance(inputs["gke"]["endpoint"], pulumi.output.Unknown) and inputs["gke"]["namespace"] == "verl"
+    # known values next to unknown ones are still judged: the check is not simply skipped
+    broken = {**news, "expected_gpus": -1, "gke": {**news["gke"], "namespace": ""}}
+    _, failures = _check_over_the_wire(provider_server, broken)
+    assert {prop for prop, _ in failures} == {"expected_gpus", "gke.namespace"}
+
+
+def test_check_carries_the_last_attempt_from_state(provider_server):
+    news = {"submission_id": "s", "entrypoint": "e", "address": "http://h:8265"}
+    inputs, failures = _check_over_the_wire(provider_server, news, olds={**news, LAST_JOB_KEY: "s-r3"})
+    assert failures == set() and inputs[LAST_JOB_KEY] == "s-r3"
+    inputs, _ = _check_over_the_wire(provider_server, news)
+    assert LAST_JOB_KEY not in inputs
 
 
 def test_diff_decisions():
@@ -282,7 +368,7 @@ def test_concurrent_create_adopts_on_already_exists(head, provider, monkeypatch)
     p = props(head.address, "race")
     first = provider.create(p)
     # The other create submitted between our listing of the jobs and our submit.
-    monkeypatch.setattr(ray_client.Dashboard, "jobs", lambda _self: [])
+    monkeypatch.setattr(ray_client.Dashboard, "jobs", lambda _self, deadline=None: [])
     second = provider.create(p)
     assert second.id == first.id == p["submission_id"] and second.outs["attempt"] == 1
     assert len(jobs_on(head.address, p["submission_id"])) == 1
@@ -316,6 +402,61 @@ def test_deadline_says_what_is_missing_and_where(head, provider):
         provider.create(props(dead, "nohead", ready_timeout_s=2))
     text = str(unreachable.value)
     assert dead in text and "unreachable" in text and "not ready" in text
+
+
+def test_every_call_is_capped_to_the_deadline(provider, monkeypatch):
+    """A dashboard that accepts connections and never answers: no call may wait past ready_timeout_s."""
+    import socket
+
+    asked: list[tuple[float, float]] = []
+    request = requests.Session.request
+
+    def recording(self, method, url, **kw):
+        asked.append(kw["timeout"])
+        return request(self, method, url, **kw)
+
+    monkeypatch.setattr(requests.Session, "request", recording)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshake; nobody ever reads or answers
+        address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(RayJobError, match="not ready after 3s"):
+            provider.create(props(address, "silent", ready_timeout_s=3))
+    assert asked and all(connect <= 3 and read <= 3 for connect, read in asked), asked
+
+
+def test_readiness_waits_for_the_job_agent(head, provider):
+    """The head's dashboard agent runs submitted jobs: while it does not answer, the cluster is not ready."""
+    agent = head.agent_pid()
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        with pytest.raises(RayJobError) as not_ready:
+            provider.create(props(head.address, "agent", ready_timeout_s=5))
+        assert "job agent" in str(not_ready.value) and head.address in str(not_ready.value)
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    created = provider.create(props(head.address, "agent-back"))
+    assert created.outs["attempt"] == 1
+
+
+def test_gone_job_resubmits_as_the_next_attempt(head, provider, provider_server):
+    """`pulumi up --refresh` after the job vanished (its cluster was recreated): attempt k+1, not 1."""
+    p = props(head.address, "gone", wait_for_completion=True)
+    sid = p["submission_id"]
+    state = provider.create(p)
+    for attempt in (2, 3):
+        # the head forgets the job, as a recreated cluster would
+        requests.delete(f"{head.address}/api/jobs/{state.id}", timeout=10).raise_for_status()
+        refreshed = provider.read(state.id, wire(state.outs))
+        assert refreshed.outs["status"] == GONE and refreshed.inputs[LAST_JOB_KEY] == state.id
+        inputs, failures = _check_over_the_wire(provider_server, p, olds=wire(refreshed.inputs))
+        assert failures == set() and inputs[LAST_JOB_KEY] == state.id
+        assert provider.diff(state.id, wire(refreshed.outs), inputs).replaces == ["status"]
+        provider.delete(state.id, wire(refreshed.outs))  # nothing left to stop
+        state = provider.create(wire(inputs))
+        assert (state.id, state.outs["attempt"]) == (f"{sid}-r{attempt}", attempt)
+        assert state.outs[LAST_JOB_KEY] == refreshed.inputs[LAST_JOB_KEY]  # the last attempt stays in state
+    assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [f"{sid}-r3"]
 
 
 def test_failing_job_surfaces_its_log_tail(head, provider):
