@@ -46,8 +46,10 @@ class RayJobError(Exception):
 class DashboardError(RayJobError):
     """An HTTP call to the dashboard failed: no answer (status None) or a non-2xx answer."""
 
-    def __init__(self, method: str, url: str, status: int | None, detail: str, tls: bool = False):
+    def __init__(self, method: str, url: str, status: int | None, detail: str, tls: bool = False,
+                 expired: bool = False):
         self.method, self.url, self.status, self.detail, self.tls = method, url, status, detail, tls
+        self.expired = expired  # not sent at all: the deadline it serves had passed
         answer = f"HTTP {status}: {detail}" if status is not None else detail
         super().__init__(f"{method} {url} -> {answer}")
 
@@ -175,7 +177,7 @@ class Dashboard:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise DashboardError(method, url, None, "not called: the deadline has passed")
+                raise DashboardError(method, url, None, "not called: the deadline has passed", expired=True)
             connect, read = min(connect, left), min(read, left)
         headers = {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
         try:
@@ -265,7 +267,8 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> l
         except DashboardError as err:
             if err.fatal:
                 raise
-            missing = f"dashboard not ready; last error: {err}"
+            if not err.expired:  # out of time before the call: what was missing is still the news
+                missing = f"dashboard not ready; last error: {err}"
         if not _pause(step, deadline, READY_POLL_CAP_S):
             raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}")
         step += 1

@@ -5,9 +5,11 @@ process, also for refresh and destroy. So this module has no import-time side ef
 keeps nothing on `self`, heavy imports happen inside functions, and every deadline lives in `create`
 (custom timeouts do not apply to dynamic providers).
 
-Like KubeRay's RayJob: wait for the cluster (healthy dashboard and `expected_gpus` GPUs), submit with
-a fixed submission id and adopt on "already exists", resubmit a failed or vanished job as a new
-attempt (`<id>-r<k>`), stop the job on delete.
+Like KubeRay's RayJob: wait for the cluster (healthy dashboard, `expected_gpus` GPUs and the head's
+job agent), submit with a fixed submission id and adopt on "already exists", resubmit a failed or
+vanished job as the next attempt (`<id>-r<k>`; `read` keeps the last attempt in the inputs, so a job
+whose cluster was recreated does not start over at attempt 1), stop the job on delete. Values still
+unknown at preview are never judged, and every call is capped to the deadline it serves.
 """
 
 from __future__ import annotations

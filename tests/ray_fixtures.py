@@ -122,6 +122,8 @@ class RayNode:
         """The pid of this node's dashboard agent: the raylet's child titled ray::DashboardAgent."""
         procs = {}
         for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
             try:
                 cmdline = (proc / "cmdline").read_bytes()
                 ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
