@@ -2,18 +2,50 @@
 
 Values come from REFERENCE.md (cluster-toolkit gke-a4 / gke-a3-ultragpu examples and the
 tutorial). Allocatable capacity is derived here with GKE's documented node reservations so
-Ray worker requests fit on the node they are meant for.
+Ray worker requests fit on the node they are meant for. What varies per machine and decides
+whether GKE accepts a request (consumption options, driver, Autopilot worker size) is a field of
+the row, with its source next to it; tests/data/reference/ holds the same facts as extracted
+from Google's references for the parity test.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog.capacity import FLEX_START, RESERVATION, SPOT
+from catalog.gke import AI_CLUSTER_DOC, Floor
 from catalog.versions import GIB_INSTALLER_REVISION
 
 GiB = 1024**3
 GPU_RESOURCE = "nvidia.com/gpu"  # the device plugin's resource, also the GPU nodes' taint key
 INSTALLER_BASE = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators"
+
+# Google's consumption-option table for A4 and A3 Ultra ("Create a custom AI-optimized GKE cluster
+# which uses A4 or A3 Ultra", and AI Hypercomputer "Consumption options"): reservation, flex-start
+# and spot; on-demand is not offered for these machines.
+A4_A3U_CONSUMPTION = (RESERVATION, FLEX_START, SPOT)
+A4_A3U_CONSUMPTION_SOURCE = ("Google's consumption-option table for A4 and A3 Ultra (GKE 'Create a custom "
+                             "AI-optimized GKE cluster which uses A4 or A3 Ultra')")
+
+# gIB (GPUDirect over RDMA) paths on the node, mounted read-only into GPU pods in both modes:
+# container-engine-accelerators @992db81 gpudirect-rdma/nccl-test-a4-autopilot.yaml (Autopilot) and
+# the Standard samples. The NCCL RDMA installer DaemonSet fills them.
+GIB_HOST_DIR = "/home/kubernetes/bin/gib"
+GIB_MOUNT = "/usr/local/gib"
+NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
+NVIDIA_MOUNT = "/usr/local/nvidia"
+
+
+@dataclass(frozen=True)
+class HostDir:
+    """A node directory a GPU pod mounts read-only (volume name, path on the node, path in the pod)."""
+
+    volume: str
+    host_path: str
+    mount_path: str
+
+
+GIB_HOST_DIRS = (HostDir("nvidia", NVIDIA_HOST_DIR, NVIDIA_MOUNT), HostDir("gib", GIB_HOST_DIR, GIB_MOUNT))
 
 
 @dataclass(frozen=True)
@@ -23,12 +55,33 @@ class Accelerator:
     accelerator_type: str
     gpus_per_node: int
     rdma_nics: int
-    min_gke_version: str
+    # GKE version floors for this machine as the stack uses it (RDMA, driver DEFAULT); never a pin.
+    gke_floors: tuple[Floor, ...]
     nccl_tuner_file: str
     vcpus: int
     memory_gb: int  # machine spec, decimal GB
     local_ssds: int  # local NVMe SSDs backing pods' ephemeral storage (checkpoints, /tmp, caches)
-    # Capacity left for the GCS FUSE sidecar, the NCCL installer and GKE's own DaemonSets.
+    # Per GPU, for the memory model (stacks.memory) and the step-time estimate (stacks.sizing).
+    gpu_memory_gib: float  # what CUDA lets PyTorch allocate (torch.cuda total capacity)
+    bf16_tflops: float  # dense bf16 tensor-core peak
+    hbm_tbps: float  # HBM bandwidth, TB/s
+    nvlink_gbps: float  # NVLink bandwidth per GPU (all links, one direction), GB/s
+    network_gbps: float  # RDMA bandwidth per GPU between nodes, GB/s, as achieved (not line rate)
+    # GKE's gpu_driver_installation_config.gpu_driver_version for the Standard pool (DEFAULT or LATEST);
+    # on Autopilot the same choice is the node selector cloud.google.com/gke-gpu-driver-version.
+    gpu_driver: str = "DEFAULT"
+    gpu_driver_source: str = "cluster-toolkit gke-node-pool default (DEFAULT), as the A4/A3U blueprints use"
+    # Consumption options Google offers for the machine; config.load refuses any other (naming the source).
+    consumption: tuple[str, ...] = A4_A3U_CONSUMPTION
+    consumption_source: str = A4_A3U_CONSUMPTION_SOURCE
+    # Autopilot Ray worker request (= limit). Google's Autopilot verl sample (AIHypercomputerSamples
+    # gpu/tuning/verl_rl_autopilot ray-cluster worker @6f0d9b35) runs these machines with 180 CPU /
+    # 2000Gi: Autopilot places its own DaemonSets (device plugin, gIB installer, logging, multi-network)
+    # on the node and rejects a pod that does not fit next to them, so the worker leaves them room.
+    autopilot_worker_cpu: int = 180
+    autopilot_worker_memory_gib: int = 2000
+    host_dirs: tuple[HostDir, ...] = GIB_HOST_DIRS
+    # Capacity left for the GCS FUSE sidecar, the NCCL installer and GKE's own DaemonSets (Standard).
     daemon_cpu: float = 4.0
     daemon_memory_gib: int = 32
 
@@ -43,12 +96,18 @@ class Accelerator:
 
     @property
     def worker_cpu(self) -> int:
-        """Whole CPUs a Ray GPU worker pod can request next to the node's DaemonSets."""
+        """Whole CPUs a Ray GPU worker pod can request next to the node's DaemonSets (Standard)."""
         return int(self.allocatable_cpu - self.daemon_cpu)
 
     @property
     def worker_memory_gib(self) -> int:
         return int(self.allocatable_memory_gib - self.daemon_memory_gib)
+
+    def worker_size(self, autopilot: bool) -> tuple[int, int]:
+        """(CPU, memory GiB) a Ray GPU worker requests in a cluster mode."""
+        if autopilot:
+            return self.autopilot_worker_cpu, self.autopilot_worker_memory_gib
+        return self.worker_cpu, self.worker_memory_gib
 
 
 def gke_reserved_cpu(vcpus: int) -> float:
@@ -82,11 +141,20 @@ ACCELERATORS: dict[str, Accelerator] = {
         accelerator_type="nvidia-b200",
         gpus_per_node=8,
         rdma_nics=8,
-        min_gke_version="1.32.2-gke.1422000",
+        # The tutorial's 1.32.2-gke.1422000 is below what Google documents for A4 with RDMA.
+        gke_floors=(Floor("1.32.2-gke.1475000", "A4 (B200) with GPUDirect RDMA", AI_CLUSTER_DOC),),
         nccl_tuner_file="/usr/local/gib/configs/tuner_config_a4.txtpb",
         vcpus=224,
         memory_gb=3968,
         local_ssds=32,
+        # GCP A4: 8 x B200, 1,440 GB HBM3e (180 GB per GPU); read as decimal GB, a lower bound.
+        gpu_memory_gib=180e9 / GiB,
+        # NVIDIA HGX B200 datasheet: 2.25 PFLOPS dense BF16 (4.5 sparse), 8 TB/s HBM3e, NVLink 5 1.8 TB/s
+        # (both directions: 900 GB/s each way).
+        bf16_tflops=2250.0, hbm_tbps=8.0, nvlink_gbps=900.0,
+        # 8 x 400 Gb/s RoCE NICs = one 50 GB/s NIC per GPU; ~45 GB/s achieved (issue #13's figure).
+        network_gbps=45.0,
+        # DEFAULT: B200 runs only on R570+ drivers, so GKE's default for A4 already is an R570 driver.
     ),
     "h200": Accelerator(
         key="h200",
@@ -94,19 +162,27 @@ ACCELERATORS: dict[str, Accelerator] = {
         accelerator_type="nvidia-h200-141gb",
         gpus_per_node=8,
         rdma_nics=8,
-        min_gke_version="1.31.4-gke.1183000",
+        # The tutorial's 1.31.4-gke.1183000 is below the floor for the DEFAULT driver our GPU pool installs.
+        gke_floors=(Floor("1.31.5-gke.1169000", "A3 Ultra (H200) with the DEFAULT GPU driver", AI_CLUSTER_DOC),),
         nccl_tuner_file="/usr/local/gib/configs/tuner_config_a3u.txtpb",
         vcpus=224,
         memory_gb=2952,
         local_ssds=32,
+        # Measured on an H200 in this project: torch "total capacity of 139.80 GiB" (bench/memory_calibration.json).
+        gpu_memory_gib=139.8,
+        # NVIDIA H200 SXM datasheet: 1,979 TFLOPS BF16 with sparsity (989 dense), 4.8 TB/s, NVLink 900 GB/s
+        # (both directions: 450 GB/s each way).
+        bf16_tflops=989.0, hbm_tbps=4.8, nvlink_gbps=450.0,
+        network_gbps=45.0,  # A3 Ultra: 8 x 400 Gb/s RoCE NICs, one per GPU, as for A4
+        # DEFAULT installs R550 on A3 Ultra; the image is built for CUDA 12.8, whose minimum Linux driver
+        # is 570.26 (NVIDIA CUDA 12.8 release notes, table 3) and whose PTX JIT needs that driver.
+        # LATEST is the R570 production branch (COS gpu_driver_versions policy, board-overlays
+        # af3ca4ea^: "LATEST ... 570.133.20 Production Branch").
+        gpu_driver="LATEST",
+        gpu_driver_source="CUDA 12.8 needs driver >= 570.26 (NVIDIA CUDA 12.8 release notes); "
+                          "DEFAULT is R550 on A3 Ultra, LATEST is R570 (COS driver policy)",
     ),
 }
-
-# gIB (GPUDirect over RDMA) paths on the node, mounted read-only into GPU pods on Standard.
-GIB_HOST_DIR = "/home/kubernetes/bin/gib"
-GIB_MOUNT = "/usr/local/gib"
-NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
-NVIDIA_MOUNT = "/usr/local/nvidia"
 
 
 def foreign_accelerator_in_name(name: str, key: str) -> str | None:

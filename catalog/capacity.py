@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog.gke import AI_CLUSTER_DOC, Floor
+
 SPOT, ON_DEMAND, RESERVATION, FLEX_START = "spot", "on-demand", "reservation", "flex-start"
 CAPACITIES = (SPOT, ON_DEMAND, RESERVATION, FLEX_START)
+# GKE version floors per capacity type (the others need nothing beyond the accelerator's).
+GKE_FLOORS: dict[str, tuple[Floor, ...]] = {
+    FLEX_START: (Floor("1.32.2-gke.1652000", "flex-start GPU nodes", AI_CLUSTER_DOC),),
+}
 _NO_RESERVATION_WHY = {SPOT: "spot VMs cannot consume reservations",
                        FLEX_START: "flex-start capacity cannot consume reservations"}
 
@@ -33,6 +39,21 @@ class Capacity:
             found.append(("reservation", f"is set but capacity={self.kind}: {why}; set capacity=reservation "
                                          "or unset reservation"))
         return found
+
+    def offered_problem(self, offered: tuple[str, ...], machine_type: str, source: str) -> str | None:
+        """None when the machine offers this capacity type, else what is allowed and where that is stated."""
+        if self.kind in CAPACITIES and self.kind not in offered:
+            return (f"{machine_type} is not offered as {self.kind}: use one of {', '.join(offered)} "
+                    f"(source: {source})")
+        return None
+
+    @property
+    def flex_start(self) -> bool:
+        return self.kind == FLEX_START
+
+    @property
+    def gke_floors(self) -> tuple[Floor, ...]:
+        return GKE_FLOORS.get(self.kind, ())
 
     @property
     def compact_placement(self) -> bool:

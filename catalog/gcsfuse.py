@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog.gke import GCSFUSE_CSI_RELEASES, Floor
+
 CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
 SIDECAR_ANNOTATION = "gke-gcsfuse/volumes"
 CPU_LIMIT = "gke-gcsfuse/cpu-limit"
@@ -34,6 +36,25 @@ VOLUME_ATTRIBUTES = {
     "skipCSIBucketAccessCheck": "true",
     "gcsfuseMetadataPrefetchOnMount": "true",
 }
+
+# The GKE version from which the managed CSI driver supports an option or attribute we send
+# (its docs/releases.md Requirements table); an older node mounts without it or fails the mount.
+FEATURE_FLOORS: dict[str, Floor] = {
+    "gcsfuseMetadataPrefetchOnMount": Floor("1.32.1-gke.1357001", "GCS FUSE metadata prefetch on mount",
+                                            GCSFUSE_CSI_RELEASES),
+    "write:enable-streaming-writes": Floor("1.32.1-gke.1753001", "GCS FUSE streaming writes", GCSFUSE_CSI_RELEASES),
+    "read_ahead_kb": Floor("1.32.2-gke.1297001", "GCS FUSE kernel read-ahead (read_ahead_kb)", GCSFUSE_CSI_RELEASES),
+}
+
+
+def gke_floors(mount_options: tuple[str, ...] = MOUNT_OPTIONS,
+               volume_attributes: dict[str, str] | None = None) -> tuple[Floor, ...]:
+    """The floors of the features these options and attributes turn on ("false" turns nothing on)."""
+    attrs = VOLUME_ATTRIBUTES if volume_attributes is None else volume_attributes
+    # Options are "key=value" (kernel) or "section:key:value" (gcsfuse config).
+    pairs = [o.split("=", 1) if "=" in o else o.rsplit(":", 1) for o in mount_options] + list(attrs.items())
+    used = {key for key, value in pairs if value.lower() not in ("false", "0")}
+    return tuple(f for feature, f in FEATURE_FLOORS.items() if feature in used)
 
 
 @dataclass(frozen=True)

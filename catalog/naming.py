@@ -16,10 +16,13 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # ConfigMap/Secret data keys (IsConfigMapKey)
+_ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # C identifier: a name every shell and Kubernetes accept
 # Namespaces GKE and Kubernetes reserve for themselves (kube-system, gke-managed-*, gmp-system).
 RESERVED_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
 # GCP: project ids (Resource Manager "Creating and managing projects"), regions, zones.
 _PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+# IAM service account ids: 6-30 characters, RFC 1035 (pulumi_gcp serviceaccount.Account account_id).
+_SERVICE_ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 # Compute Engine resource names (networks, subnets, clusters): RFC 1035, at most 63 characters.
 GCE_NAME_MAX = 63
@@ -27,7 +30,9 @@ GCE_NAME_MAX = 63
 BUCKET_SUFFIX_BYTES = 4
 MAX_BUCKET_PREFIX = 63 - 1 - 2 * BUCKET_SUFFIX_BYTES
 _MACHINE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+-(\d+)(-[a-z0-9]+)?$")
+# GKE versions: a full patch (1.32.2-gke.1475000) or a minor (1.33), as getServerConfig lists them.
 _GKE_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$")
+_GKE_MINOR = re.compile(r"^(\d+)\.(\d+)$")
 # Hugging Face repo ids, git refs (git check-ref-format, roughly) and URLs, image references.
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]+(?<![./])$")
@@ -73,6 +78,12 @@ def secret_key(value: object) -> str | None:
     return "must be a Secret data key: letters, digits, '-', '_' or '.'"
 
 
+def env_var(value: object) -> str | None:
+    if isinstance(value, str) and _ENV_VAR.match(value):
+        return None
+    return "must be an environment variable name: a letter or '_', then letters, digits or '_'"
+
+
 def project_id(value: object) -> str | None:
     if isinstance(value, str) and _PROJECT_ID.match(value):
         return None
@@ -83,6 +94,13 @@ def region(value: object) -> str | None:
     if isinstance(value, str) and _REGION.match(value):
         return None
     return "must be a region such as us-central1"
+
+
+def zone(value: object) -> str | None:
+    if isinstance(value, str) and "-" in value and re.fullmatch(r"[a-z]", value.rsplit("-", 1)[1]) \
+            and region(value.rsplit("-", 1)[0]) is None:
+        return None
+    return "must be a zone such as us-central1-b"
 
 
 def zone_in_region(zone: object, region_name: str) -> str | None:
@@ -107,10 +125,29 @@ def machine_vcpus(machine_type: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def service_account_id(value: object) -> str | None:
+    if isinstance(value, str) and _SERVICE_ACCOUNT_ID.match(value) and 6 <= len(value) <= 30:
+        return None
+    return "must be a service account id: 6-30 lowercase letters, digits or '-', starting with a letter"
+
+
 def gke_version(version: str) -> tuple[int, ...] | None:
     """A GKE version as a comparable tuple; None when not of the form 1.32.2-gke.1475000."""
-    m = _GKE_VERSION.match(version)
+    m = _GKE_VERSION.match(version or "")
     return tuple(int(g) for g in m.groups()) if m else None
+
+
+def gke_minor(version: str) -> tuple[int, int] | None:
+    """(1, 33) for "1.33" or "1.33.5-gke.1080000"; None for anything else."""
+    m = _GKE_MINOR.match(version or "") or _GKE_VERSION.match(version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def gke_version_pin(value: object) -> str | None:
+    """A pin is a full version or a minor to take the channel's newest patch of."""
+    if isinstance(value, str) and (_GKE_VERSION.match(value) or _GKE_MINOR.match(value)):
+        return None
+    return "must be a GKE version such as 1.33.5-gke.1080000, or a minor such as 1.33 (its newest patch in the channel)"
 
 
 def model_id(value: object) -> str | None:
@@ -162,3 +199,14 @@ def positive_quantity(value: object) -> str | None:
     if number is not None and number > 0:
         return None
     return "must be a positive Kubernetes quantity such as 2, 500m or 4Gi"
+
+
+# A Cloud Billing account id, as in billingAccounts/012345-567890-ABCDEF (Cloud Billing API reference,
+# https://cloud.google.com/billing/docs/reference/rest/v1/billingAccounts).
+_BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
+
+
+def billing_account_id(value: object) -> str | None:
+    if isinstance(value, str) and _BILLING_ACCOUNT.match(value):
+        return None
+    return "must be a billing account id such as 012345-567890-ABCDEF (gcloud billing accounts list)"

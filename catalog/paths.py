@@ -25,6 +25,7 @@ class BucketPaths:
     val_file: str
     hf_home: str
     checkpoint_dir: str
+    tensorboard_dir: str  # verl's TENSORBOARD_DIR (verl/utils/tracking.py; default: inside the pod's CWD)
 
 
 def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k") -> BucketPaths:
@@ -39,4 +40,14 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
         hf_home=posixpath.join(MOUNT, "huggingface_cache"),
         # Per model too: `resume_mode=auto` must never load another model's checkpoint.
         checkpoint_dir=posixpath.join(MOUNT, "checkpoints", stack, model_id),
+        # Per stack and model like the checkpoints, so curves of different runs never mix.
+        tensorboard_dir=posixpath.join(MOUNT, "tensorboard", stack, model_id),
     )
+
+
+def gs_url(bucket: str, in_pod_path: str) -> str:
+    """The gs:// URL of an in-pod path: the whole bucket is mounted at MOUNT (no only-dir)."""
+    relative = posixpath.relpath(in_pod_path, MOUNT)
+    if relative.startswith(".."):
+        raise ValueError(f"{in_pod_path!r} is not under the bucket mount {MOUNT}")
+    return f"gs://{bucket}/{relative}"

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+# cloudresourcemanager: project IAM grants (the node account's roles) and the project-number lookup.
 APIS = ("compute.googleapis.com", "container.googleapis.com", "storage.googleapis.com",
-        "iam.googleapis.com", "iamcredentials.googleapis.com")
+        "iam.googleapis.com", "iamcredentials.googleapis.com", "cloudresourcemanager.googleapis.com",
+        # The quota preflight reads QuotaInfo through the Cloud Quotas API (cloudquotas.googleapis.com,
+        # https://cloud.google.com/docs/quotas/reference/rest); the optional budget is a resource of the
+        # Cloud Billing Budget API (billingbudgets.googleapis.com, Config Connector BillingBudgetsBudget).
+        "cloudquotas.googleapis.com", "billingbudgets.googleapis.com")
 
 
 class ProjectApis(pulumi.ComponentResource):

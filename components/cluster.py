@@ -12,8 +12,31 @@ import pulumi_kubernetes as k8s
 
 from catalog.accelerators import GPU_RESOURCE, Accelerator, installer_url
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
+from catalog.gke import NODE_OAUTH_SCOPES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
+
+# cluster-toolkit examples/gke-a4 and gke-a3-ultragpu (@1047080): a release channel upgrades nodes
+# under a running job; this exclusion holds minor and node upgrades until the minor version's end
+# of support (control-plane patches still apply). The blueprints' start time, reused as is.
+MAINTENANCE_EXCLUSION = {"exclusion_name": "no-minor-or-node-upgrades-indefinite",
+                         "start_time": "2025-12-01T00:00:00Z", "scope": "NO_MINOR_OR_NODE_UPGRADES",
+                         "end_time_behavior": "UNTIL_END_OF_SUPPORT"}
+MAINTENANCE_WINDOW_START = "09:00"  # cluster-toolkit gke-cluster default daily window (UTC)
+# cluster-toolkit gke-node-pool lifecycle.ignore_changes: GKE reports the local SSD configs tied to
+# the machine type differently from what was sent, which would otherwise replace the GPU pool.
+GPU_POOL_IGNORE_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig", "nodeConfig.localNvmeSsdBlockConfig"]
+
+
+def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
+    ex = MAINTENANCE_EXCLUSION
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=MAINTENANCE_WINDOW_START),
+        maintenance_exclusions=[gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+            exclusion_name=ex["exclusion_name"], start_time=ex["start_time"],
+            exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                scope=ex["scope"], end_time_behavior=ex["end_time_behavior"]))])
 
 
 @dataclass(frozen=True)
@@ -35,8 +58,14 @@ class GkeClusterArgs:
     accelerator: Accelerator
     gpu_nodes: int
     network: ClusterNetwork  # RdmaNetwork.handle
+    # The version to create the control plane (and so the first nodes) at: one the release channel
+    # offers now (stacks.preflight resolves it), never a floor. Later channel moves are ignored.
     min_version: pulumi.Input[str]
     release_channel: str = "REGULAR"
+    # Nodes' IAM identity (NodeServiceAccount.email); None = GKE's default, the Compute Engine account.
+    node_service_account: pulumi.Input[str] | None = None
+    # CIDRs allowed to reach the control plane endpoint; empty = any address (IAM still authenticates).
+    authorized_networks: tuple[str, ...] = ()
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool: CpuPool = field(default_factory=CpuPool)
     deletion_protection: bool = False
@@ -80,7 +109,6 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         _validate(args)
         super().__init__("verl-gke:cluster:GkeCluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         net = args.network
         addons = gcp.container.ClusterAddonsConfigArgs(
             ray_operator_configs=[gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=True)],
@@ -89,18 +117,34 @@ class GkeCluster(pulumi.ComponentResource):
         common = dict(
             name=args.name, project=args.project, location=args.region, network=net.network,
             subnetwork=net.subnet, min_master_version=args.min_version,
+            master_authorized_networks_config=authorized_networks(args.authorized_networks),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             deletion_protection=args.deletion_protection, enable_multi_networking=True,
             # Multi-networking requires Dataplane V2.
             datapath_provider="ADVANCED_DATAPATH", addons_config=addons,
+            maintenance_policy=maintenance_policy(),
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
                 cluster_secondary_range_name=net.pods_range_name,
                 services_secondary_range_name=net.services_range_name),
         )
+        # The version is the channel's at creation; GKE upgrades the cluster within its channel after
+        # that, so a later run's newer resolution must not force an update (cluster-toolkit gke-cluster
+        # ignores min_master_version and node_config the same way).
+        # It also depends on every VPC and subnet of the network (not only the primary ones it names):
+        # `pulumi destroy` then deletes it, its nodes and instance templates, before them.
+        cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources),
+                                              ignore_changes=["min_master_version", "node_config"])
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
-            # Autopilot provisions GPU nodes (with the pods' extra networks) on demand.
-            self.cluster = gcp.container.Cluster(f"{name}-cluster", enable_autopilot=True, **common, opts=child)
+            # Autopilot provisions GPU nodes (with the pods' extra networks) on demand, as the
+            # auto-provisioning defaults' service account.
+            self.cluster = gcp.container.Cluster(
+                f"{name}-cluster", enable_autopilot=True, **common,
+                cluster_autoscaling=gcp.container.ClusterClusterAutoscalingArgs(
+                    auto_provisioning_defaults=gcp.container.ClusterClusterAutoscalingAutoProvisioningDefaultsArgs(
+                        service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES)),
+                ) if args.node_service_account is not None else None,
+                opts=cluster_opts)
             self.cpu_pool_name = self.gpu_pool_name = None
         else:
             self.cluster = gcp.container.Cluster(
@@ -108,7 +152,12 @@ class GkeCluster(pulumi.ComponentResource):
                 # Without the pool, GCS FUSE mounts and principal:// bucket bindings fail.
                 workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                     workload_pool=f"{args.project}.svc.id.goog"),
-                remove_default_node_pool=True, initial_node_count=1, opts=child)
+                # The default pool lives only until creation ends, but its node too runs as the nodes' account.
+                node_config=gcp.container.ClusterNodeConfigArgs(
+                    service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
+                    workload_metadata_config=gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(
+                        mode="GKE_METADATA")),
+                remove_default_node_pool=True, initial_node_count=1, opts=cluster_opts)
             pools = [self._cpu_pool(name, args), self._gpu_pool(name, args)]
             self.cpu_pool_name, self.gpu_pool_name = (p.name for p in pools)
 
@@ -122,10 +171,10 @@ class GkeCluster(pulumi.ComponentResource):
             # After the cluster is gone, `pulumi destroy` drops its objects from state instead of failing.
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
+        # Deleted by `pulumi destroy` before the pools and the cluster (it depends on both).
         k8s.yaml.v2.ConfigFile(
             f"{name}-nccl-rdma-installer", file=installer_url(args.autopilot, args.installer_revision),
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools,
-                                        deleted_with=self.cluster))
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint, "kubeconfig": self.kubeconfig})
 
     def _cpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
@@ -137,10 +186,12 @@ class GkeCluster(pulumi.ComponentResource):
                 min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
-                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),
-            opts=pulumi.ResourceOptions(parent=self, deleted_with=self.cluster))
+            # No deleted_with: that would make the pool's delete a no-op (Pulumi skips the delete of a
+            # resource whose deleted_with target is deleted too), so nothing would order it first.
+            opts=pulumi.ResourceOptions(parent=self))
 
     def _gpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         acc = args.accelerator
@@ -149,13 +200,13 @@ class GkeCluster(pulumi.ComponentResource):
             guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                 type=acc.accelerator_type, count=acc.gpus_per_node,
                 gpu_driver_installation_config=gcp.container
-                .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="DEFAULT"),
+                .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version=acc.gpu_driver),
             )],
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
             ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
                 local_ssd_count=acc.local_ssds),
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
-            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
             taints=[gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_RESOURCE, value="present",
                                                               effect="NO_SCHEDULE")],
             **capacity_settings(args.capacity),
@@ -168,11 +219,26 @@ class GkeCluster(pulumi.ComponentResource):
         return gcp.container.NodePool(
             f"{name}-gpu-pool", name="gpu-pool", project=args.project, cluster=self.cluster.name,
             location=args.region, node_locations=[args.zone], initial_node_count=0,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes),
+            # location_policy ANY: cluster-toolkit gke-node-pool always sets it; flex-start requires it.
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes,
+                                                              location_policy="ANY"),
+            # Auto-upgrade as the A4/A3U blueprints (the maintenance exclusion keeps it off a running job);
+            # flex-start requires auto-repair off (cluster-toolkit gke-node-pool precondition).
+            management=gcp.container.NodePoolManagementArgs(auto_upgrade=True,
+                                                            auto_repair=not args.capacity.flex_start),
             placement_policy=placement,
             network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=extra_networks),
             node_config=node_config,
-            opts=pulumi.ResourceOptions(parent=self, deleted_with=self.cluster))
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=GPU_POOL_IGNORE_CHANGES))
+
+
+def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
+    """None (no block: the endpoint accepts any address) when empty, as before this setting existed."""
+    if not cidrs:
+        return None
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(cidr_blocks=[
+        gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(cidr_block=c, display_name=f"authorized-{i}")
+        for i, c in enumerate(cidrs)])
 
 
 def capacity_settings(capacity: Capacity) -> dict:
@@ -191,8 +257,11 @@ def capacity_settings(capacity: Capacity) -> dict:
 
 
 def _validate(args: GkeClusterArgs) -> None:
+    acc = args.accelerator
     problems = [f"GkeClusterArgs.capacity.{f} = {getattr(args.capacity, f)!r}: {why}"
                 for f, why in args.capacity.problems()]
+    if why := args.capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source):
+        problems.append(f"GkeClusterArgs.capacity.kind = {args.capacity.kind!r}: {why}")
     if args.network.rdma_nics != args.accelerator.rdma_nics:
         problems.append(f"GkeClusterArgs.network has {args.network.rdma_nics} RDMA NICs: "
                         f"{args.accelerator.key} has {args.accelerator.rdma_nics}")

@@ -34,6 +34,10 @@ class ClusterNetwork:
     pods_range_name: str
     services_range_name: str
     nics: tuple[AttachedNic, ...]  # gVNIC first, then RDMA NIC 0..N-1
+    # Every VPC and subnet above. A cluster lists them in depends_on: Pulumi deletes dependents before
+    # their dependencies, so `pulumi destroy` removes the cluster (and with it every node and instance
+    # template, also Autopilot's) before any subnet its nodes use.
+    resources: tuple[pulumi.Resource, ...] = ()
 
     @property
     def rdma_nics(self) -> int:
@@ -105,7 +109,9 @@ class RdmaNetwork(pulumi.ComponentResource):
         # RoCE VPCs carry implicit allow rules and reject firewall rules: none is created.
         rdma = gcp.compute.Network(
             f"{name}-rdma-net", name=f"{p}-rdma-net", project=args.project, auto_create_subnetworks=False,
-            mtu=args.mtu, network_profile=roce_profile(args.project, args.zone), opts=child)
+            mtu=args.mtu, network_profile=roce_profile(args.project, args.zone),
+            # The RoCE profile is zonal; cluster-toolkit gke-a4/gke-a3-ultragpu set REGIONAL routing on it.
+            routing_mode="REGIONAL", opts=child)
         rdma_subs = [
             gcp.compute.Subnetwork(
                 f"{name}-rdma-sub-{i}", name=f"{p}-rdma-sub-{i}", project=args.project, region=args.region,
@@ -121,7 +127,8 @@ class RdmaNetwork(pulumi.ComponentResource):
             network=primary.name, subnet=primary_sub.name, pods_range_name=args.pods_range_name,
             services_range_name=args.services_range_name,
             nics=tuple(AttachedNic(spec, vpc, subnet) for spec, (vpc, subnet)
-                       in zip(additional_nics(len(args.rdma_cidrs)), backing, strict=True)))
+                       in zip(additional_nics(len(args.rdma_cidrs)), backing, strict=True)),
+            resources=(primary, primary_sub, gvnic, gvnic_sub, rdma, *rdma_subs))
         self.register_outputs({
             "primary_network": primary.name, "gvnic_network": self.gvnic_network,
             "gvnic_subnet": gvnic_sub.name, "rdma_network": self.rdma_network, "rdma_subnets": self.rdma_subnets,

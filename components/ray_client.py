@@ -16,7 +16,7 @@ import tempfile
 import time
 from typing import Any, Self, TypedDict
 
-from catalog.ray import DASHBOARD_PORT
+from catalog.ray import CLUSTER_LABEL, DASHBOARD_PORT, NODE_TYPE_LABEL, cluster_of_service
 
 ACTIVE = frozenset({"PENDING", "RUNNING"})
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
@@ -27,6 +27,8 @@ READY_POLL_CAP_S = 2.0  # a poll is three small GETs: cheap even through the API
 FOLLOW_POLL_CAP_S = 10.0
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30
+REPORT_BUDGET_S = 10  # the Pods/events report added to a readiness timeout: two small GETs
+EVENTS_PER_POD = 3  # the newest few: what the scheduler and the autoscaler last said
 
 
 class GkeDashboard(TypedDict, total=False):
@@ -122,6 +124,8 @@ class Dashboard:
     def __init__(self, inputs: dict[str, Any]):
         self.url = base_url(inputs)
         self._gke = inputs.get("gke")
+        # The API server itself, for the Pods and Events behind a wait (same token, same CA).
+        self.api_server = f"https://{_gke_parts(self._gke)[0]}" if self._gke else None
         self._credentials = None
         self._ca_file: str | None = None
         self._session = None
@@ -164,30 +168,45 @@ class Dashboard:
             ) from None
         return self._credentials.token
 
+    def headers(self) -> dict[str, str]:
+        """What a request needs besides the URL (a fresh bearer token through the API server proxy)."""
+        return {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
+
+    @property
+    def verify(self) -> str | bool:
+        """requests' `verify`: the cluster CA file through the proxy, the system store otherwise."""
+        return self._ca_file if self._gke else True
+
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S,
              deadline: float | None = None):
-        """JSON (or text) of a 2xx answer; DashboardError otherwise. Errors never carry the token.
+        """JSON (or text) of a 2xx answer from the dashboard; DashboardError otherwise."""
+        return self._send(method, self.url + path, body, timeout, deadline)
 
-        With a `deadline` (time.monotonic()) the connect and read timeouts never reach past it.
-        """
+    def kube(self, path: str, deadline: float | None = None) -> dict[str, Any]:
+        """GET from the Kubernetes API server (gke target only), e.g. a namespace's Pods."""
+        if not self.api_server:
+            raise RayJobError("no Kubernetes API server behind a plain dashboard address")
+        return self._send("GET", self.api_server + path, None, READ_TIMEOUT_S, deadline)
+
+    def _send(self, method: str, url: str, body: dict | None, timeout: float, deadline: float | None = None):
+        """Errors never carry the token. With a `deadline` (time.monotonic()) the connect and read
+        timeouts never reach past it, and past it the call is not made at all."""
         import requests
 
-        url = self.url + path
         connect, read = CONNECT_TIMEOUT_S, timeout
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DashboardError(method, url, None, "not called: the deadline has passed", expired=True)
             connect, read = min(connect, left), min(read, left)
-        headers = {"Authorization": f"Bearer {self._token()}"} if self._gke else {}
         try:
             resp = self._session.request(
                 method,
                 url,
                 json=body,
-                headers=headers,
+                headers=self.headers(),
                 timeout=(connect, read),
-                verify=self._ca_file if self._gke else True,
+                verify=self.verify,
                 allow_redirects=False,
             )
         except requests.exceptions.SSLError as err:
@@ -270,8 +289,64 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> l
             if not err.expired:  # out of time before the call: what was missing is still the news
                 missing = f"dashboard not ready; last error: {err}"
         if not _pause(step, deadline, READY_POLL_CAP_S):
-            raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}")
+            raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}"
+                              + pods_report(dash))
         step += 1
+
+
+# ----------------------------------------------------------------------------- what Kubernetes saw
+
+
+def pods_report(dash: Dashboard) -> str:
+    """Why GPUs are missing, as Kubernetes saw it: the RayCluster's Pods that are not running and their
+    newest events (no capacity, quota, ...). Empty without an API server; never raises."""
+    if not dash.api_server:
+        return ""
+    namespace, service = dash._gke["namespace"], dash._gke["service"]
+    cluster = cluster_of_service(service)
+    if not cluster:
+        return ""
+    deadline = time.monotonic() + REPORT_BUDGET_S  # a diagnosis after the deadline: bounded too
+    try:
+        pods = dash.kube(f"/api/v1/namespaces/{namespace}/pods?labelSelector={CLUSTER_LABEL}%3D{cluster}",
+                         deadline)
+        events = dash.kube(f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.kind%3DPod",
+                           deadline)
+    except (DashboardError, RayJobError) as err:
+        return f"\n(could not list the Pods of RayCluster {cluster}: {err})"
+    return "\n" + describe_pods(cluster, namespace, pods.get("items", []), events.get("items", []))
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+
+
+def describe_pods(cluster: str, namespace: str, pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
+    """Pods (from a PodList) that are not Running and Ready, each with its unscheduled reason and events."""
+    waiting = []
+    for pod in pods:
+        status = pod.get("status", {})
+        conditions = {c.get("type"): c for c in status.get("conditions", [])}
+        ready = conditions.get("Ready", {}).get("status") == "True"
+        if status.get("phase") == "Running" and ready:
+            continue
+        name = pod.get("metadata", {}).get("name", "?")
+        role = pod.get("metadata", {}).get("labels", {}).get(NODE_TYPE_LABEL, "pod")
+        line = f"  - {name} ({role}): {status.get('phase', 'Unknown')}"
+        scheduled = conditions.get("PodScheduled", {})
+        if scheduled.get("status") == "False":
+            line += f", unscheduled ({scheduled.get('reason', '')}: {scheduled.get('message', '').strip()})"
+        mine = sorted((e for e in events if e.get("involvedObject", {}).get("name") == name), key=_event_time)
+        for event in mine[-EVENTS_PER_POD:]:
+            count = f" x{event['count']}" if (event.get("count") or 1) > 1 else ""
+            what = f"{event.get('type', '')} {event.get('reason', '')}{count}"
+            line += f"\n      {what}: {event.get('message', '').strip()}"
+        waiting.append(line)
+    total = len(pods)
+    if not waiting:
+        return f"Kubernetes: all {total} Pods of RayCluster {cluster} in {namespace} are running and ready."
+    return (f"Kubernetes: {len(waiting)} of {total} Pods of RayCluster {cluster} in {namespace} "
+            "are not running and ready:\n" + "\n".join(waiting))
 
 
 def submit(dash: Dashboard, job_id: str, inputs: dict[str, Any], deadline: float) -> str:

@@ -2,9 +2,11 @@
 
 Fixed from the tutorial's manifests: the name comes from the stack (never "b200" on H200); the head
 runs on on-demand CPU capacity and takes no Ray tasks; workers request what the accelerator's node
-can actually allocate (not a fixed 220 CPU / 2800Gi); only the host paths that are mounted are
-declared, read-only and on Standard only; verl comes from the bucket via PYTHONPATH (staged by the
-data-prep Job), so there is no editable-install init container.
+can actually allocate on Standard and what Google's Autopilot sample requests on Autopilot (not a
+fixed 220 CPU / 2800Gi); the driver and gIB host directories are mounted read-only in both modes, as
+Google's Autopilot RDMA samples do; Autopilot workers are pinned to the RoCE VPC's zone; verl comes
+from the bucket via PYTHONPATH (staged by the data-prep Job), so there is no editable-install init
+container.
 """
 
 from __future__ import annotations
@@ -16,16 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog import naming
-from catalog.accelerators import (
-    GIB_HOST_DIR,
-    GIB_MOUNT,
-    GPU_RESOURCE,
-    NVIDIA_HOST_DIR,
-    NVIDIA_MOUNT,
-    Accelerator,
-    foreign_accelerator_in_name,
-    nccl_env,
-)
+from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gcsfuse import HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
@@ -39,6 +32,7 @@ from catalog.ray import (
     HEAD_CPU,
     HEAD_EPHEMERAL_GIB,
     HEAD_MEMORY_GIB,
+    HEAD_READY_CONDITION,
     MAX_CLUSTER_NAME,
     WORKER_GROUP,
     head_service,
@@ -47,24 +41,51 @@ from catalog.ray import (
 WORKER_EPHEMERAL_GIB = 1000  # tutorial; on the GPU nodes' local SSDs: /tmp, Ray spill, GCS FUSE file cache
 SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
 BUCKET_VOLUME = "training-bucket"
+# pulumi-kubernetes awaits a custom resource only when told how (pulumi/pulumi-kubernetes@00658428
+# provider/pkg/metadata/overrides.go ReadyCondition; since v4.18.0): `condition=<Type>[=<Status>]`
+# like `kubectl wait --for=condition` (await/condition/custom.go). While waiting `pulumi up` shows
+# "Waiting for ..." and the object's Warning events; the wait ends after `pulumi.com/timeoutSeconds`.
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+DEFAULT_READY_TIMEOUT_S = 3600
 
 
-def shm_gib(acc: Accelerator) -> int:
+def await_annotations(ready_timeout_s: int) -> dict[str, str]:
+    """Make `pulumi up` wait for (and show) the head coming up: the head's readiness, which still holds
+    once the GPU workers are scaled to zero, so an update then does not wait for GPUs."""
+    return {WAIT_FOR_ANNOTATION: f"condition={HEAD_READY_CONDITION}",
+            TIMEOUT_ANNOTATION: str(int(ready_timeout_s))}
+
+
+# Autopilot placement by node selector: the zone with the Kubernetes well-known label (GKE "Deploy
+# Autopilot Pods in specific zones"), the driver with GKE's label (values default | latest; GKE "Deploy
+# GPU workloads in Autopilot"), reservations with cloud.google.com/reservation-name (GKE "Consume
+# reserved zonal resources": Autopilot takes specific reservations only, selected by name).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
+
+
+def shm_gib(acc: Accelerator, autopilot: bool = False) -> int:
     """/dev/shm size: memory-backed, so it counts against the worker's memory limit."""
-    return min(SHM_MAX_GIB, acc.worker_memory_gib // 4)
+    return min(SHM_MAX_GIB, acc.worker_size(autopilot)[1] // 4)
 
 
 def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
-                         gpu_pool_name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
-    """Where GPU workers run. Standard: the GPU pool (which fixes machine and capacity). Autopilot:
-    the accelerator and its capacity type, as string values."""
+                         gpu_pool_name: pulumi.Input[str] | None,
+                         zone: str | None = None) -> dict[str, pulumi.Input[str]]:
+    """Where GPU workers run. Standard: the GPU pool (which fixes machine, zone, driver and capacity).
+    Autopilot: the accelerator, the RoCE VPC's zone, the driver and the capacity type, as strings."""
     if not autopilot:
         selector: dict[str, pulumi.Input[str]] = {"cloud.google.com/gke-nodepool": gpu_pool_name}
     else:
         selector = {
             "cloud.google.com/gke-accelerator": acc.accelerator_type,
             "cloud.google.com/gke-accelerator-count": str(acc.gpus_per_node),
+            # The RoCE network profile is zonal (<zone>-vpc-roce): a node elsewhere has no RDMA NICs.
+            ZONE_LABEL: str(zone),
         }
+        if acc.gpu_driver != "DEFAULT":  # Autopilot's spelling of the pool's gpu_driver_version
+            selector[DRIVER_LABEL] = acc.gpu_driver.lower()
         if capacity.kind == SPOT:
             selector["cloud.google.com/gke-spot"] = "true"
         elif capacity.kind == RESERVATION:
@@ -112,7 +133,12 @@ class RayClusterArgs:
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
+    zone: str | None = None  # Autopilot only: the RoCE VPC's zone, where the workers must land
     worker_ephemeral_storage_gib: int = WORKER_EPHEMERAL_GIB
+    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S  # how long `pulumi up` waits for the head
+    # Worker env from Secrets: variable -> (Secret name, key), e.g. WANDB_API_KEY for verl's tracker,
+    # which runs in the TaskRunner on a worker (verl trainer/main_ppo.py: never on the head).
+    worker_secret_env: Mapping[str, tuple[pulumi.Input[str], str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         problems: list[str] = []
@@ -138,6 +164,8 @@ class RayClusterArgs:
                 bad(field_name, "must be None on Autopilot (there are no node pools to select)")
             elif not self.autopilot and not given:
                 bad(field_name, "is required on Standard (the node pool's name)", "None")
+        if self.autopilot and (problem := naming.zone(str(self.zone))):
+            bad("zone", f"is required on Autopilot (the RoCE VPC's zone): {problem}")
         for field_name, check in (("image", naming.image_ref), ("ray_version", naming.ray_version)):
             if problem := check(getattr(self, field_name)):
                 bad(field_name, problem)
@@ -154,13 +182,22 @@ class RayClusterArgs:
                                 f"must be under the bucket mount {MOUNT}")
         if not isinstance(self.worker_ephemeral_storage_gib, int) or self.worker_ephemeral_storage_gib < 1:
             bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
+        if isinstance(self.ready_timeout_s, bool) or not isinstance(self.ready_timeout_s, int) \
+                or self.ready_timeout_s < 1:
+            bad("ready_timeout_s", "must be an integer number of seconds >= 1")
+        for var, ref in self.worker_secret_env.items():
+            if problem := naming.env_var(var):
+                bad("worker_secret_env", problem, var)
+            if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[1], str)):
+                bad("worker_secret_env", "values must be (secret name, key)", ref)
         # The accelerator table promises the worker fits its node next to the sidecar: hold it to that.
         sidecar = WORKER_SIDECAR if self.autopilot else STANDARD_SIDECAR_REQUEST
-        if acc.worker_cpu + sidecar.cpu > acc.allocatable_cpu:
-            problems.append(f"accelerator {acc.key}: worker_cpu {acc.worker_cpu} + GCS FUSE sidecar "
+        cpu, memory_gib = acc.worker_size(self.autopilot)
+        if cpu + sidecar.cpu > acc.allocatable_cpu:
+            problems.append(f"accelerator {acc.key}: worker CPU {cpu} + GCS FUSE sidecar "
                             f"{sidecar.cpu} exceeds the node's allocatable {acc.allocatable_cpu:.2f} CPU")
-        if acc.worker_memory_gib + sidecar.memory_gib > acc.allocatable_memory_gib:
-            problems.append(f"accelerator {acc.key}: worker_memory_gib {acc.worker_memory_gib} + GCS FUSE "
+        if memory_gib + sidecar.memory_gib > acc.allocatable_memory_gib:
+            problems.append(f"accelerator {acc.key}: worker memory {memory_gib} GiB + GCS FUSE "
                             f"sidecar {sidecar.memory_gib} exceeds the node's allocatable "
                             f"{acc.allocatable_memory_gib:.0f} GiB")
         if problems:
@@ -186,7 +223,8 @@ class RayCluster(pulumi.ComponentResource):
         }
         self.cluster = k8s.apiextensions.CustomResource(
             f"{name}-raycluster", api_version=API_VERSION, kind="RayCluster",
-            metadata={"name": args.name, "namespace": args.namespace},
+            metadata={"name": args.name, "namespace": args.namespace,
+                      "annotations": await_annotations(args.ready_timeout_s)},
             spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -261,24 +299,33 @@ class RayCluster(pulumi.ComponentResource):
             {"name": BUCKET_VOLUME, "mountPath": MOUNT},
         ]
         volumes: list[dict] = [
-            {"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(acc)}Gi"}},
+            {"name": "shared-memory",
+             "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(acc, args.autopilot)}Gi"}},
             {"name": "ray-tmp", "emptyDir": {}},
             _bucket_volume(args.pvc_name),
         ]
-        if not args.autopilot:
-            # The driver's libraries and the gIB NCCL plugin (put there by the NCCL RDMA installer).
-            # Type Directory: the pod waits for the installer instead of mounting an empty directory.
-            host_dirs = (("nvidia", NVIDIA_HOST_DIR, NVIDIA_MOUNT), ("gib", GIB_HOST_DIR, GIB_MOUNT))
-            for vol, host, mount in host_dirs:
-                mounts.append({"name": vol, "mountPath": mount, "readOnly": True})
-                volumes.append({"name": vol, "hostPath": {"path": host, "type": "Directory"}})
+        # The driver's libraries and the gIB NCCL plugin (NCCL_NET_PLUGIN), put there by the NCCL RDMA
+        # installer, read-only in both modes. Standard: type Directory, so the pod waits for the
+        # installer instead of mounting an empty directory. Autopilot: exactly the volume Google's
+        # Autopilot RDMA sample declares (no type), the form its hostPath allow-list admits.
+        for d in acc.host_dirs:
+            mounts.append({"name": d.volume, "mountPath": d.mount_path, "readOnly": True})
+            host_path = {"path": d.host_path} if args.autopilot else {"path": d.host_path, "type": "Directory"}
+            volumes.append({"name": d.volume, "hostPath": host_path})
+        cpu, memory_gib = acc.worker_size(args.autopilot)
+        env = _env({**common, **nccl})
+        clash = set(args.worker_secret_env) & {e["name"] for e in env}
+        if clash:
+            raise ValueError(f"RayClusterArgs.worker_secret_env: {sorted(clash)} already set")
+        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                for var, (secret, key) in args.worker_secret_env.items()]
         container = {
             "name": "ray-worker",
             "image": args.image,
-            "env": _env({**common, **nccl}),
+            "env": env,
             "resources": _resources({
-                "cpu": str(acc.worker_cpu),
-                "memory": f"{acc.worker_memory_gib}Gi",
+                "cpu": str(cpu),
+                "memory": f"{memory_gib}Gi",
                 GPU_RESOURCE: str(acc.gpus_per_node),
                 "ephemeral-storage": f"{args.worker_ephemeral_storage_gib}Gi",
             }),
@@ -291,13 +338,13 @@ class RayCluster(pulumi.ComponentResource):
             "minReplicas": args.gpu_nodes,
             "maxReplicas": args.gpu_nodes,
             # Ray's CPU count = the pod's CPU request (GPUs and memory KubeRay derives from the limits).
-            "rayStartParams": {"num-cpus": str(acc.worker_cpu)},
+            "rayStartParams": {"num-cpus": str(cpu)},
             "template": {
                 "metadata": {"annotations": {**gcsfuse, **args.network_annotations}},
                 "spec": {
                     "serviceAccountName": args.service_account,
                     "nodeSelector": worker_node_selector(acc, args.autopilot, args.capacity,
-                                                         args.gpu_pool_name),
+                                                         args.gpu_pool_name, args.zone),
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [container],
                     "volumes": volumes,

@@ -1,4 +1,4 @@
-"""TrainingStorage: the training bucket, the pods' identity on it, the HF token secret, the GCS FUSE PV/PVC.
+"""TrainingStorage: the training bucket, the pods' identity on it, the token secrets, the GCS FUSE PV/PVC.
 
 The bucket holds verl's source, the model weights, the dataset and the checkpoints; every pod mounts
 it at `catalog.paths.MOUNT` through a static GCS FUSE PersistentVolume. Pods reach it as the
@@ -41,6 +41,7 @@ class TrainingStorageArgs:
     namespace: str  # created unless "default"
     ksa_name: str = "verl"
     hf_token: pulumi.Output[str] | None = None  # secret; no Secret object without it
+    wandb_api_key: pulumi.Output[str] | None = None  # secret; no Secret object without it
     # False: `pulumi destroy` leaves the bucket (weights, checkpoints) in place and forgets it.
     # True: destroy deletes it with all its objects. Takes effect on the `pulumi up` after a change.
     delete_on_destroy: bool = False
@@ -49,6 +50,8 @@ class TrainingStorageArgs:
     capacity_gib: int = 768  # meaningless to GCS FUSE; PV and PVC just have to agree
     hf_secret_name: str = "hf-secret"
     hf_secret_key: str = "hf_api_token"
+    wandb_secret_name: str = "wandb-secret"
+    wandb_secret_key: str = "api_key"
 
     def validate(self) -> None:
         checks = {
@@ -61,14 +64,20 @@ class TrainingStorageArgs:
             "pvc_name": naming.dns_subdomain(self.pvc_name),
             "hf_secret_name": naming.dns_subdomain(self.hf_secret_name),
             "hf_secret_key": naming.secret_key(self.hf_secret_key),
+            "wandb_secret_name": naming.dns_subdomain(self.wandb_secret_name),
+            "wandb_secret_key": naming.secret_key(self.wandb_secret_key),
             "capacity_gib": None if isinstance(self.capacity_gib, int) and self.capacity_gib >= 1
             else "must be an integer >= 1",
         }
         problems = [f"TrainingStorageArgs.{k} = {getattr(self, k)!r}: {why}" for k, why in checks.items() if why]
-        if self.hf_token is not None and not isinstance(self.hf_token, pulumi.Output):
-            # A plain string has already been through non-secret code paths: refuse it.
-            problems.append("TrainingStorageArgs.hf_token = <plain value>: must be a secret Output "
-                            "(pulumi.Config().get_secret('hfToken')) or None")
+        for field_name, key in (("hf_token", "hfToken"), ("wandb_api_key", "wandbApiKey")):
+            if getattr(self, field_name) is not None and not isinstance(getattr(self, field_name), pulumi.Output):
+                # A plain string has already been through non-secret code paths: refuse it.
+                problems.append(f"TrainingStorageArgs.{field_name} = <plain value>: must be a secret Output "
+                                f"(pulumi.Config().get_secret('{key}')) or None")
+        if self.wandb_secret_name == self.hf_secret_name:
+            problems.append(f"TrainingStorageArgs.wandb_secret_name = {self.wandb_secret_name!r}: "
+                            "must differ from hf_secret_name")
         if problems:
             raise ValueError("invalid TrainingStorage arguments:\n  - " + "\n  - ".join(problems))
 
@@ -81,6 +90,8 @@ class TrainingStorage(pulumi.ComponentResource):
     pvc_name: pulumi.Output[str]  # resolves once the claim exists (and is bound to its PV)
     hf_secret_name: pulumi.Output[str] | None
     hf_secret_key: str
+    wandb_secret_name: pulumi.Output[str] | None
+    wandb_secret_key: str
     bucket_access: gcp.storage.BucketIAMMember
 
     def __init__(self, name: str, args: TrainingStorageArgs, opts: pulumi.ResourceOptions | None = None):
@@ -119,16 +130,11 @@ class TrainingStorage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
 
         self.hf_secret_key = args.hf_secret_key
-        self.hf_secret_name = None
-        if args.hf_token is not None:
-            secret = k8s.core.v1.Secret(
-                f"{name}-hf-token",
-                metadata={"name": args.hf_secret_name, "namespace": self.namespace},
-                type="Opaque",
-                string_data={args.hf_secret_key: pulumi.Output.secret(args.hf_token)},
-                opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(
-                    additional_secret_outputs=["data", "stringData"])))
-            self.hf_secret_name = secret.metadata.name
+        self.hf_secret_name = self._secret(f"{name}-hf-token", args.hf_secret_name, args.hf_secret_key,
+                                           args.hf_token, k8s_opts)
+        self.wandb_secret_key = args.wandb_secret_key
+        self.wandb_secret_name = self._secret(f"{name}-wandb-key", args.wandb_secret_name,
+                                              args.wandb_secret_key, args.wandb_api_key, k8s_opts)
 
         pv = k8s.core.v1.PersistentVolume(
             f"{name}-pv",
@@ -162,4 +168,19 @@ class TrainingStorage(pulumi.ComponentResource):
         self.register_outputs({
             "bucket_name": self.bucket_name, "namespace": self.namespace, "ksa_name": self.ksa_name,
             "pvc_name": self.pvc_name, "hf_secret_name": self.hf_secret_name,
+            "wandb_secret_name": self.wandb_secret_name,
         })
+
+    def _secret(self, resource_name: str, secret_name: str, key: str, value: pulumi.Output[str] | None,
+                opts: pulumi.ResourceOptions) -> pulumi.Output[str] | None:
+        """An Opaque Secret holding one token (None without a token); pods read it via secretKeyRef."""
+        if value is None:
+            return None
+        secret = k8s.core.v1.Secret(
+            resource_name,
+            metadata={"name": secret_name, "namespace": self.namespace},
+            type="Opaque",
+            string_data={key: pulumi.Output.secret(value)},
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                additional_secret_outputs=["data", "stringData"])))
+        return secret.metadata.name

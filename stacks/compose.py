@@ -11,19 +11,22 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from catalog import gke
 from catalog.gcsfuse import WORKER_SIDECAR
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
-from catalog.paths import BucketPaths, bucket_paths
+from catalog.paths import BucketPaths, bucket_paths, gs_url
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
+from components.budget import ProjectBudget, ProjectBudgetArgs
 from components.cluster import CpuPool, GkeCluster, GkeClusterArgs
 from components.data_prep import DataPrep, DataPrepArgs
 from components.network import RdmaNetwork, RdmaNetworkArgs
 from components.network_mapping import NetworkMapping
+from components.node_identity import NodeServiceAccount
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, grpo, preflight
+from stacks import config, cost, grpo, keys, preflight, quotas
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -40,11 +43,16 @@ def program(allow_placeholder_project: bool = False) -> None:
     except config.ConfigError as err:
         # RunError prints the message alone: every problem, each naming its config key.
         raise pulumi.RunError(str(err)) from None
-    for key, value in build(cfg, hf_token=pulumi.Config().get_secret("hfToken")).items():
+    for warning in cfg.warnings:  # runs, but slower than it should (e.g. a KV cache too small for a batch)
+        pulumi.log.warn(warning)
+    secrets = pulumi.Config()
+    outputs = build(cfg, hf_token=secrets.get_secret("hfToken"), wandb_api_key=secrets.get_secret("wandbApiKey"))
+    for key, value in outputs.items():
         pulumi.export(key, value)
 
 
-def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[str, Any]:
+def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
+          wandb_api_key: pulumi.Output[str] | None = None) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     acc, cl, net = cfg.accelerator, cfg.cluster, cfg.network
     paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
@@ -55,24 +63,30 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
         primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
         gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu), opts=after_apis)
+    nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
     # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.
-    checks: list[pulumi.Output[list[preflight.Finding]]] = []
+    gke_version = _gke_version(cfg, apis)
+    checks: list[pulumi.Output[list[preflight.Finding]]] = [gke_version.apply(lambda v: v.findings)]
+    checks.append(quotas.check(cfg, apis))
     cluster = GkeCluster("gke", GkeClusterArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, name=cfg.name("gke"), autopilot=cl.autopilot,
         accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
-        min_version=preflight.gate(cl.min_version, checks),
+        min_version=preflight.gate(gke_version.apply(lambda v: v.version), checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
         cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max),
-        deletion_protection=cl.deletion_protection,
+        deletion_protection=cl.deletion_protection, node_service_account=nodes.email,
+        authorized_networks=cl.authorized_networks,
     ), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
 
     mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster)
     storage = TrainingStorage("storage", TrainingStorageArgs(
         project_id=cfg.project,
-        project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
+        project_number=gcp.organizations.get_project_output(
+            project_id=cfg.project, opts=pulumi.InvokeOutputOptions(depends_on=[apis])).number,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
+        wandb_api_key=wandb_api_key,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
 
     # CPU capacity and storage only: staging runs while the GPU pool is still scaling up. The node
@@ -91,11 +105,29 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
         paths=paths, capacity=cfg.capacity, cpu_pool_name=cluster.cpu_pool_name, gpu_pool_name=cluster.gpu_pool_name,
+        zone=cfg.zone if cl.autopilot else None,
+        # One budget for "the cluster is up": pulumi-kubernetes waits this long for the head, the
+        # job resource as long again for the GPUs.
+        ready_timeout_s=cfg.job.ready_timeout_s,
+        worker_secret_env=_worker_secret_env(storage),
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[mapping, storage, cluster]))
+
+    if cfg.budget is not None:
+        ProjectBudget("budget", ProjectBudgetArgs(
+            billing_account=cfg.budget.billing_account, project=cfg.project,
+            project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
+            monthly_amount=cfg.budget.monthly_amount, display_name=f"{cfg.name('budget')} {cfg.project}"[:60],
+        ), opts=after_apis)
+    price = cost.hourly(cfg)
+    pulumi.log.info(cost.render_hourly(price))
 
     outputs: dict[str, Any] = {
         "clusterName": cluster.name,
         "clusterMode": cl.mode,
+        "gkeVersion": _describe_version(gke_version, cfg),
+        "nodeServiceAccount": nodes.email.apply(
+            lambda e: e if isinstance(e, str) else f"{cfg.name('nodes')}@{cfg.project}.iam.gserviceaccount.com "
+                                                  "(created by this run)", run_with_unknowns=True),
         "accelerator": acc.key,
         "gpus": cfg.total_gpus,
         "kubeconfig": cluster.kubeconfig,
@@ -107,14 +139,64 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None) -> dict[
         "rdmaSubnets": network.rdma_subnets,
         "bucket": storage.bucket_name,
         "rayCluster": ray.name,
+        "hourlyPrice": cost.summary(price),
         "namespace": storage.namespace,
+        # Commands are plain commands (no `# ...`): they paste into a shell and run as `$(pulumi stack output X)`.
         "dashboardCommand": storage.namespace.apply(
             lambda ns: f"kubectl -n {ns} port-forward svc/{ray.head_service} {ray.dashboard_port}:"
-                       f"{ray.dashboard_port}   # then open http://localhost:{ray.dashboard_port}"),
+                       f"{ray.dashboard_port}"),
+        # TensorBoard reads gs:// through fsspec when gcsfs is installed (README "Watch, resume and stop").
+        "tensorboardCommand": storage.bucket_name.apply(
+            lambda b: f"tensorboard --logdir {gs_url(b, paths.tensorboard_dir)}"),
+        # What `python -m tools.watch` needs to reach the Ray dashboard as the job provider does: the
+        # API server's service proxy (no credential: the token is minted from the user's gcloud login).
+        "rayDashboardProxy": {"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
+                              "namespace": storage.namespace, "service": ray.head_service,
+                              "port": ray.dashboard_port},
+        "watchCommand": f"venv/bin/python -m tools.watch --stack {cfg.stack}",
     }
     if cfg.job.submit:
         outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
     return outputs
+
+
+def _gke_version(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[preflight.GkeVersion]:
+    """The channel lookup, run once the container API is on (ProjectApis may enable it in this very run).
+
+    It is an output-based invoke that depends on the APIs: on an empty project it is unknown at
+    preview (the gate then leaves the cluster's version unknown) and runs at `pulumi up` before the
+    cluster is registered. The location is the region: the cluster is regional, and a region may
+    offer other versions than its zones (data source docs).
+    """
+    cl = cfg.cluster
+    lookup = gcp.container.get_engine_versions_output(
+        location=cfg.region, project=cfg.project, version_prefix=gke.version_prefix(cl.gke_version),
+        opts=pulumi.InvokeOutputOptions(depends_on=[apis]))
+    return lookup.apply(lambda found: preflight.resolve_gke_version(
+        found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.region,
+        pin_key=keys.full("gkeVersion"), channel_key=keys.full("releaseChannel")))
+
+
+def _describe_version(version: pulumi.Output[preflight.GkeVersion], cfg: StackConfig) -> pulumi.Output[str]:
+    """The version and where it came from; at preview on an empty project, plainly that it is not known yet."""
+    channel = cfg.cluster.release_channel
+
+    def say(v: Any) -> str:
+        if isinstance(v, preflight.GkeVersion):
+            return f"{v.version} ({v.basis})" if v.version else f"refused: {'; '.join(map(str, v.findings))}"
+        text = (f"resolved at deploy time from the {channel} release channel in {cfg.region} (unknown at preview: "
+                "the lookup waits for the container API, which this run enables)")
+        pulumi.log.info(f"GKE version {text}")
+        return text
+
+    return version.apply(say, run_with_unknowns=True)
+
+
+def _worker_secret_env(storage: TrainingStorage) -> dict[str, tuple[pulumi.Output[str], str]]:
+    """W&B reads WANDB_API_KEY itself (wandb library; verl's tracking only calls wandb.init)."""
+    if storage.wandb_secret_name is None:
+        return {}
+    return {"WANDB_API_KEY": (storage.wandb_secret_name, storage.wandb_secret_key)}
 
 
 def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage: TrainingStorage,
@@ -133,8 +215,8 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
     ), opts=pulumi.ResourceOptions(depends_on=[ray, prep], aliases=[GRPO_JOB_ALIAS]))
-    logs = pulumi.Output.all(storage.namespace, job.job_id).apply(
-        lambda a: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {a[1]}"
-                  f"   # with the dashboard port-forward running (namespace {a[0]})")
+    # Needs dashboardCommand's port-forward running; the watch command needs none.
+    logs = job.job_id.apply(
+        lambda job_id: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {job_id}")
     return {"jobId": job.job_id, "jobStatus": job.status, "jobMessage": job.message,
             "jobDashboardUrl": job.dashboard_url, "jobLogsCommand": logs}

@@ -17,12 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import naming, storage_locations
+from catalog import gcsfuse, gke, naming, storage_locations
 from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
+from stacks import tuning
 from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
+from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
 
 __all__ = ["KEYS", "KEYS_BY_NAME", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
@@ -68,11 +71,16 @@ _BOUNDS: dict[str, tuple[int, str]] = {
     "grpoTotalEpochs": (1000, "passes over GSM8K; more is a typo"),
     "grpoSaveFreq": (1_000_000, "steps; more is a typo"),
     "grpoTestFreq": (1_000_000, "steps; more is a typo"),
+    "grpoMaxCheckpointsToKeep": (1000, "checkpoints; more is a typo"),
+    "grpoPpoMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
+    "grpoLogProbMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
+    "budgetMonthly": (10**9, "a monthly budget; more is a typo"),
 }
 MAXIMUM = {k: v[0] for k, v in _BOUNDS.items()}
 MAX_WHY = {k: v[1] for k, v in _BOUNDS.items()}
 # Names the program derives from namePrefix: each must pass the rule of the component that uses it.
-DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name"}
+DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name",
+                 "nodes": "node service account id"}
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,10 @@ class NetworkConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     mode: str
-    min_version: str
+    gke_version: str  # the user's pin: "" = the channel's newest, "1.33" = its newest 1.33 patch, or a full version
     release_channel: str
+    floors: tuple[Floor, ...]  # the accelerator's, the capacity type's and the GCS FUSE options'
+    authorized_networks: tuple[str, ...]  # control plane CIDRs; empty = any address
     cpu_machine_type: str
     cpu_nodes_min: int
     cpu_nodes_max: int
@@ -110,6 +120,12 @@ class JobSettings:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    billing_account: str
+    monthly_amount: int
+
+
+@dataclass(frozen=True)
 class StackConfig:
     stack: str
     project: str
@@ -126,11 +142,14 @@ class StackConfig:
     bucket_delete_on_destroy: bool
     model: str
     has_hf_token: bool
+    has_wandb_key: bool
     verl_version: str
     image: str
     ray_version: str
-    grpo: GrpoSettings
+    grpo: GrpoSettings  # every auto setting derived (stacks.tuning)
     job: JobSettings
+    budget: BudgetConfig | None = None  # billingAccount + budgetMonthly, both or neither
+    warnings: tuple[str, ...] = ()  # runs, but slower than it should (printed by the plan and `pulumi up`)
 
     @property
     def total_gpus(self) -> int:
@@ -256,6 +275,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     for field_name, why in capacity.problems():
         if field_name == "reservation":
             r.bad("reservation", capacity.reservation, why)
+    if acc_key in ACCELERATORS:
+        r.check("capacity", capacity.kind,
+                capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source))
     if capacity.reservation:
         r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
 
@@ -268,7 +290,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     r.check("namespace", namespace, naming.namespace(namespace))
 
     network = _network(r, acc, gpu_nodes)
-    cluster = _cluster(r, acc, mode)
+    cluster = _cluster(r, acc, mode, capacity)
 
     model = r.str("model")
     r.check("model", model, naming.model_id(model))
@@ -284,6 +306,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     ray_version = r.str("rayVersion")
     r.check("rayVersion", ray_version, naming.ray_version(ray_version))
 
+    budget = _budget(r)
     bucket_location = r.str("bucketLocation")
     if bucket_location:
         r.check("bucketLocation", bucket_location, storage_locations.bucket_location(bucket_location))
@@ -294,8 +317,20 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
+    warnings: list[str] = []
     if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
-        r.problems += preflight(grpo, nnodes=gpu_nodes, gpus_per_node=acc.gpus_per_node, model=model)
+        grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes)
+        r.problems += derive_problems
+        if not derive_problems:
+            shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
+            found = preflight(grpo, accelerator=acc, **shape)
+            r.problems += found
+            warnings = [] if found else grpo_warnings(grpo, accelerator=acc, **shape)
+    has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
+    if "wandb" in grpo.logger and not has_wandb_key:
+        # Without a key wandb.init fails in the TaskRunner, after every GPU has loaded the model.
+        r.bad("wandbApiKey", "<unset>", "grpoLogger has wandb: run `pulumi config set --secret "
+              "wandbApiKey <key>` (https://wandb.ai/authorize), or drop wandb from grpoLogger")
     job = JobSettings(
         submit=r.bool("submitJob"),
         ready_timeout_s=r.int("jobReadyTimeoutMinutes", minimum=1) * 60,
@@ -310,7 +345,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
-        verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job,
+        has_wandb_key=has_wandb_key,
+        verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
+        warnings=tuple(warnings),
     )
 
 
@@ -329,6 +366,21 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
     return problems
 
 
+def _budget(r: _Reader) -> BudgetConfig | None:
+    """The optional budget alert: both keys or neither."""
+    account = r.str("billingAccount")
+    amount = r.int("budgetMonthly", minimum=0)
+    if account:
+        r.check("billingAccount", account, naming.billing_account_id(account))
+        if amount < 1:
+            r.bad("budgetMonthly", amount, "must be a positive amount (in the billing account's currency) "
+                  "when billingAccount is set")
+    elif amount > 0:
+        r.bad("billingAccount", "<unset>", "must be set when budgetMonthly is set (the budget lives on the "
+              "billing account): run `pulumi config set billingAccount 012345-567890-ABCDEF`")
+    return BudgetConfig(account, amount) if account and amount > 0 else None
+
+
 def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
     """The names built from namePrefix must pass the rules of the components that use them."""
     bucket = f"{prefix}-data"
@@ -339,6 +391,8 @@ def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
         r.bad("namePrefix", prefix, f"the RayCluster name {prefix}-ray: {problem}")
     if problem := foreign_accelerator_in_name(f"{prefix}-ray", acc.key):
         r.bad("namePrefix", prefix, problem)
+    if problem := naming.service_account_id(f"{prefix}-nodes"):
+        r.bad("namePrefix", prefix, f"the node service account id {prefix}-nodes {problem}")
 
 
 def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
@@ -383,13 +437,18 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
     return NetworkConfig(primary, pods, services, gvnic, rdma, mtu)
 
 
-def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
-    version = r.str("gkeVersion") or acc.min_gke_version
-    parsed = naming.gke_version(version)
-    if parsed is None:
-        r.bad("gkeVersion", version, "must be a GKE version such as 1.32.2-gke.1422000")
-    elif parsed < naming.gke_version(acc.min_gke_version):
-        r.bad("gkeVersion", version, f"is below {acc.min_gke_version}, the minimum for {acc.key}")
+def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> ClusterConfig:
+    floors = acc.gke_floors + capacity.gke_floors + gcsfuse.gke_floors()
+    pin = r.str("gkeVersion")
+    if pin and (problem := naming.gke_version_pin(pin)):
+        r.bad("gkeVersion", pin, problem)
+    elif pin:
+        # A full pin meets every floor or fails here; a minor pin fails here when its whole minor is
+        # below a floor, and otherwise at deploy time if the channel's newest patch of it is (preflight).
+        short = gke.unmet(pin, floors) if gke.version_key(pin) else gke.unmet_by_minor(pin, floors)
+        if short:
+            r.bad("gkeVersion", pin, f"is below {short[0].version}, the floor for {short[0].needed_for} "
+                  f"({short[0].source}); unset it to take the release channel's newest version")
     channel = r.choice("releaseChannel", CHANNELS)
     machine = r.str("cpuMachineType")
     vcpus = naming.machine_vcpus(machine)
@@ -402,7 +461,24 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str) -> ClusterConfig:
     hi = r.int("cpuNodesMax", minimum=1)
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
-    return ClusterConfig(mode, version, channel, machine, lo, hi, r.bool("deletionProtection"))
+    return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
+                         r.bool("deletionProtection"))
+
+
+def _authorized_networks(r: _Reader) -> tuple[str, ...]:
+    """CIDRs for master_authorized_networks_config: IPv4 (the cluster is single-stack), no host bits."""
+    cidrs = r.list("masterAuthorizedNetworks")
+    for value in cidrs:
+        try:
+            net = ipaddress.ip_network(value, strict=True)
+        except ValueError as err:
+            r.bad("masterAuthorizedNetworks", value, f"must be an IPv4 CIDR such as 203.0.113.0/24 ({err})")
+            continue
+        if net.version != 4:
+            r.bad("masterAuthorizedNetworks", value, "must be an IPv4 CIDR: the cluster's endpoint is IPv4")
+    if len(set(cidrs)) != len(cidrs):
+        r.bad("masterAuthorizedNetworks", list(cidrs), "lists a CIDR twice")
+    return cidrs
 
 
 def _grpo(r: _Reader) -> GrpoSettings:
@@ -412,11 +488,11 @@ def _grpo(r: _Reader) -> GrpoSettings:
         max_prompt_length=r.int("grpoMaxPromptLength", minimum=1),
         max_response_length=r.int("grpoMaxResponseLength", minimum=1),
         learning_rate=r.float("grpoLearningRate", 0.0, 1.0, low_open=True),
-        ppo_mini_batch_size=r.int("grpoPpoMiniBatchSize", minimum=1),
+        ppo_mini_batch_size=r.int("grpoPpoMiniBatchSize", minimum=0),
         ppo_micro_batch_size_per_gpu=r.int("grpoPpoMicroBatchSizePerGpu", minimum=1),
         log_prob_micro_batch_size_per_gpu=r.int("grpoLogProbMicroBatchSizePerGpu", minimum=1),
         ref_log_prob_micro_batch_size_per_gpu=r.int("grpoRefLogProbMicroBatchSizePerGpu", minimum=1),
-        tensor_parallel_size=r.int("grpoTensorParallelSize", minimum=1),
+        tensor_parallel_size=r.int("grpoTensorParallelSize", minimum=0),
         gpu_memory_utilization=r.float("grpoGpuMemoryUtilization", 0.0, 1.0, low_open=True),
         rollout_engine=r.choice("grpoRolloutEngine", ("vllm", "sglang")),
         actor_strategy=r.choice("grpoActorStrategy", ("fsdp", "fsdp2")),
@@ -429,6 +505,13 @@ def _grpo(r: _Reader) -> GrpoSettings:
         val_before_train=r.bool("grpoValBeforeTrain"),
         logger=r.list("grpoLogger"),
         extra_overrides=r.list("grpoExtraOverrides"),
+        use_remove_padding=r.bool("grpoUseRemovePadding"),
+        use_dynamic_bsz=r.bool("grpoUseDynamicBsz"),
+        ppo_max_token_len_per_gpu=r.int("grpoPpoMaxTokenLenPerGpu", minimum=0),
+        log_prob_max_token_len_per_gpu=r.int("grpoLogProbMaxTokenLenPerGpu", minimum=0),
+        ref_param_offload={"auto": None, "true": True, "false": False}.get(
+            r.choice("grpoRefParamOffload", ("auto", "true", "false")).lower()),
+        max_checkpoints_to_keep=r.int("grpoMaxCheckpointsToKeep", minimum=1),
     )
 
 

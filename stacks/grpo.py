@@ -11,6 +11,7 @@ Key names come from stacks.keys; stacks.config calls `preflight` as part of its 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -21,7 +22,7 @@ from typing import Any
 from catalog.accelerators import Accelerator, nccl_env
 from catalog.models import model_spec, tp_choices
 from catalog.paths import BucketPaths
-from stacks import keys
+from stacks import keys, memory
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,13 @@ class GrpoSettings:
     val_before_train: bool
     logger: tuple[str, ...]
     extra_overrides: tuple[str, ...]
+    # verl's throughput settings (docs/perf/perf_tuning.rst); 0 / None = derived by stacks.tuning.
+    use_remove_padding: bool = True
+    use_dynamic_bsz: bool = True
+    ppo_max_token_len_per_gpu: int = 0
+    log_prob_max_token_len_per_gpu: int = 0
+    ref_param_offload: bool | None = None
+    max_checkpoints_to_keep: int = 2
 
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
@@ -57,6 +65,10 @@ LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console"
 # Rows in gsm8k train.parquet (REFERENCE.md). The loader drops the last partial batch, so a bigger
 # batch leaves it empty and RayPPOTrainer asserts "Train dataloader is empty!".
 GSM8K_TRAIN_ROWS = 7473
+# GSM8K mean lengths (issue #13: prompts ~100 tokens, responses ~270 of the 1024 padded). Used where a
+# micro-batch is counted in sequences (use_dynamic_bsz off) and by the step-time estimate (stacks.sizing).
+MEAN_PROMPT_TOKENS = 100
+MEAN_RESPONSE_TOKENS = 270
 # verl rollout defaults (trainer/config/rollout/rollout.yaml) that the length check depends on.
 ROLLOUT_MAX_NUM_BATCHED_TOKENS = 8192
 
@@ -83,6 +95,17 @@ _FROM_SETTINGS = {
     "trainer.test_freq": "test_freq",
     "trainer.val_before_train": "val_before_train",
     "trainer.logger": "logger",
+    # perf_tuning.rst "Remove padding": supported for qwen; GSM8K sequences are ~1/3 padding otherwise.
+    "actor_rollout_ref.model.use_remove_padding": "use_remove_padding",
+    # perf_tuning.rst "Dynamic bsz": micro-batches by tokens, for the update and both log-prob passes.
+    "actor_rollout_ref.actor.use_dynamic_bsz": "use_dynamic_bsz",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "use_dynamic_bsz",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "use_dynamic_bsz",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.fsdp_config.param_offload": "ref_param_offload",
+    "trainer.max_actor_ckpt_to_keep": "max_checkpoints_to_keep",
 }
 _FIXED = {
     "algorithm.adv_estimator": "grpo",
@@ -105,7 +128,8 @@ _SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 _MAX_TOKENS = "actor_rollout_ref.rollout.max_num_batched_tokens"
 _CHUNKED = "actor_rollout_ref.rollout.enable_chunked_prefill"
 _MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
-_REMOVE_PADDING = "actor_rollout_ref.model.use_remove_padding"
+_MAX_SEQS = "actor_rollout_ref.rollout.max_num_seqs"
+ROLLOUT_MAX_NUM_SEQS = 1024  # verl rollout.yaml default
 
 # Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
 _OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][\w-]*(?:[./@][\w-]+)*)"
@@ -126,8 +150,15 @@ def _field_key(field: str) -> str:
     return _key("grpo" + "".join(part.capitalize() for part in field.split("_")))
 
 
-def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -> list[str]:
-    """What verl rejects only on the running cluster; each names the key, value and what is allowed."""
+field_key = _field_key
+
+
+def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
+              accelerator: Accelerator | None = None) -> list[str]:
+    """What verl rejects only on the running cluster; each names the key, value and what is allowed.
+
+    With the accelerator, also what would run out of GPU memory (stacks.memory).
+    """
     problems: list[str] = []
 
     def bad(field: str, value: object, allowed: str) -> None:
@@ -143,7 +174,8 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
     before = len(problems)
     for field in ("train_batch_size", "rollout_n", "max_prompt_length", "max_response_length",
                   "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu",
-                  "ref_log_prob_micro_batch_size_per_gpu", "tensor_parallel_size", "total_epochs"):
+                  "ref_log_prob_micro_batch_size_per_gpu", "tensor_parallel_size", "total_epochs",
+                  "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "max_checkpoints_to_keep"):
         if getattr(g, field) < 1:
             bad(field, getattr(g, field), "must be an integer >= 1")
     if len(problems) > before:
@@ -169,9 +201,9 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
     if world % sp:
         problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} must divide {shape}")
         sp = 1
-    if sp > 1 and extras.get(_REMOVE_PADDING, "false").strip().lower() != "true":
+    if sp > 1 and not g.use_remove_padding:
         # verl/workers/config/actor.py FSDPActorConfig.validate.
-        problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} needs {_REMOVE_PADDING}=true")
+        problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} needs {_field_key('use_remove_padding')} = true")
     dp = world // sp
     mini = g.ppo_mini_batch_size * g.rollout_n
     if mini % dp:
@@ -194,7 +226,8 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
     if world % tp or gpus_per_node % tp:
         bad("tensor_parallel_size", tp,
             f"must divide the GPUs per node ({gpus_per_node}) and the total ({world})")
-    if (spec := model_spec(model)) and tp not in (choices := tp_choices(spec, gpus_per_node)) \
+    spec = model_spec(model)
+    if spec and tp not in (choices := tp_choices(spec, gpus_per_node)) \
             and not gpus_per_node % tp:
         bad("tensor_parallel_size", tp, f"vLLM cannot shard {model} ({spec.attention_heads} attention / "
             f"{spec.kv_heads} KV heads): use one of {', '.join(str(t) for t in choices)}")
@@ -209,14 +242,110 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str) -
             f"max_num_batched_tokens {limit}: shorten them or add {_MAX_TOKENS}=<n> to "
             f"{_key('grpoExtraOverrides')}")
 
+    # verl/utils/seqlen_balancing.py rearrange_micro_batches: one sequence must fit one micro-batch.
+    if g.use_dynamic_bsz:
+        for field in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
+            if getattr(g, field) < (seq := g.max_prompt_length + g.max_response_length):
+                bad(field, getattr(g, field), f"must hold one whole sequence: >= prompt + response = {seq} "
+                    f"tokens (perf_tuning.rst recommends >= {2 * seq}; 0 = derive)")
+
     if not 0 < g.gpu_memory_utilization <= 1:
         bad("gpu_memory_utilization", g.gpu_memory_utilization, "must be in (0, 1]")
+    elif spec is not None and accelerator is not None and not problems:
+        problems += _memory_problems(g, spec, accelerator, world, extras)
     if not g.logger:
         bad("logger", list(g.logger), "needs at least one of " + ", ".join(LOGGERS))
     for name in g.logger:
         if name not in LOGGERS:
             bad("logger", list(g.logger), f"{name!r} is not a verl logger; allowed: " + ", ".join(LOGGERS))
     return problems
+
+
+def sequence_tokens(g: GrpoSettings) -> int:
+    return g.max_prompt_length + g.max_response_length
+
+
+def tokens_per_sequence(g: GrpoSettings) -> int:
+    """Tokens a sequence occupies in a training pass: padded, or the dataset mean once unpadded."""
+    if g.use_remove_padding:
+        return min(MEAN_PROMPT_TOKENS, g.max_prompt_length) + min(MEAN_RESPONSE_TOKENS, g.max_response_length)
+    return sequence_tokens(g)
+
+
+def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.MemoryInputs:
+    """The memory model's view of the settings (every auto value already derived by stacks.tuning)."""
+    per_seq = tokens_per_sequence(g)
+    if g.use_dynamic_bsz:
+        train, logprob = g.ppo_max_token_len_per_gpu, g.log_prob_max_token_len_per_gpu
+    else:
+        train = g.ppo_micro_batch_size_per_gpu * per_seq
+        logprob = max(g.log_prob_micro_batch_size_per_gpu, g.ref_log_prob_micro_batch_size_per_gpu) * per_seq
+    return memory.MemoryInputs(
+        world=world, gpu_gib=acc.gpu_memory_gib, tp=g.tensor_parallel_size,
+        gpu_memory_utilization=g.gpu_memory_utilization, train_tokens=train, logprob_tokens=logprob,
+        ref_on_gpu=g.kl_loss_coef > 0 and not g.ref_param_offload,
+        rollout_sequences=g.train_batch_size * g.rollout_n, max_model_len=sequence_tokens(g))
+
+
+def memory_breakdown(g: GrpoSettings, spec, acc: Accelerator, world: int,
+                     extras: dict[str, str] | None = None) -> memory.MemoryBreakdown:
+    """The memory model for these settings (extra overrides may change vLLM's batch limits)."""
+    extras = extras if extras is not None else _parse_extras(g.extra_overrides)[0]
+    m = memory_inputs(g, acc, world)
+    m = dataclasses.replace(
+        m, max_num_batched_tokens=_extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, []),
+        max_num_seqs=_extra_int(extras, _MAX_SEQS, ROLLOUT_MAX_NUM_SEQS, []))
+    return memory.breakdown(spec, m)
+
+
+def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras: dict[str, str]) -> list[str]:
+    b = memory_breakdown(g, spec, acc, world, extras)
+    where = f"{acc.key}: {b.torch_budget:.1f} GiB per GPU for PyTorch"
+    extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
+    headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
+    problems = []
+    if not b.update_fits:
+        field = "ppo_max_token_len_per_gpu" if g.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"
+        problems.append(
+            f"{_field_key(field)} = {getattr(g, field)!r}: the actor update needs {b.update_peak:.1f} GiB per GPU"
+            f"{extra} ({headroom}: {b.update_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}: "
+            f"weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam {b.adam_state:.1f} + "
+            f"reference {b.ref_weights:.1f} + FSDP buffers {b.fsdp_gather:.1f} + activations "
+            f"{b.train_activations:.1f} + logits {b.train_logits:.1f}; lower it (0 = derive) or add {_key('gpuNodes')}")
+    if not b.logprob_fits:
+        field = "log_prob_max_token_len_per_gpu" if g.use_dynamic_bsz else "log_prob_micro_batch_size_per_gpu"
+        problems.append(
+            f"{_field_key(field)} = {getattr(g, field)!r}: the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
+            f"{extra} ({headroom}: {b.logprob_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}: logits "
+            f"{b.logprob_logits:.1f} + MLP {b.logprob_mlp:.1f} on top of the shards; lower it (0 = derive)")
+    if not b.rollout_fits:
+        ref = f" or set {_field_key('ref_param_offload')} = true" if b.ref_weights else ""
+        if b.kv_cache <= 0:
+            why = (f"vLLM's pool of {b.vllm_pool:.1f} GiB leaves no KV cache after its weights "
+                   f"{b.vllm_weights:.1f} and activations {b.vllm_activations:.1f}: raise it or "
+                   f"{_field_key('tensor_parallel_size')}")
+        else:
+            why = (f"the rollout needs {b.rollout_resident:.1f} GiB of resident actor state (weights + Adam"
+                   f"{' + reference' if b.ref_weights else ''}) + the vLLM pool {b.vllm_pool:.1f} + "
+                   f"{memory.NON_TORCH_GIB:.1f} outside PyTorch = "
+                   f"{b.rollout_resident + b.vllm_pool + memory.NON_TORCH_GIB:.1f} GiB of {b.gpu_gib:.1f} on "
+                   f"{acc.key}: lower it{ref}, or add {_key('gpuNodes')}")
+        problems.append(f"{_field_key('gpu_memory_utilization')} = {g.gpu_memory_utilization!r}: {why}")
+    return problems
+
+
+def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, accelerator: Accelerator) -> list[str]:
+    """What runs but slower than it should: the KV cache cannot hold one rollout batch."""
+    spec = model_spec(model)
+    if spec is None:
+        return []
+    b = memory_breakdown(g, spec, accelerator, nnodes * gpus_per_node)
+    if not b.rollout_fits or b.kv_holds_batch:
+        return []
+    return [f"{_field_key('gpu_memory_utilization')} = {g.gpu_memory_utilization!r}: each vLLM replica's KV cache "
+            f"holds {b.kv_tokens:,} tokens, less than its share of one rollout batch ({b.kv_tokens_needed:,} "
+            f"tokens): vLLM will preempt and recompute sequences. Raise it, shrink "
+            f"{_field_key('train_batch_size')} or {_field_key('rollout_n')}, or add {_key('gpuNodes')}"]
 
 
 def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
@@ -324,6 +453,9 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
         "HF_HOME": paths.hf_home,
         "PYTHONPATH": paths.verl_src,
         "PYTHONUNBUFFERED": "1",
+        # verl's tensorboard logger writes here (verl/utils/tracking.py); unset it would write
+        # inside the pod's working directory and vanish with the pod.
+        "TENSORBOARD_DIR": paths.tensorboard_dir,
     }
     return {"env_vars": env}
 

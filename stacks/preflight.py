@@ -11,11 +11,13 @@ cluster's gated inputs as unknown instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pulumi
+
+from catalog.gke import Floor, unmet, version_key
 
 T = TypeVar("T")
 
@@ -65,3 +67,65 @@ def gate(value: pulumi.Input[T], checks: Sequence[pulumi.Output[list[Finding]]])
 def _release(value: T, results: Sequence[list[Finding]]) -> T:
     verdict([f for result in results for f in result])
     return value
+
+
+# --- GKE version: resolved from the release channel, checked against the floors ------------------
+
+
+@dataclass(frozen=True)
+class GkeVersion:
+    """What the version lookup decided: the version to create the cluster at (None when refused)."""
+
+    version: str | None
+    findings: list[Finding]
+    basis: str  # where the version came from, for the plan and the log
+
+
+def resolve_gke_version(lookup: Any, *, channel: str, pin: str, floors: Sequence[Floor], location: str,
+                        pin_key: str, channel_key: str) -> GkeVersion:
+    """Pick the cluster's version from `gcp.container.get_engine_versions` (its result or a dict with the
+    same camelCase keys) and check it; every finding names the config key to change.
+
+    No pin: the channel's newest version (cluster-toolkit gke-cluster takes
+    release_channel_latest_version[channel] the same way). A minor pin ("1.33"): the lookup ran with
+    version_prefix "1.33.", so the channel's entry is its newest 1.33 patch. A full pin: used as given
+    when GKE still offers it and the channel reaches it.
+    """
+    latest = dict(_field(lookup, "release_channel_latest_version") or {})
+    valid = list(_field(lookup, "valid_master_versions") or [])
+    newest = latest.get(channel)
+    findings: list[Finding] = []
+    if pin and version_key(pin):
+        version, key, basis = pin, pin_key, f"pinned by gkeVersion; the {channel} channel offers up to {newest}"
+        if pin not in valid:
+            findings.append(Finding(pin_key, f"{pin} is not a version GKE offers in {location} now (it would "
+                                             f"answer 400 'Master version ... is unsupported'); offered: "
+                                             f"{', '.join(valid[:5]) or 'none'}{' ...' if len(valid) > 5 else ''}; "
+                                             "unset gkeVersion to take the channel's newest"))
+        elif newest and version_key(newest) and version_key(pin) > version_key(newest):
+            findings.append(Finding(pin_key, f"{pin} is newer than {newest}, the newest version of the {channel} "
+                                             f"channel in {location}: choose a faster {channel_key} or an older pin"))
+    else:
+        what = f"newest {pin} patch" if pin else "newest version"
+        version, key = newest, (pin_key if pin else channel_key)
+        basis = f"the {what} of the {channel} release channel in {location}"
+        if not newest:
+            findings.append(Finding(key, f"the {channel} release channel in {location} offers no "
+                                         f"{pin + '.x ' if pin else ''}version"
+                                         + (": unset gkeVersion or pin a minor the channel offers" if pin else "")))
+            return GkeVersion(None, findings, basis)
+    short = unmet(version, floors) if version_key(version) else []
+    if short:
+        f = short[0]
+        findings.append(Finding(key, f"the version found, {version} ({basis}), is below {f.version}, the floor "
+                                     f"for {f.needed_for} ({f.source}): choose a release channel that offers "
+                                     f"{f.version} or later (RAPID moves first) or pin gkeVersion to such a version"))
+    return GkeVersion(None if findings else version, findings, basis)
+
+
+def _field(lookup: Any, name: str) -> Any:
+    """A field of the invoke's result object, or of a plain dict keyed like the wire (camelCase)."""
+    if isinstance(lookup, Mapping):
+        head, *rest = name.split("_")
+        return lookup.get(head + "".join(p.title() for p in rest), lookup.get(name))
+    return getattr(lookup, name, None)

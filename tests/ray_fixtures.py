@@ -287,8 +287,12 @@ class ServiceProxy:
     """The part of a Kubernetes API server the provider uses: HTTPS, a bearer token, and
     `/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy/...` forwarded to one real Ray dashboard."""
 
-    def __init__(self, upstream: str, token: str, namespace: str = "ray", service: str = "rc-head-svc"):
+    def __init__(self, upstream: str, token: str, namespace: str = "ray", service: str = "rc-head-svc",
+                 objects: dict[str, dict] | None = None):
         self.upstream, self.token = upstream.rstrip("/"), token
+        # API paths (without the query) answered with recorded JSON, e.g. a namespace's PodList.
+        self.objects = objects or {}
+        self.seen_paths: list[str] = []
         self.prefix = f"/api/v1/namespaces/{namespace}/services/{service}:8265/proxy"
         self.namespace, self.service = namespace, service
         self.seen_auth: list[str] = []
@@ -363,6 +367,11 @@ class ServiceProxy:
                 body = self.rfile.read(length) if length else None
                 if auth != f"Bearer {proxy.token}":
                     return self._status(401, "Unauthorized", "Unauthorized")
+                proxy.seen_paths.append(self.path)
+                if self.command == "GET" and self.path.split("?", 1)[0] in proxy.objects:
+                    import json
+
+                    return self._reply(200, json.dumps(proxy.objects[self.path.split("?", 1)[0]]).encode())
                 if not self.path.startswith(proxy.prefix + "/"):
                     return self._status(404, "NotFound", f"services not found for {self.path}")
                 request = urllib.request.Request(

@@ -15,12 +15,13 @@ BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone"
 program = compose.program  # what __main__.py runs
 
 def run_config(overrides: dict[str, object] | None = None, stack: str = "test",
-               secret_keys: list[str] | None = None, result: mocking.Run | None = None) -> mocking.Run:
+               secret_keys: list[str] | None = None, result: mocking.Run | None = None,
+               quotas: dict[str, int | str] | None = None) -> mocking.Run:
     raw = dict(BASE)
     for key, value in (overrides or {}).items():
         full = key if ":" in key else f"{config.PROJECT}:{key}"
         raw[full] = value if isinstance(value, str) else plan.json.dumps(value)
-    return mocking.run(program, raw, stack, secret_keys, result=result)
+    return mocking.run(program, raw, stack, secret_keys, result=result, quotas=quotas)
 
 
 def run_stack_file(path: Path) -> mocking.Run:

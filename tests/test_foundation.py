@@ -11,7 +11,7 @@ from catalog.accelerators import ACCELERATORS, installer_url
 from catalog.versions import GIB_INSTALLER_REVISION
 from stacks import config
 from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
-from tools import mocking, schema
+from tools import engine_versions, mocking, schema
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -64,7 +64,10 @@ def test_modes_and_accelerators(mode, acc):
     assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
     assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": True}]
     assert cluster["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
-    assert cluster["minMasterVersion"] == a.min_gke_version
+    # The channel's newest version (the mocks answer like GKE), not a floor; later channel moves are ignored.
+    assert cluster["minMasterVersion"] == engine_versions.lookup(engine_versions.CURRENT)[
+        "releaseChannelLatestVersion"]["REGULAR"]
+    assert "minMasterVersion" in run.one(CLUSTER).ignore_changes
     assert cluster["deletionProtection"] is False
     assert cluster["location"] == "us-central1"
     installer = run.one("kubernetes:yaml/v2:ConfigFile").inputs["file"]
@@ -83,14 +86,17 @@ def test_modes_and_accelerators(mode, acc):
     gpu = run.one(POOL, "gke-gpu-pool").inputs
     node = gpu["nodeConfig"]
     assert node["machineType"] == a.machine_type
+    # h200: LATEST (R570) for the CUDA 12.8 image; DEFAULT is R550 on A3 Ultra (issue 10 item 7).
+    driver = {"b200": "DEFAULT", "h200": "LATEST"}[acc]
     assert node["guestAccelerators"] == [{"type": a.accelerator_type, "count": 8,
-                                          "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"}}]
+                                          "gpuDriverInstallationConfig": {"gpuDriverVersion": driver}}]
     assert node["spot"] is True
     assert node["gvnic"] == {"enabled": True}
     assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
     assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
     assert gpu["location"] == "us-central1" and gpu["nodeLocations"] == ["us-central1-b"]
-    assert gpu["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2}
+    assert gpu["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2, "locationPolicy": "ANY"}
+    assert gpu["management"] == {"autoRepair": True, "autoUpgrade": True}
     assert gpu["placementPolicy"] == {"type": "COMPACT"}
     extra = gpu["networkConfig"]["additionalNodeNetworkConfigs"]
     prefix = "verl"
@@ -122,7 +128,8 @@ def test_rdma_networks():
 
 
 @pytest.mark.parametrize("capacity,expect", [
-    ("on-demand", {"placement": {"type": "COMPACT"}, "spot": None}),
+    ("spot", {"placement": {"type": "COMPACT"}, "spot": True,
+              "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"}}),
     ("reservation", {"placement": None, "spot": None,
                      "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION",
                                              "key": "compute.googleapis.com/reservation-name",
@@ -166,8 +173,18 @@ BAD = [
     ({"gcp:zone": "europe-west4-b"}, "gcp:zone", "must be a zone in region"),
     ({"verl-gke:gpuNodes": "0"}, "verl-gke:gpuNodes", ">= 1"),
     ({"verl-gke:gpuNodes": "two"}, "verl-gke:gpuNodes", "integer"),
-    ({"verl-gke:gkeVersion": "1.31.4-gke.1183000"}, "verl-gke:gkeVersion", "minimum for b200"),
+    ({"verl-gke:gkeVersion": "1.32.2-gke.1422000"}, "verl-gke:gkeVersion", "below 1.32.2-gke.1475000, the floor"),
+    ({"verl-gke:gkeVersion": "1.31"}, "verl-gke:gkeVersion", "below 1.32.2-gke.1475000, the floor"),
+    ({"verl-gke:accelerator": "h200", "verl-gke:capacity": "flex-start", "verl-gke:gkeVersion": "1.32.2-gke.1500000"},
+     "verl-gke:gkeVersion", "floor for flex-start"),
     ({"verl-gke:gkeVersion": "latest"}, "verl-gke:gkeVersion", "GKE version"),
+    ({"verl-gke:masterAuthorizedNetworks": json.dumps(["10.0.0.1/24"])}, "verl-gke:masterAuthorizedNetworks",
+     "IPv4 CIDR"),
+    ({"verl-gke:masterAuthorizedNetworks": json.dumps(["2001:db8::/32"])}, "verl-gke:masterAuthorizedNetworks",
+     "endpoint is IPv4"),
+    ({"verl-gke:masterAuthorizedNetworks": "203.0.113.0/24"}, "verl-gke:masterAuthorizedNetworks", "list of strings"),
+    ({"verl-gke:masterAuthorizedNetworks": json.dumps(["203.0.113.0/24", "203.0.113.0/24"])},
+     "verl-gke:masterAuthorizedNetworks", "twice"),
     ({"verl-gke:gvnicCidr": "192.168.0.0/33"}, "verl-gke:gvnicCidr", "IPv4 CIDR"),
     ({"verl-gke:gvnicCidr": "192.168.0.1/24"}, "verl-gke:gvnicCidr", "IPv4 CIDR"),
     ({"verl-gke:gvnicCidr": "8.8.8.0/24"}, "verl-gke:gvnicCidr", "private"),
@@ -182,6 +199,9 @@ BAD = [
     ({"verl-gke:reservation": "my-res"}, "verl-gke:reservation", "spot VMs cannot consume reservations"),
     ({"verl-gke:capacity": "reservation"}, "verl-gke:reservation", "must name a Compute Engine reservation"),
     ({"verl-gke:capacity": "preemptible"}, "verl-gke:capacity", "spot, on-demand, reservation, flex-start"),
+    ({"verl-gke:capacity": "on-demand"}, "verl-gke:capacity", "a4-highgpu-8g is not offered as on-demand"),
+    ({"verl-gke:capacity": "on-demand", "verl-gke:accelerator": "h200"}, "verl-gke:capacity",
+     "use one of reservation, flex-start, spot (source: Google's consumption-option table"),
     ({"verl-gke:cpuMachineType": "c2-standard-8"}, "verl-gke:cpuMachineType", "Ray head requests 12"),
     ({"verl-gke:cpuMachineType": "c2standard16"}, "verl-gke:cpuMachineType", "machine type"),
     ({"verl-gke:cpuNodesMin": "3", "verl-gke:cpuNodesMax": "2"}, "verl-gke:cpuNodesMax", ">= cpuNodesMin"),

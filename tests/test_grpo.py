@@ -66,7 +66,7 @@ BAD = {
     "mini-not-integral": ({"rollout_n": 5, "ppo_mini_batch_size": 100}, 2, MODEL,
                           "grpoPpoMiniBatchSize", "500 must divide evenly over 16"),
     # 256 x 8 / 16 = 128 per GPU; 128 % 24 = 8.
-    "micro-not-dividing": ({"ppo_micro_batch_size_per_gpu": 24}, 2, MODEL,
+    "micro-not-dividing": ({"ppo_mini_batch_size": 256, "ppo_micro_batch_size_per_gpu": 24}, 2, MODEL,
                            "grpoPpoMicroBatchSizePerGpu", "per-GPU mini batch 128"),
     # 8 x 8 / 8 = 8 per GPU < 16.
     "micro-above-mini": ({"train_batch_size": 8, "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 16,
@@ -83,9 +83,10 @@ BAD = {
                               "must divide the GPUs per node (8) and the total (16)"),
     "tp-spanning-nodes": ({"tensor_parallel_size": 16}, 2, UNKNOWN_MODEL, "grpoTensorParallelSize",
                           "GPUs per node (8)"),
-    "tp-vs-heads-1.5b": ({}, 1, "Qwen/Qwen2.5-1.5B-Instruct", "grpoTensorParallelSize",
+    "tp-vs-heads-1.5b": ({"tensor_parallel_size": 8}, 1, "Qwen/Qwen2.5-1.5B-Instruct", "grpoTensorParallelSize",
                          "12 attention / 2 KV heads): use one of 1, 2, 4"),
-    "tp-vs-heads-7b": ({}, 2, "Qwen/Qwen2.5-7B", "grpoTensorParallelSize", "28 attention / 4 KV heads"),
+    "tp-vs-heads-7b": ({"tensor_parallel_size": 8}, 2, "Qwen/Qwen2.5-7B", "grpoTensorParallelSize",
+                       "28 attention / 4 KV heads"),
     "tp-vs-heads-0.5b": ({"tensor_parallel_size": 4}, 1, "Qwen/Qwen2.5-0.5B-Instruct",
                          "grpoTensorParallelSize", "use one of 1, 2"),
     "grpo-needs-a-group": ({"rollout_n": 1}, 2, MODEL, "grpoRolloutN", ">= 2"),
@@ -117,8 +118,16 @@ BAD = {
                     "grpoExtraOverrides", "set twice"),
     "extra-sp-not-dividing": (extra(ACTOR + "ulysses_sequence_parallel_size=3"), 2, MODEL,
                               "grpoExtraOverrides", "must divide"),
-    "extra-sp-without-rmpad": (extra(ACTOR + "ulysses_sequence_parallel_size=2"), 2, MODEL,
-                               "grpoExtraOverrides", "use_remove_padding=true"),
+    "extra-sp-without-rmpad": ({**extra(ACTOR + "ulysses_sequence_parallel_size=2"), "use_remove_padding": False},
+                               2, MODEL, "grpoExtraOverrides", "needs verl-gke:grpoUseRemovePadding = true"),
+    "extra-owns-remove-padding": (extra("actor_rollout_ref.model.use_remove_padding=false"), 2, MODEL,
+                                  "grpoExtraOverrides", "set verl-gke:grpoUseRemovePadding instead"),
+    # verl's seqlen_balancing needs every sequence (512 + 512 tokens) to fit one micro-batch.
+    "token-budget-below-sequence": ({"ppo_max_token_len_per_gpu": 1000}, 2, MODEL, "grpoPpoMaxTokenLenPerGpu",
+                                    "must hold one whole sequence: >= prompt + response = 1024"),
+    "log-prob-budget-below-sequence": ({"log_prob_max_token_len_per_gpu": 512}, 2, MODEL,
+                                       "grpoLogProbMaxTokenLenPerGpu", ">= prompt + response = 1024"),
+    "keep-no-checkpoint": ({"max_checkpoints_to_keep": 0}, 2, MODEL, "grpoMaxCheckpointsToKeep", ">= 1"),
     "extra-not-an-int": (extra(ROLLOUT + "max_num_batched_tokens=lots"), 2, MODEL, "grpoExtraOverrides",
                          "must be an integer"),
 }
@@ -145,7 +154,7 @@ def test_batch_and_tp_cases_are_the_only_problem(defaults, case):
 
 def test_all_problems_are_reported_at_once(defaults):
     g = dataclasses.replace(defaults, train_batch_size=255, ppo_mini_batch_size=128, logger=("nope",),
-                            extra_overrides=("trainer.nnodes=3",))
+                            extra_overrides=("trainer.nnodes=3",), tensor_parallel_size=8)
     problems = grpo.preflight(g, nnodes=2, gpus_per_node=8, model="Qwen/Qwen2.5-1.5B-Instruct")
     keys = [p.split(" ", 1)[0].rstrip(":").removeprefix("verl-gke:") for p in problems]
     assert keys == ["grpoExtraOverrides", "grpoTrainBatchSize", "grpoTensorParallelSize", "grpoLogger"]
@@ -159,12 +168,11 @@ def test_good_variants_pass(defaults):
         ({"tensor_parallel_size": 8}, 2, UNKNOWN_MODEL),
         ({"max_response_length": 8000,
           "extra_overrides": ("actor_rollout_ref.rollout.max_num_batched_tokens=16384",)}, 2, MODEL),
-        ({"extra_overrides": ("actor_rollout_ref.model.use_remove_padding=true", "+trainer.note=x",
+        ({"extra_overrides": ("actor_rollout_ref.rollout.enforce_eager=true", "+trainer.note=x",
                               "++trainer.balance_batch=true", "~trainer.critic_warmup")}, 2, MODEL),
         ({"logger": ("console", "tensorboard")}, 2, MODEL),
         # sp 2: 8 data-parallel ranks; 256 x 8 / 8 = 256 per rank, divisible by micro 16.
-        (extra(ACTOR + "ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=true"),
-         2, MODEL),
+        (extra(ACTOR + "ulysses_sequence_parallel_size=2"), 2, MODEL),
         ({"kl_loss_coef": 0.0}, 2, MODEL),
     ]
     for changes, nnodes, model in ok:
@@ -193,15 +201,32 @@ def test_overrides_fix_the_tutorial(defaults):
     assert ov["trainer.resume_mode"] == "auto"
     # Shape and names from the stack; logger a Hydra list.
     assert (ov["trainer.nnodes"], ov["trainer.n_gpus_per_node"]) == ("2", "8")
-    assert ov["trainer.logger"] == "[console]"
+    assert ov["trainer.logger"] == "[console,tensorboard]"
     assert (ov["trainer.project_name"], ov["trainer.experiment_name"]) == ("verl-gke", "b200")
     assert ov["actor_rollout_ref.rollout.name"] == "vllm"
-    assert ov["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "8"
     assert ov["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
     assert ov["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "4"
     assert ov["actor_rollout_ref.actor.strategy"] == "fsdp2"
     assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("10", "10", "2")
-    assert ov["trainer.val_before_train"] == "false"
+    assert ov["trainer.max_actor_ckpt_to_keep"] == "2"
+
+
+def test_overrides_apply_verls_throughput_settings(defaults):
+    """Issue #13's table: every recommendation of perf_tuning.rst and the GRPO examples is on by default."""
+    ov = overrides_map(grpo.overrides(defaults, stack="b200", nnodes=2, gpus_per_node=8, paths=paths_for()))
+    assert ov["actor_rollout_ref.model.use_remove_padding"] == "true"
+    for key in ("actor.use_dynamic_bsz", "rollout.log_prob_use_dynamic_bsz", "ref.log_prob_use_dynamic_bsz"):
+        assert ov["actor_rollout_ref." + key] == "true", key
+    train = int(ov["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"])
+    seq = 512 + 512
+    assert train >= 2 * seq and train % seq == 0 and 16384 <= train <= 32768  # perf_tuning.rst, issue #13
+    for key in ("rollout", "ref"):
+        assert train <= int(ov[f"actor_rollout_ref.{key}.log_prob_max_token_len_per_gpu"]) <= 2 * train
+    # 32B: 40 heads / 8 KV heads on 180 GB B200s: TP 2 holds the weights in half the vLLM pool.
+    assert ov["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
+    assert ov["actor_rollout_ref.actor.ppo_mini_batch_size"] == "64"  # 256 / 4: four updates per step
+    assert ov["actor_rollout_ref.ref.fsdp_config.param_offload"] == "true"  # 32B > 7B
+    assert ov["trainer.val_before_train"] == "true"
 
 
 def test_overrides_follow_shape_and_settings(defaults):

@@ -202,6 +202,11 @@ def test_bad_invocation(sandbox, capsys, argv, named):
     assert_refused(rc, text, named, tmp_path, registered)
 
 
+def test_every_count_has_an_upper_bound():
+    integers = {k.name for k in stack_config.KEYS if k.type == "integer"}
+    assert integers <= set(stack_config.MAXIMUM), integers - set(stack_config.MAXIMUM)
+
+
 def test_table_is_large_enough():
     assert len(BAD_FILES) + len(BAD_ARGS) + len(BAD_OUT) >= 60
 

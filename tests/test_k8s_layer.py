@@ -44,9 +44,10 @@ SECRET, SA = "kubernetes:core/v1:Secret", "kubernetes:core/v1:ServiceAccount"
 NS = "kubernetes:core/v1:Namespace"
 BUCKET, MEMBER = "gcp:storage/bucket:Bucket", "gcp:storage/bucketIAMMember:BucketIAMMember"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
+ZONE = "us-central1-b"
 ALL_MODES = [(acc, autopilot) for acc in ("b200", "h200") for autopilot in (True, False)]
 MODE_IDS = [f"{acc}-{'autopilot' if ap else 'standard'}" for acc, ap in ALL_MODES]
-# PYTHONPATH and HF_HOME spelled out here on purpose: stacks/paths.py must put them there.
+# PYTHONPATH and HF_HOME spelled out here on purpose: catalog/paths.py must put them there.
 BASE_ENV = {"PYTHONPATH": f"{MOUNT}/verl/{VERL}", "HF_HOME": f"{MOUNT}/huggingface_cache"}
 
 
@@ -97,6 +98,7 @@ def program(case: Case) -> None:
         autopilot=case.autopilot, capacity=Capacity(case.capacity, case.reservation),
         cpu_pool_name=pulumi.Output.from_input("cpu-pool") if standard else None,
         gpu_pool_name=pulumi.Output.from_input("gpu-pool") if standard else None,
+        zone=None if standard else ZONE,
         image="verlai/verl:vllm011.latest", ray_version="2.49.2", service_account=store.ksa_name,
         pvc_name=store.pvc_name, network_annotations=mapping.pod_annotations,
         paths=bucket_paths(case.stack, MODEL, VERL),
@@ -313,7 +315,7 @@ def test_ray_cluster_identity_and_outputs(acc, autopilot):
     r = mode(acc, autopilot)
     cr = r.one(RAY).inputs
     assert cr["apiVersion"] == "ray.io/v1"
-    assert cr["metadata"] == {"name": f"verl-{acc}-ray", "namespace": NAMESPACE}
+    assert {k: cr["metadata"][k] for k in ("name", "namespace")} == {"name": f"verl-{acc}-ray", "namespace": NAMESPACE}
     other = "h200" if acc == "b200" else "b200"
     assert other not in json.dumps(cr)
     assert cr["spec"]["rayVersion"] == "2.49.2"
@@ -349,7 +351,8 @@ def test_worker_requests_fit_the_node(acc, autopilot):
     (container,) = group["template"]["spec"]["containers"]
     req, lim = container["resources"]["requests"], container["resources"]["limits"]
     assert req == lim
-    assert req["cpu"] == str(a.worker_cpu) and req["memory"] == f"{a.worker_memory_gib}Gi"
+    cpu, memory_gib = a.worker_size(autopilot)
+    assert req["cpu"] == str(cpu) and req["memory"] == f"{memory_gib}Gi"
     assert req["nvidia.com/gpu"] == str(a.gpus_per_node) == "8"
     assert group["rayStartParams"] == {"num-cpus": req["cpu"]}
     assert (req["cpu"], req["memory"]) != ("220", "2800Gi")  # not the tutorial's fixed numbers
@@ -360,11 +363,11 @@ def test_worker_requests_fit_the_node(acc, autopilot):
     else:  # limits lifted; GKE's default requests remain
         assert annotations["gke-gcsfuse/ephemeral-storage-limit"] == "0"
         side_cpu, side_mem = 0.25, 0.25
-    assert a.worker_cpu + side_cpu <= a.allocatable_cpu
-    assert a.worker_memory_gib + side_mem <= a.allocatable_memory_gib
+    assert cpu + side_cpu <= a.allocatable_cpu
+    assert memory_gib + side_mem <= a.allocatable_memory_gib
     (shm,) = [v for v in group["template"]["spec"]["volumes"] if v["name"] == "shared-memory"]
     assert shm["emptyDir"]["medium"] == "Memory"
-    assert 64 <= quantity_gib(shm["emptyDir"]["sizeLimit"]) <= a.worker_memory_gib / 4
+    assert 64 <= quantity_gib(shm["emptyDir"]["sizeLimit"]) <= memory_gib / 4
 
 
 @pytest.mark.parametrize("acc,autopilot", ALL_MODES, ids=MODE_IDS)
@@ -384,12 +387,11 @@ def test_worker_env_volumes_and_tolerations(acc, autopilot):
     assert mounts["training-bucket"]["mountPath"] == MOUNT
     assert volumes["training-bucket"]["persistentVolumeClaim"] == {"claimName": "training-bucket-pvc"}
     host = {n: v["hostPath"]["path"] for n, v in volumes.items() if "hostPath" in v}
-    if autopilot:
-        assert host == {}
-    else:
-        assert host == {"nvidia": "/home/kubernetes/bin/nvidia", "gib": "/home/kubernetes/bin/gib"}
-        assert mounts["nvidia"] == {"name": "nvidia", "mountPath": NVIDIA_MOUNT, "readOnly": True}
-        assert mounts["gib"] == {"name": "gib", "mountPath": GIB_MOUNT, "readOnly": True}
+    # Both modes: NCCL_NET_PLUGIN lives in the gIB dir (issue 10 item 1).
+    assert host == {"nvidia": "/home/kubernetes/bin/nvidia", "gib": "/home/kubernetes/bin/gib"}
+    assert mounts["nvidia"] == {"name": "nvidia", "mountPath": NVIDIA_MOUNT, "readOnly": True}
+    assert mounts["gib"] == {"name": "gib", "mountPath": GIB_MOUNT, "readOnly": True}
+    assert env["NCCL_NET_PLUGIN"].startswith(GIB_MOUNT + "/")
     head = head_pod(mode(acc, autopilot))["spec"]
     assert {m["name"] for m in head["containers"][0]["volumeMounts"]} == {v["name"] for v in head["volumes"]}
 
@@ -420,7 +422,9 @@ def test_node_selectors(case, expected):
     if case.autopilot:
         a = ACCELERATORS[case.accelerator]
         expected = {"cloud.google.com/gke-accelerator": a.accelerator_type,
-                    "cloud.google.com/gke-accelerator-count": "8", **expected}
+                    "cloud.google.com/gke-accelerator-count": "8", "topology.kubernetes.io/zone": ZONE,
+                    **({"cloud.google.com/gke-gpu-driver-version": "latest"} if case.accelerator == "h200" else {}),
+                    **expected}
         assert head is None  # general-purpose, on-demand: never spot, never a GPU node
     else:
         assert head == {"cloud.google.com/gke-nodepool": "cpu-pool"}
@@ -486,6 +490,8 @@ def _ray_args(**changes: Any) -> rc.RayClusterArgs:
     ({"capacity": Capacity("spot", "my-res")}, "RayClusterArgs.capacity.reservation = 'my-res'"),
     ({"gpu_pool_name": None}, "RayClusterArgs.gpu_pool_name = 'None': is required on Standard"),
     ({"autopilot": True}, "RayClusterArgs.cpu_pool_name = 'cpu-pool': must be None on Autopilot"),
+    ({"autopilot": True, "cpu_pool_name": None, "gpu_pool_name": None},
+     "RayClusterArgs.zone = None: is required on Autopilot (the RoCE VPC's zone)"),
     ({"name": "b200-ray-cluster"}, "names accelerator b200 but the stack runs h200"),
     ({"name": "x" * 54}, "at most 53"),
     ({"gpu_nodes": 0}, "RayClusterArgs.gpu_nodes = 0"),

@@ -32,7 +32,7 @@ def test_plan_writes_files(b200):
     data = json.loads((out / "plan.json").read_text())
     assert data["project"] == "verl-gke" and data["stack"] == "b200"
     keys = {"urn", "type", "name", "custom", "parent", "dependsOn", "provider", "protect", "retainOnDelete",
-            "deletedWith", "aliases", "inputs"}
+            "deletedWith", "aliases", "ignoreChanges", "inputs"}
     assert all(set(r) == keys for r in data["resources"])
     types = {r["type"] for r in data["resources"]}
     assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network", "verl-gke:network:RdmaNetwork",
@@ -94,3 +94,28 @@ def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):
     assert "verl-gke:gpuNodes = 0" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_plan_shows_and_writes_the_memory_breakdown_and_sizing(b200):
+    out, proc = b200
+    data = json.loads((out / "plan.json").read_text())
+    mem, size = data["memory"], data["sizing"]
+    assert mem["fits"] is True and mem["gpu_gib"] > 0 and mem["kv_tokens"] > 0
+    assert mem["settings"]["tensor_parallel_size"] == 2
+    for key in ("total_steps", "gpu_hours", "est_step_seconds", "checkpoint_gb", "bucket_gb"):
+        assert size[key] > 0, key  # the names the storage and cost work read
+    assert data["warnings"] == []
+    assert "GPU memory per GPU" in proc.stdout and "Run sizing" in proc.stdout
+    assert "ESTIMATE" in proc.stdout and "GPU-hours" in proc.stdout
+
+
+def test_plan_refuses_a_run_that_does_not_fit_with_exit_2(tmp_path):
+    doc = yaml.safe_load((ROOT / "Pulumi.h200.yaml").read_text())
+    doc["config"]["verl-gke:grpoPpoMaxTokenLenPerGpu"] = 131072
+    bad = tmp_path / "Pulumi.big.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "never"
+    proc = plan(tmp_path, "--stack", "big", "--config", str(bad), "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "verl-gke:grpoPpoMaxTokenLenPerGpu = 131072: the actor update needs" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()

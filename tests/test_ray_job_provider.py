@@ -7,6 +7,7 @@ doubles, None dropped. RAY_ADDRESS points nowhere in every test: the provider mu
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -604,3 +605,70 @@ def test_provider_pickled_like_pulumi_runs_in_a_fresh_interpreter(head, provider
     assert run.returncode == 0, run.stderr
     outs = json.loads(run.stdout.splitlines()[-1])
     assert outs["status"] == "SUCCEEDED" and outs["job_id"] == created.id
+
+
+def test_provider_pickled_before_the_split_still_refreshes_and_deletes(head, provider):
+    """State written before components/ray_job.py was split holds the provider pickled by today's
+    module path (tests/data/ray_job_provider_v1.dill.b64, made by that code). `pulumi refresh` and
+    `pulumi destroy` unpickle it in a fresh process: it must still read and stop a running job."""
+    blob = (REPO / "tests" / "data" / "ray_job_provider_v1.dill.b64").read_text().strip()
+    assert b"components.ray_job" in base64.b64decode(blob)
+    created = provider.create(props(head.address, "oldstate", entrypoint="sleep 600"))
+    script = (
+        "import base64, dill, json, sys\n"
+        "from pulumi.runtime._serialization import _deserialize\n"
+        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
+        "outs = json.loads(sys.argv[3])\n"
+        "read = p.read(sys.argv[2], outs).outs\n"
+        "p.delete(sys.argv[2], read)\n"
+        "print(json.dumps({'read': read['status'], 'class': type(p).__module__}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["read"] in ("PENDING", "RUNNING")
+    assert result["class"] == "components.ray_job_provider"  # the shim resolved to the moved class
+    final = requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"]
+    assert final == "STOPPED"
+
+
+# ----------------------------------------------------------------------------- why GPUs are missing
+
+PODS = json.loads((REPO / "tests" / "data" / "k8s_pods_pending_worker.json").read_text())
+EVENTS = json.loads((REPO / "tests" / "data" / "k8s_events_pending_worker.json").read_text())
+PENDING = "rc-gpu-group-worker-9lw5d"
+
+
+def test_describe_pods_names_the_pending_worker_and_its_newest_events():
+    text = ray_client.describe_pods("rc", "ray", PODS["items"], EVENTS["items"])
+    assert text.startswith("Kubernetes: 1 of 3 Pods of RayCluster rc in ray are not running and ready:")
+    assert f"{PENDING} (worker): Pending, unscheduled (Unschedulable: 0/4 nodes are available: " in text
+    lines = text.splitlines()
+    events = [ln.strip() for ln in lines[lines.index(next(ln for ln in lines if PENDING in ln)) + 1:]]
+    assert events == [
+        "Normal TriggeredScaleUp: " + EVENTS["items"][2]["message"],
+        "Warning FailedScaleUp x3: " + EVENTS["items"][3]["message"],  # quota
+        "Warning FailedScaleUp x12: " + EVENTS["items"][4]["message"],  # stockout, newest last
+    ]
+    assert "rc-head-7xk2p" not in text and "some-other-pod" not in text
+    ready = [p for p in PODS["items"] if p["metadata"]["name"] != PENDING]
+    assert "all 2 Pods" in ray_client.describe_pods("rc", "ray", ready, EVENTS["items"])
+
+
+def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+    objects = {"/api/v1/namespaces/ray/pods": PODS, "/api/v1/namespaces/ray/events": EVENTS}
+    with ServiceProxy(head.address, "tok", objects=objects) as proxy:
+        with pytest.raises(RayJobError) as late:
+            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=2))
+        text = str(late.value)
+        assert "of 1000 GPUs" in text and PENDING in text and "GCE out of resources" in text
+        assert "/api/v1/namespaces/ray/pods?labelSelector=ray.io/cluster%3Drc" in proxy.seen_paths
+    # a plain address has no API server behind it: the message is the count alone
+    with pytest.raises(RayJobError) as plain:
+        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=2))
+    assert "Kubernetes" not in str(plain.value)

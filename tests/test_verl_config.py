@@ -146,7 +146,7 @@ def test_a_misspelled_key_fails(typo, verl_defaults):
 
 def test_extra_overrides_that_preflight_accepts_compose():
     stack, raw = next(iter(STACKS.items()))
-    extras = ["actor_rollout_ref.model.use_remove_padding=true", "+trainer.note=x", "~trainer.critic_warmup",
+    extras = ["actor_rollout_ref.rollout.enforce_eager=true", "+trainer.note=x", "~trainer.critic_warmup",
               "actor_rollout_ref.rollout.max_num_batched_tokens=16384"]
     j = Job(stack, {**raw, "verl-gke:grpoExtraOverrides": json.dumps(extras)})
     assert grpo.preflight(j.cfg.grpo, model=j.cfg.model, **j.shape) == []
@@ -174,3 +174,16 @@ def test_verl_validate_config(job, composed):
 
     validate_config(composed, use_reference_policy=bool(job.recipe["actor_rollout_ref.actor.use_kl_loss"]),
                     use_critic=False)
+
+
+def test_memory_model_assumptions_are_verls(verl_defaults):
+    """stacks.memory sizes fp32 actor and reference shards and vLLM's default batch limits from verl's config."""
+    rollout = verl_defaults.actor_rollout_ref.rollout
+    assert rollout.max_num_batched_tokens == grpo.ROLLOUT_MAX_NUM_BATCHED_TOKENS
+    assert rollout.max_num_seqs == grpo.ROLLOUT_MAX_NUM_SEQS
+    assert rollout.free_cache_engine is True  # vLLM sleeps (weights and KV freed) during training
+    for role in ("actor", "ref"):
+        assert verl_defaults.actor_rollout_ref[role].fsdp_config.model_dtype == "fp32", role
+    # Gradient checkpointing is on (the calibration measured with it) and the optimizer state is saved.
+    assert verl_defaults.actor_rollout_ref.model.enable_gradient_checkpointing is True
+    assert "optimizer" in verl_defaults.actor_rollout_ref.actor.checkpoint.save_contents

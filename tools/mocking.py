@@ -23,6 +23,8 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from tools import engine_versions
+
 SECRET = "[secret]"
 UNKNOWN = "[unknown]"
 _SIG = "4dabf18193072939515e22adb298388d"
@@ -83,9 +85,17 @@ class Registration:
     protect: bool
     retain_on_delete: bool
     deleted_with: str
+    ignore_changes: list[str]
     aliases: list[str]  # the type/name/parent a resource was known under before (aliasSpecs, as given)
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
+
+
+@dataclass
+class Invoke:
+    token: str
+    args: dict[str, Any]
+    after: int  # how many resources were registered before it ran
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Run:
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
+    invokes: list[Invoke] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -112,6 +123,11 @@ class RecordingMonitor(pmocks.MockMonitor):
         super().__init__(mocks)
         self.run = run
 
+    def Invoke(self, request):  # noqa: N802 - gRPC method name
+        args = json_format.MessageToDict(request.args)
+        self.run.invokes.append(Invoke(request.tok, args, len(self.run.resources)))
+        return super().Invoke(request)
+
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
@@ -129,6 +145,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             protect=bool(request.protect),
             retain_on_delete=bool(request.retainOnDelete),
             deleted_with=request.deletedWith,
+            ignore_changes=list(request.ignoreChanges),
             aliases=[json.dumps(json_format.MessageToDict(a), sort_keys=True) for a in request.aliases],
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
@@ -136,11 +153,56 @@ class RecordingMonitor(pmocks.MockMonitor):
         return response
 
 
-class ProgramMocks(pmocks.Mocks):
-    """Plausible computed outputs per resource type, so every apply in the program runs."""
+GET_QUOTA_INFO = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
+# A project that was granted GPU quota, in Cloud Quotas' QuotaInfo shape (pulumi-gcp
+# GetSQuotaInfoResult wire names): quota_id -> [(dimensions, value or None = omitted, locations)].
+# Omitted `details` is how the API reports 0 (proto3 JSON drops a zero int64; live dumps show
+# `"details": {}` for families without a grant); the catch-all info carries no dimension key.
+_REGIONS = ["us-central1", "us-east4", "europe-west1", "europe-west4"]
+MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
+    "GPUS-PER-GPU-FAMILY-per-project-region": [
+        ({"gpu_family": "NVIDIA_B200"}, 16, _REGIONS), ({"gpu_family": "NVIDIA_H200"}, 16, _REGIONS),
+        ({}, None, _REGIONS)],
+    "PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region": [({}, 64, _REGIONS)],
+    "PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region": [({}, 64, _REGIONS)],
+    "NVIDIA-L4-GPUS-per-project-region": [({}, 16, _REGIONS)],
+    "PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region": [({}, 16, _REGIONS)],
+    "GPUS-ALL-REGIONS-per-project": [({}, 32, ["global"])],
+    "CPUS-PER-VM-FAMILY-per-project-region": [({"vm_family": "C2"}, 200, _REGIONS), ({}, 24, _REGIONS)],
+    "CPUS-ALL-REGIONS-per-project": [({}, 500, ["global"])],
+}
 
-    def __init__(self, project: str):
+
+def quota_info(project: str, quota_id: str, infos: list[tuple[dict, int | None, list[str]]]) -> dict:
+    dims = sorted({k for d, _, _ in infos for k in d} | ({"region"} if "region" in quota_id else set()))
+    return {
+        "name": f"projects/{project}/locations/global/services/compute.googleapis.com/quotaInfos/{quota_id}",
+        "quotaId": quota_id, "service": "compute.googleapis.com", "containerType": "PROJECT",
+        "metric": "compute.googleapis.com/" + quota_id.split("-per-")[0].lower().replace("-", "_"),
+        "dimensions": dims, "isPrecise": True, "isFixed": False, "isConcurrent": False, "metricUnit": "1",
+        "dimensionsInfos": [{"dimensions": d, "details": [] if v is None else [{"value": str(v)}],
+                             "applicableLocations": locs} for d, v, locs in infos],
+    }
+
+
+class ProgramMocks(pmocks.Mocks):
+    """Plausible computed outputs per resource type, so every apply in the program runs.
+
+    `server_config` is what GKE's getServerConfig answers (tools.engine_versions). At preview
+    (`preview=True`) a resource is being created, so its id is unknown as the engine reports it,
+    unless its type is in `existing` (already in the stack's state, e.g. APIs enabled by an earlier run).
+    `quotas` overrides quota values: quota_id -> an int (that value everywhere, every dimension;
+    0 is sent as an omitted value, as the API does) or a str (the read fails with that reason,
+    e.g. a permission error).
+    """
+
+    def __init__(self, project: str, server_config: dict[str, Any] | None = None, preview: bool = False,
+                 existing: frozenset[str] = frozenset(), quotas: dict[str, int | str] | None = None):
         self.project = project
+        self.server_config = engine_versions.CURRENT if server_config is None else server_config
+        self.preview = preview
+        self.existing = existing
+        self.quotas = dict(quotas or {})
 
     def new_resource(self, args: pmocks.MockResourceArgs) -> tuple[str, dict]:
         inputs = dict(args.inputs)
@@ -158,6 +220,9 @@ class ProgramMocks(pmocks.Mocks):
         elif t == "gcp:container/cluster:Cluster":
             state.update(endpoint=MOCK_ENDPOINT, masterAuth={"clusterCaCertificate": MOCK_CA},
                          selfLink=f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}")
+        elif t == "gcp:serviceaccount/account:Account":
+            state.update(email=f"{inputs['accountId']}@{project}.iam.gserviceaccount.com",
+                         member=f"serviceAccount:{inputs['accountId']}@{project}.iam.gserviceaccount.com")
         elif t == "gcp:storage/bucket:Bucket":
             state["url"] = f"gs://{name}"
         elif t == "random:index/randomId:RandomId":
@@ -168,32 +233,54 @@ class ProgramMocks(pmocks.Mocks):
             meta.setdefault("name", f"{args.name}-mock")
             state["metadata"] = meta
         elif t.startswith("pulumi-python:dynamic"):
-            state.update(job_id=inputs.get("submission_id"), status="PENDING", message="", attempt=1,
-                         dashboard_url=inputs.get("address") or "")
-        return f"{args.name}-id", state
+            # What only the provider's create can know (which attempt, its status) is unknown in a
+            # plan, as in `pulumi preview`: shown as UNKNOWN, never as a made-up value.
+            state.update(job_id=UNKNOWN, status=UNKNOWN, message=UNKNOWN, attempt=UNKNOWN,
+                         dashboard_url=UNKNOWN)
+        being_created = self.preview and t not in self.existing
+        return ("" if being_created else f"{args.name}-id"), state
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list | None]:
         if args.token == "gcp:organizations/getProject:getProject":
             pid = args.args.get("projectId") or self.project
             return {"projectId": pid, "number": MOCK_PROJECT_NUMBER, "name": pid}, []
+        if args.token == "gcp:container/getEngineVersions:getEngineVersions":
+            found = engine_versions.lookup(self.server_config, args.args.get("versionPrefix"))
+            return {**found, "location": args.args.get("location"), "project": args.args.get("project"),
+                    "id": f"{args.args.get('location')}-versions"}, []
         if args.token == "gcp:organizations/getClientConfig:getClientConfig":
             return {"project": self.project, "accessToken": "mock-token"}, []
+        if args.token == GET_QUOTA_INFO:
+            quota_id = args.args.get("quotaId", "")
+            override = self.quotas.get(quota_id)
+            if isinstance(override, str):
+                return {}, [("parent", override)]
+            if override is not None:
+                infos = [({}, override or None, ["global"] if "ALL-REGIONS" in quota_id else _REGIONS)]
+            elif quota_id in MOCK_QUOTAS:
+                infos = MOCK_QUOTAS[quota_id]
+            else:
+                return {}, [("quotaId", f"quota {quota_id} not found for service compute.googleapis.com")]
+            return quota_info(self.project, quota_id, infos), []
         return dict(args.args), []
 
 
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
-        project: str = "verl-gke", result: Run | None = None) -> Run:
+        project: str = "verl-gke", result: Run | None = None, server_config: dict[str, Any] | None = None,
+        preview: bool = False, existing: frozenset[str] = frozenset(),
+        quotas: dict[str, int | str] | None = None) -> Run:
     """Run `program` once under fresh mocks with `config`; return what it registered and exported.
 
-    Pass `result` to see what was registered even when the program raises.
+    Pass `result` to see what was registered even when the program raises. `preview=True` runs it as
+    `pulumi preview` on a project where only the resource types in `existing` are already in state.
     """
     result = result if result is not None else Run()
     gcp_project = config.get("gcp:project", "mock-project")
     set_all_config(dict(config), list(secret_keys or []))
     psettings.ROOT.set(None)
-    mocks = ProgramMocks(gcp_project)
+    mocks = ProgramMocks(gcp_project, server_config, preview, existing, quotas)
     monitor = RecordingMonitor(mocks, result)
-    pmocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pmocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
     _sync_await(run_pulumi_func(program))

@@ -1,12 +1,19 @@
 """Offline plan: what a stack would create, with no credentials, Pulumi CLI or network.
 
-    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR]
+    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR] [--preview]
 
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
-its inputs, secrets replaced by "[secret]"), DIR/manifests/*.yaml (the Kubernetes objects)
-and DIR/graph.mmd (components and their dependencies). The stack file is read as the Pulumi CLI
-reads it (tools.stack_file). A bad stack name, stack file, config or output folder: exit 2 with
-the key or argument named, nothing written. The plan only clears a folder holding its own marker.
+its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
+run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
+"warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
+their dependencies), then prints the stack's hourly price by resource class and the estimated
+cost of the configured run (from the sizing).
+The stack file is read as the Pulumi CLI reads it (tools.stack_file). A bad stack name, stack
+file, config (a run that would not fit in GPU memory included) or output folder: exit 2 with the
+key or argument named, nothing written. The plan only clears a folder holding its own marker.
+The mocks answer the GKE version lookup with sample channel data (tools.engine_versions); with
+--preview the plan is `pulumi preview` on an empty project, where that lookup waits for the APIs
+this run enables, so the version shows as resolved at deploy time.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ MARKER = ".verl-gke-plan"  # the plan only ever clears a folder that holds this 
 MARKER_TEXT = "Written by `python -m tools.plan`; its next run into this folder replaces the content.\n"
 # Inputs worth a glance in the printed tree.
 _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfile", "machineType",
-              "enableAutopilot", "nodeLocations", "kind", "file", "entrypoint")
+              "enableAutopilot", "nodeLocations", "minMasterVersion", "accountId", "role", "kind", "file",
+              "entrypoint")
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -56,14 +64,14 @@ def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
     return raw, secret_keys
 
 
-def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
+def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview: bool = False) -> dict[str, Any]:
     from stacks.compose import program
     from tools import mocking
 
     # The gate first: bad config exits 2 before the program (and the mocks) ever start.
-    stack_config.load(raw, stack, allow_placeholder_project=True)
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
     run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
-                      project=stack_config.PROJECT)
+                      project=stack_config.PROJECT, preview=preview)
     resources = []
     for r in sorted(run.resources, key=lambda r: r.urn):  # registration order is async: sort for stable diffs
         depends = list(dict.fromkeys(r.depends_on + [u for urns in r.property_dependencies.values() for u in urns]))
@@ -71,12 +79,67 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str]) -> dict[
             "urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "parent": r.parent,
             "dependsOn": depends, "provider": r.provider, "protect": r.protect,
             "retainOnDelete": r.retain_on_delete, "deletedWith": r.deleted_with, "aliases": r.aliases,
-            "inputs": r.inputs,
+            "ignoreChanges": r.ignore_changes, "inputs": r.inputs,
         })
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
-    plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs}
+    plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs,
+            **run_figures(cfg)}
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
     return scrub(plan, [raw[k] for k in secret_keys if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+
+
+def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
+    """The GRPO run's memory breakdown (stacks.memory) and sizing (stacks.sizing); empty for an
+    uncatalogued model."""
+    from catalog.models import model_spec
+    from stacks import grpo, sizing
+
+    spec = model_spec(cfg.model)
+    if spec is None:
+        return {"memory": None, "sizing": None, "warnings": list(cfg.warnings)}
+    g = cfg.grpo
+    mem = grpo.memory_breakdown(g, spec, cfg.accelerator, cfg.total_gpus).as_dict()
+    mem["settings"] = {"tensor_parallel_size": g.tensor_parallel_size, "ppo_max_token_len_per_gpu":
+                       g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
+                       "use_dynamic_bsz": g.use_dynamic_bsz, "ref_param_offload": g.ref_param_offload,
+                       "gpu_memory_utilization": g.gpu_memory_utilization}
+    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "warnings": list(cfg.warnings)}
+
+
+def report(plan: dict[str, Any]) -> str:
+    """The memory breakdown and the sizing, as printed under the tree."""
+    m, z = plan.get("memory"), plan.get("sizing")
+    if not m or not z:
+        return "memory / sizing: the model is not in catalog/models.py"
+    st = m["settings"]
+    ext = "  [extrapolated beyond the 7B calibration]" if m["extrapolated"] else ""
+    lines = [
+        f"GPU memory per GPU (GiB of {m['gpu_gib']}; {m['torch_budget']} for PyTorch){ext}",
+        f"  shards      weights {m['actor_weights']}  grads {m['actor_grads']}  Adam {m['adam_state']}  "
+        f"optimizer step {m['optimizer_step']}  reference {m['ref_weights']}"
+        f"{' (offloaded)' if st['ref_param_offload'] else ''}  FSDP buffers {m['fsdp_gather']}",
+        f"  update      {m['update_peak']} peak at {st['ppo_max_token_len_per_gpu']} tokens: activations "
+        f"{m['train_activations']} + logits {m['train_logits']}  {'fits' if m['update_fits'] else 'DOES NOT FIT'}",
+        f"  log-prob    {m['logprob_peak']} peak at {st['log_prob_max_token_len_per_gpu']} tokens: logits "
+        f"{m['logprob_logits']} + MLP {m['logprob_mlp']}  {'fits' if m['logprob_fits'] else 'DOES NOT FIT'}",
+        f"  rollout     resident {m['rollout_resident']} + vLLM pool {m['vllm_pool']} "
+        f"(gpu_memory_utilization {st['gpu_memory_utilization']}, TP {st['tensor_parallel_size']}): weights "
+        f"{m['vllm_weights']} + activations {m['vllm_activations']} + KV cache {m['kv_cache']}  "
+        f"{'fits' if m['rollout_fits'] else 'DOES NOT FIT'}",
+        f"  KV cache    {m['kv_tokens']:,} tokens per replica ({m['kv_bytes_per_token']:,} B/token/GPU) for "
+        f"{m['kv_tokens_needed']:,} needed  {'holds the batch' if m['kv_holds_batch'] else 'TOO SMALL: preemption'}",
+        "Run sizing",
+        f"  steps       {z['steps_per_epoch']} per epoch x {z['total_epochs']} = {z['total_steps']} "
+        f"({z['updates_per_step']} updates each); {z['rollout_sequences_per_step']} sequences, "
+        f"~{z['rollout_tokens_per_step']:,} tokens per step (max {z['rollout_tokens_per_step_max']:,})",
+        f"  checkpoints {z['checkpoint_gb']} GB each, {z['checkpoints_saved']} saved, {z['checkpoints_kept']} kept; "
+        f"bucket {z['bucket_gb']} GB (model {z['model_gb']})",
+        f"  ESTIMATE    {z['est_step_seconds']} s per step {z['est_step_breakdown']}",
+        f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; run "
+        f"{z['est_run_hours']} h on {z['gpus']} GPUs = {z['gpu_hours']} GPU-hours",
+    ]
+    lines += [f"warning: {w}" for w in plan.get("warnings") or []]
+    return "\n".join(lines)
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
@@ -143,6 +206,10 @@ def tree(plan: dict[str, Any]) -> str:
     for r in plan["resources"]:
         children.setdefault(r["parent"] if r["parent"] in urns else "", []).append(r)
     lines = [f"{plan['project']} / {plan['stack']}: {len(plan['resources'])} resources"]
+    outputs = plan["outputs"]
+    for label, key in (("GKE version", "gkeVersion"), ("node service account", "nodeServiceAccount")):
+        if key in outputs:
+            lines.append(f"{label}: {outputs[key] if outputs[key] is not None else '[unknown]'}")
 
     def walk(parent: str, depth: int) -> None:
         for r in sorted(children.get(parent, []), key=lambda r: r["name"]):
@@ -213,6 +280,33 @@ def _ours(out: Path) -> bool:
     return marker.is_file() and not marker.is_symlink()
 
 
+def run_sizing_function():
+    """The recipe's sizing (stacks.sizing.run_sizing: GPU-hours, bucket GB) once it exists, else None."""
+    try:
+        from stacks.sizing import run_sizing
+    except ImportError:
+        return None
+    return run_sizing
+
+
+def price_report(stack: str, raw: dict[str, str]) -> str:
+    """The hourly price table and, when the sizing is importable, the run estimate."""
+    from stacks import cost
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    table = cost.hourly(cfg)
+    lines = [cost.render_hourly(table)]
+    sizing = run_sizing_function()
+    if sizing is None:
+        lines.append("estimated run cost: not available (needs stacks.sizing for the run's GPU-hours and "
+                     "bucket usage)")
+    else:
+        s = sizing(cfg)
+        estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
+        lines.append(cost.render_run(estimate, s.gpu_hours, s.bucket_gb))
+    return "\n".join(lines)
+
+
 def write(plan: dict[str, Any], out: Path) -> None:
     """Write the plan into `out` (checked by check_out): clear what an earlier plan wrote, then write."""
     check_out(out)
@@ -242,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path,
                         help="output folder: new, empty or an earlier plan's (default: build/plan/<stack>)")
     parser.add_argument("--quiet", action="store_true", help="do not print the tree")
+    parser.add_argument("--preview", action="store_true",
+                        help="plan as `pulumi preview` on an empty project (lookups not yet possible stay unknown)")
     args = parser.parse_args(argv)
     try:
         check_stack_name(args.stack)
@@ -251,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or default_out(args.stack)
         check_out(out)
         raw, secret_keys = read_stack_file(path)
-        plan = build_plan(args.stack, raw, secret_keys)
+        plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
         write(plan, out)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -267,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print(tree(plan))
+        print(report(plan))
+    print(price_report(args.stack, raw))
+    for warning in plan.get("warnings") or []:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
     return 0
 

@@ -1,0 +1,120 @@
+"""Quota preflight (stage 2): the project's Compute Engine quotas against what the stack asks for.
+
+`needs(cfg)` (pure) lists every quota that governs the stack with the amount it needs;
+`findings(needs, infos)` (pure) compares them with what Cloud Quotas reported; `check(cfg, apis)`
+reads the quotas once the APIs are enabled and returns the findings for `preflight.gate`.
+
+Why not `gcp.cloudquota.get_s_quota_info_output`: a failed output-form invoke (no permission on
+Cloud Quotas) rejects an Output that the SDK tracks until the program exits, and pulumi's
+`wait_for_rpcs` re-raises it there (pulumi/runtime/stack.py), so the whole update would crash even
+if nothing used the result. The same invoke awaited inside an apply can be caught and turned into a
+warning. The apply runs only once every ProjectApis service has an id, i.e. is enabled; at preview
+on an empty project those ids are unknown and the check resolves unknown (gate() then shows the
+cluster's gated inputs as unknown).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from catalog import naming, quotas
+from catalog.quotas import QuotaRef
+from components.apis import ProjectApis
+from stacks.config import StackConfig
+from stacks.preflight import Finding
+
+# The SDK's own token for gcp.cloudquota.get_s_quota_info (pulumi_gcp/cloudquota/get_s_quota_info.py).
+GET_QUOTA_INFO = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
+# quotaInfos.get needs cloudquotas.quotas.get (Cloud Quotas REST reference); "To view quotas: Quota
+# Viewer (roles/servicemanagement.quotaViewer)" (https://docs.cloud.google.com/docs/quotas/view-manage).
+READ_ROLE = "roles/servicemanagement.quotaViewer"
+
+
+@dataclass(frozen=True)
+class QuotaNeed:
+    ref: QuotaRef
+    needed: int
+    key: str  # the config key that changes the need
+    why: str
+
+
+def needs(cfg: StackConfig) -> list[QuotaNeed]:
+    """Every quota the stack draws on, with the amount the stack can ask for at most."""
+    acc, kind = cfg.accelerator, cfg.capacity.kind
+    gpus = cfg.total_gpus
+    shape = f"{cfg.gpu_nodes} GPU nodes x {acc.gpus_per_node} {acc.accelerator_type}"
+    found: list[QuotaNeed] = []
+    regional = quotas.gpu_quota(acc.accelerator_type, kind)
+    if regional is not None:
+        pool = quotas.POOL[kind]
+        found.append(QuotaNeed(regional, gpus, "gpuNodes", f"{shape}, capacity={kind} draws {pool} quota"))
+    if quotas.POOL.get(kind):
+        found.append(QuotaNeed(quotas.GPUS_ALL_REGIONS, gpus, "gpuNodes", f"{shape}, counted in every region"))
+    cl = cfg.cluster
+    if not cl.autopilot:  # Autopilot sizes its CPU nodes itself; A4/A3/G2 GPU nodes need no CPU quota
+        vcpus = (naming.machine_vcpus(cl.cpu_machine_type) or 0) * cl.cpu_nodes_max
+        why = f"{cl.cpu_nodes_max} x {cl.cpu_machine_type} (cpuNodesMax), on-demand"
+        found.append(QuotaNeed(quotas.cpu_quota(cl.cpu_machine_type), vcpus, "cpuNodesMax", why))
+        found.append(QuotaNeed(quotas.CPUS_ALL_REGIONS, vcpus, "cpuNodesMax", why + ", counted in every region"))
+    return found
+
+
+def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Finding]:
+    """`infos`: quota_id -> list of {"dimensions", "value", "locations"} or the error text of the read."""
+    out: list[Finding] = []
+    for need in wanted:
+        name = need.ref.describe(cfg.region)
+        info = infos.get(need.ref.quota_id)
+        if isinstance(info, str) or info is None:
+            out.append(Finding("gcp:project", f"could not read quota {name} ({info or 'not read'}); not checked: "
+                               f"grant {READ_ROLE} on {cfg.project} to check it", fatal=False))
+            continue
+        value = quotas.quota_value(info, need.ref, cfg.region)
+        if value is None:
+            out.append(Finding("gcp:project", f"quota {name} has no value for this project; not checked",
+                               fatal=False))
+        elif value != quotas.UNLIMITED and value < need.needed:
+            out.append(Finding(need.key, f"quota {name} is {value}, the stack needs {need.needed} ({need.why}): "
+                               f"request more at {quotas.REQUEST_URL}?project={cfg.project} or lower {need.key}"))
+    return out
+
+
+def _plain(result: gcp.cloudquota.GetSQuotaInfoResult) -> list[dict]:
+    """The SDK result's dimensionsInfos as plain dicts for catalog.quotas.quota_value."""
+    rows = []
+    for d in result.dimensions_infos or []:
+        details = list(d.details or [])
+        rows.append({"dimensions": dict(d.dimensions or {}),
+                     "value": details[0].value if details else None,
+                     "locations": list(d.applicable_locations or [])})
+    return rows
+
+
+async def _read(project: str, quota_id: str) -> list[dict] | str:
+    """One QuotaInfo, or the error text when it cannot be read (no permission, unknown quota)."""
+    try:
+        result = await pulumi.runtime.invoke_async(
+            GET_QUOTA_INFO, {"parent": f"projects/{project}", "service": quotas.SERVICE, "quotaId": quota_id},
+            opts=pulumi.InvokeOptions(version=importlib.metadata.version("pulumi_gcp")),
+            typ=gcp.cloudquota.GetSQuotaInfoResult)
+        return _plain(result)
+    except Exception as err:  # noqa: BLE001 - any failed read is a warning, never a crash
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def check(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[list[Finding]]:
+    """The quota findings, resolved after every ProjectApis service is enabled."""
+    wanted = needs(cfg)
+
+    async def run(_: object) -> list[Finding]:
+        infos: dict[str, object] = {}
+        for quota_id in dict.fromkeys(n.ref.quota_id for n in wanted):
+            infos[quota_id] = await _read(cfg.project, quota_id)
+        return findings(cfg, wanted, infos)
+
+    return pulumi.Output.all(*[s.id for s in apis.services]).apply(run)

@@ -1,0 +1,196 @@
+"""Run sizing: the one place the run's size, storage and cost figures are computed.
+
+`run_sizing(cfg)` gives steps, rollout tokens, checkpoint size and count, bucket space, GPU-hours
+and an ESTIMATED step time. The storage and cost work read these fields (keep their names:
+total_steps, gpu_hours, est_step_seconds, checkpoint_gb, bucket_gb). GB here are decimal (1e9).
+
+The step time is a simple model, labelled an estimate everywhere it is shown. Per step, on every GPU:
+
+  generation   vLLM, per replica (world / TP of them): the larger of the compute (2 P FLOPs per
+               prompt and generated token at MFU of the bf16 peak over TP GPUs) and the decode
+               floor (every decode iteration streams the replica's bf16 weights from HBM, plus one
+               all-reduce latency per TP collective; the batch waits for its longest response, so
+               there are max_response_length iterations), plus the TP all-reduce traffic (two per
+               layer per token) over NVLink and the KV-cache reads.
+  weight sync  the actor's bf16 weights gathered into vLLM once per step.
+  old log-prob / reference / update
+               compute at MFU (2 P per token forward, 8 P for forward + recomputed forward + backward
+               with gradient checkpointing), on the padded length unless use_remove_padding; plus
+               FSDP traffic per micro-batch (a bf16 all-gather of the model per forward, another per
+               backward plus an fp32 reduce-scatter of the gradients), not overlapped (verl's
+               forward_prefetch is off by default, perf_tuning.rst), at the RDMA rate between nodes
+               or NVLink within one; an offloaded reference streams its fp32 shard over PCIe each pass.
+  overhead     reward scoring, Ray dispatch and data movement: a fixed estimate.
+
+Sequence lengths are GSM8K's means (stacks.grpo). Attention FLOPs are left out (short sequences).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from catalog.accelerators import Accelerator
+from catalog.models import ModelSpec, model_spec
+from stacks import memory
+from stacks.grpo import GSM8K_TRAIN_ROWS, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_TOKENS, GrpoSettings
+
+if TYPE_CHECKING:
+    from stacks.config import StackConfig
+
+GB = 1e9
+MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
+HBM_EFFICIENCY = 0.7  # fraction of the HBM datasheet bandwidth a weight-streaming decode reaches (estimate)
+NVLINK_EFFICIENCY = 0.7  # collective bus bandwidth over the NVLink datasheet figure (estimate)
+TP_COLLECTIVE_LATENCY_S = 10e-6  # one small all-reduce inside a node (estimate)
+PCIE_GBPS = 25.0  # host-to-GPU copy of an offloaded shard (PCIe Gen5 x16 shared by 2 GPUs: estimate)
+STEP_OVERHEAD_S = 10.0  # reward, Ray dispatch, data movement (estimate)
+CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # fp32 model shards + AdamW exp_avg/exp_avg_sq (save_contents default)
+HF_BYTES_PER_PARAM = 2  # the staged bf16 safetensors copy of the model
+GSM8K_VAL_ROWS = 1319  # openai/gsm8k test split; validation generates one response each (val_kwargs.n = 1)
+DATA_GB = 0.01  # the two GSM8K parquet files and verl's source (a few MB)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per training step, by phase: an estimate from the model in the module docstring."""
+
+    generation: float
+    weight_sync: float
+    old_log_prob: float
+    reference: float
+    update: float
+    overhead: float
+    micro_batches: dict[str, int] = field(default_factory=dict)  # per GPU per step, by pass
+
+    @property
+    def total(self) -> float:
+        return self.generation + self.weight_sync + self.old_log_prob + self.reference + self.update + self.overhead
+
+
+@dataclass(frozen=True)
+class RunSizing:
+    steps_per_epoch: int
+    total_epochs: int
+    total_steps: int
+    updates_per_step: int
+    rollout_sequences_per_step: int
+    rollout_tokens_per_step: int  # estimated (GSM8K mean lengths)
+    rollout_tokens_per_step_max: int  # every response at max_response_length
+    checkpoint_gb: float  # one saved step (actor model + optimizer shards)
+    checkpoints_saved: int  # over the whole run (every save_freq steps and the last)
+    checkpoints_kept: int  # on the bucket at once (grpoMaxCheckpointsToKeep)
+    model_gb: float  # the staged Hugging Face copy
+    bucket_gb: float  # model + kept checkpoints + data
+    est_step_seconds: float  # ESTIMATE
+    est_step_breakdown: dict[str, float]
+    validations: int
+    est_validation_seconds: float  # ESTIMATE, one validation pass
+    est_run_hours: float  # ESTIMATE, training + validation
+    gpus: int
+    gpu_hours: float  # ESTIMATE: gpus x est_run_hours
+    estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (stacks/sizing.py), "
+                          "not a measurement")
+
+    def as_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def _pass_seconds(flops: float, comm_bytes: float, acc: Accelerator, gpus_bw: float) -> float:
+    return flops / (acc.bf16_tflops * 1e12 * MFU) + comm_bytes / (gpus_bw * GB)
+
+
+def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, sequences: int,
+                       prompt_tokens: float, response_tokens: float, max_response: int) -> float:
+    """vLLM time for `sequences` prompts spread over world / tp replicas (see the module docstring)."""
+    p = spec.params
+    per_replica = sequences / max(1, world // tp)
+    tokens = per_replica * (prompt_tokens + response_tokens)
+    compute = 2 * p * tokens / (tp * acc.bf16_tflops * 1e12 * MFU)
+    hbm = acc.hbm_tbps * 1e12 * HBM_EFFICIENCY
+    collectives = 2 * spec.layers if tp > 1 else 0
+    decode_floor = max_response * (2 * p / tp / hbm + collectives * TP_COLLECTIVE_LATENCY_S)
+    nvlink = acc.nvlink_gbps * GB * NVLINK_EFFICIENCY
+    tp_traffic = collectives * tokens * spec.hidden * 2 * 2 * (tp - 1) / tp / nvlink if tp > 1 else 0.0
+    context = prompt_tokens + response_tokens / 2
+    kv_reads = per_replica * response_tokens * context * memory.kv_bytes_per_token(spec, tp) / hbm
+    return max(compute, decode_floor) + tp_traffic + kv_reads
+
+
+def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> StepTime:
+    world = nnodes * acc.gpus_per_node
+    p = spec.params
+    samples = g.train_batch_size * g.rollout_n
+    per_gpu = samples / world
+    prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
+    response = min(MEAN_RESPONSE_TOKENS, g.max_response_length)
+    seq = prompt + response if g.use_remove_padding else g.max_prompt_length + g.max_response_length
+    tokens = per_gpu * seq  # tokens each GPU computes per pass
+    updates = max(1, g.train_batch_size // g.ppo_mini_batch_size)
+    if g.use_dynamic_bsz:
+        old = ref = math.ceil(tokens / g.log_prob_max_token_len_per_gpu)
+        update = updates * math.ceil(tokens / updates / g.ppo_max_token_len_per_gpu)
+    else:
+        old = math.ceil(per_gpu / g.log_prob_micro_batch_size_per_gpu)
+        ref = math.ceil(per_gpu / g.ref_log_prob_micro_batch_size_per_gpu)
+        update = updates * math.ceil(per_gpu / updates / g.ppo_micro_batch_size_per_gpu)
+    bw = acc.network_gbps if nnodes > 1 else acc.nvlink_gbps * NVLINK_EFFICIENCY
+    share = (world - 1) / world  # what a GPU receives of an all-gather / sends of a reduce-scatter
+    gather = 2 * p * share  # bf16 parameters, one full model
+    reduce = 4 * p * share  # fp32 gradients (verl's FSDP mixed precision reduces in fp32)
+    offload = 4 * p / world / (PCIE_GBPS * GB) if (g.ref_param_offload and g.kl_loss_coef > 0) else 0.0
+    ref_s = _pass_seconds(2 * p * tokens, ref * gather, acc, bw) + ref * offload if g.kl_loss_coef > 0 else 0.0
+    return StepTime(
+        generation=generation_seconds(spec, acc, world, g.tensor_parallel_size, samples, prompt, response,
+                                      g.max_response_length),
+        weight_sync=gather / (bw * GB),
+        old_log_prob=_pass_seconds(2 * p * tokens, old * gather, acc, bw),
+        reference=ref_s,
+        update=_pass_seconds(8 * p * tokens, update * (2 * gather + reduce), acc, bw),
+        overhead=STEP_OVERHEAD_S,
+        micro_batches={"old_log_prob": old, "reference": ref if g.kl_loss_coef > 0 else 0, "update": update},
+    )
+
+
+def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, train_rows: int) -> RunSizing:
+    world = nnodes * acc.gpus_per_node
+    steps_per_epoch = train_rows // g.train_batch_size  # verl's train loader drops the last partial batch
+    total = steps_per_epoch * g.total_epochs
+    saved = 0
+    if g.save_freq > 0 and total:
+        saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step
+    kept = min(saved, g.max_checkpoints_to_keep)
+    ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params / GB
+    model_gb = HF_BYTES_PER_PARAM * spec.params / GB
+    st = step_time(g, spec, acc, nnodes)
+    prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
+    response = min(MEAN_RESPONSE_TOKENS, g.max_response_length)
+    val_s = generation_seconds(spec, acc, world, g.tensor_parallel_size, GSM8K_VAL_ROWS, prompt, response,
+                               g.max_response_length) + STEP_OVERHEAD_S
+    validations = (1 if g.val_before_train else 0)
+    if g.test_freq > 0 and total:
+        validations += total // g.test_freq + (1 if total % g.test_freq else 0)  # and after the last step
+    run_hours = (total * st.total + validations * val_s) / 3600
+    samples = g.train_batch_size * g.rollout_n
+    breakdown = {k: round(v, 2) for k, v in asdict(st).items() if isinstance(v, float)}
+    return RunSizing(
+        steps_per_epoch=steps_per_epoch, total_epochs=g.total_epochs, total_steps=total,
+        updates_per_step=max(1, g.train_batch_size // g.ppo_mini_batch_size),
+        rollout_sequences_per_step=samples,
+        rollout_tokens_per_step=samples * (prompt + response),
+        rollout_tokens_per_step_max=samples * (g.max_prompt_length + g.max_response_length),
+        checkpoint_gb=ckpt_gb, checkpoints_saved=saved, checkpoints_kept=kept, model_gb=model_gb,
+        bucket_gb=model_gb + kept * ckpt_gb + DATA_GB,
+        est_step_seconds=st.total, est_step_breakdown=breakdown, validations=validations,
+        est_validation_seconds=val_s, est_run_hours=run_hours, gpus=world, gpu_hours=world * run_hours,
+    )
+
+
+def run_sizing(cfg: StackConfig) -> RunSizing:
+    """The stack's run sizing (its model must be in catalog/models.py)."""
+    spec = model_spec(cfg.model)
+    if spec is None:
+        raise ValueError(f"{cfg.model} is not in catalog/models.py: no size figures")
+    return sizing(cfg.grpo, spec, cfg.accelerator, cfg.gpu_nodes, GSM8K_TRAIN_ROWS)

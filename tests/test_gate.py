@@ -1,0 +1,127 @@
+"""The one validation gate: every rule a component enforces on a config-derived value is enforced by
+`stacks.config.load()` first, with the same implementation (catalog.naming, catalog.capacity).
+
+For each rule, a stack file that breaks it exits 2 from the offline plan (naming the key, writing
+nothing) and, run as `pulumi up` runs the program, registers zero resources. A meta-test reads the
+components' source for the rules they call, so a rule added to a component without a case here fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pulumi
+import pytest
+import yaml
+
+from catalog.naming import MAX_BUCKET_PREFIX
+from stacks import compose
+from tools import mocking, plan
+from tools.plan import ROOT
+
+BASE = {"gcp:project": "gate-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
+
+# rule id -> (config that breaks it, the key the error must name). Rule ids: the catalog function a
+# component calls ("naming.<fn>", "capacity.problems", "accelerators.<fn>") or a component's own
+# check on a config-derived value ("<component>.<check>").
+GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
+    "naming.zone_in_region": [({"gcp:zone": "europe-west4-a"}, "gcp:zone")],
+    "naming.zone": [({"gcp:zone": "us-central1"}, "gcp:zone")],
+    "naming.project_id": [({"gcp:project": "Bad_Project"}, "gcp:project"), ({"gcp:project": ""}, "gcp:project")],
+    "storage.location": [({"gcp:region": ""}, "gcp:region")],
+    "naming.bucket_prefix": [({"verl-gke:namePrefix": "goog-x"}, "verl-gke:namePrefix"),
+                             ({"verl-gke:namePrefix": "my-google"}, "verl-gke:namePrefix")],
+    "naming.namespace": [({"verl-gke:namespace": "kube-verl"}, "verl-gke:namespace"),
+                         ({"verl-gke:namespace": "gke-x"}, "verl-gke:namespace")],
+    "naming.dns_label": [({"verl-gke:namespace": "Verl"}, "verl-gke:namespace")],
+    "naming.dns_1035_label": [({"verl-gke:namePrefix": "9verl"}, "verl-gke:namePrefix")],
+    "naming.dns_subdomain": [({"verl-gke:namePrefix": "verl_x"}, "verl-gke:namePrefix")],
+    "accelerators.foreign_accelerator_in_name": [
+        ({"verl-gke:accelerator": "h200", "verl-gke:namePrefix": "verl-b200"}, "verl-gke:namePrefix")],
+    "capacity.problems": [({"verl-gke:capacity": "preemptible"}, "verl-gke:capacity"),
+                          ({"verl-gke:capacity": "reservation"}, "verl-gke:reservation"),
+                          ({"verl-gke:capacity": "spot", "verl-gke:reservation": "r1"}, "verl-gke:reservation")],
+    "cluster.rdma_nics": [({"verl-gke:rdmaCidrs": [f"192.168.{i}.0/24" for i in range(1, 8)]},
+                           "verl-gke:rdmaCidrs")],
+    "cluster.gpu_nodes": [({"verl-gke:gpuNodes": 0}, "verl-gke:gpuNodes")],
+    "naming.image_ref": [({"verl-gke:image": "verlai/verl"}, "verl-gke:image")],
+    "naming.model_id": [({"verl-gke:model": "qwen"}, "verl-gke:model")],
+    "naming.git_ref": [({"verl-gke:verlVersion": "v0.6.1..x"}, "verl-gke:verlVersion")],
+    "naming.ray_version": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
+    # namePrefix's own rule (DNS-1035, <= 20) implies a valid "<prefix>-nodes"; the case still breaks both.
+    "naming.service_account_id": [({"verl-gke:namePrefix": "Nodes"}, "verl-gke:namePrefix")],
+    "naming.billing_account_id": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
+                                   "verl-gke:billingAccount")],
+}
+# Rules components enforce on values no config key reaches (constants of the component or of compose).
+NOT_CONFIG_DERIVED = {
+    "naming.secret_key": "Secret data keys are component defaults (hf_api_token)",
+    "naming.repo_url": "the verl repository URL is a pin (catalog.versions.VERL_REPO)",
+    "naming.positive_quantity": "the staging Job's requests are component defaults",
+    "naming.quantity": "parses the component's own quantities",
+    "naming.env_var": "secret env var names are fixed by compose (WANDB_API_KEY)",
+}
+
+
+def _cases() -> list[tuple[str, dict[str, object], str]]:
+    return [(rule, overrides, key) for rule, cases in GATE_CASES.items() for overrides, key in cases]
+
+
+def _stack_file(tmp_path: Path, overrides: dict[str, object]) -> Path:
+    config = {**BASE, **overrides}
+    path = tmp_path / "Pulumi.gate.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+@pytest.mark.parametrize("rule,overrides,key", _cases(), ids=[f"{c[0]}-{i}" for i, c in enumerate(_cases())])
+def test_plan_refuses_with_exit_2(rule, overrides, key, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = plan.main(["--stack", "gate", "--config", str(_stack_file(tmp_path, overrides)), "--out", str(out),
+                      "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert key in err, err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("rule,overrides,key", _cases(), ids=[f"{c[0]}-{i}" for i, c in enumerate(_cases())])
+def test_program_registers_nothing(rule, overrides, key):
+    # As the CLI hands config over: strings, lists and numbers as JSON.
+    raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in {**BASE, **overrides}.items()}
+    seen = mocking.Run()
+    with pytest.raises(pulumi.RunError) as err:
+        mocking.run(compose.program, raw, "gate", result=seen)
+    assert key in str(err.value)
+    assert seen.resources == [], "a config the gate refuses must register nothing"
+
+
+def _rules_called_by_components() -> set[str]:
+    rules: set[str] = set()
+    for path in sorted((ROOT / "components").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "naming":
+                if node.attr[0].islower():
+                    rules.add(f"naming.{node.attr}")
+            elif isinstance(node, ast.Attribute) and node.attr == "problems":
+                rules.add("capacity.problems")
+            elif isinstance(node, ast.Name) and node.id == "foreign_accelerator_in_name":
+                rules.add("accelerators.foreign_accelerator_in_name")
+    return rules
+
+
+def test_every_component_rule_has_a_gate_case():
+    called = _rules_called_by_components()
+    assert called, "the scan found no rules: the meta-test itself is broken"
+    missing = called - set(GATE_CASES) - set(NOT_CONFIG_DERIVED)
+    assert not missing, f"rules components enforce with no gate case here: {sorted(missing)}"
+
+
+def test_bucket_prefix_limit_is_the_components():
+    # The gate's namePrefix bound leaves room for "-data" within the storage component's bucket prefix.
+    from stacks.config import MAX_PREFIX
+
+    assert MAX_PREFIX + len("-data") <= MAX_BUCKET_PREFIX

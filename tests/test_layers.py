@@ -1,0 +1,99 @@
+"""The house's one-way layers, read from the code's own imports.
+
+catalog (facts, no Pulumi) <- components (catalog + SDKs) <- stacks (the program) <- tools;
+__main__ runs stacks; nothing but tests imports tools; no module imports another in a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {"catalog": 0, "components": 1, "stacks": 2, "tools": 3}
+PROJECT_PACKAGES = set(LAYERS) | {"tests", "bench"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for layer in LAYERS:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            name = ".".join(p for p in rel.parts if p != "__init__")
+            found[name] = path
+    return found
+
+
+def imports_of(path: Path) -> set[str]:
+    """Project modules a file imports, at module level or inside functions."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in names if n.split(".")[0] in PROJECT_PACKAGES}
+
+
+MODULES = modules()
+GRAPH = {m: {i for i in imports_of(p) if i in MODULES} for m, p in MODULES.items()}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_runs_upward(module):
+    layer = LAYERS[module.split(".")[0]]
+    for target in imports_of(MODULES[module]):
+        top = target.split(".")[0]
+        assert top in LAYERS, f"{module} imports {target}: only the layers may be imported by the layers"
+        assert LAYERS[top] <= layer, f"{module} (layer {layer}) imports {target} (layer {LAYERS[top]})"
+
+
+def test_catalog_has_no_pulumi_import():
+    for module, path in MODULES.items():
+        if module.startswith("catalog"):
+            tree = ast.parse(path.read_text())
+            used = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            used |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+            assert not any(u.split(".")[0].startswith("pulumi") for u in used), module
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(GRAPH[m]):
+            if state.get(n) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*trail, m, n]))
+            if n not in state:
+                visit(n, [*trail, m])
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m, [])
+
+
+def test_only_tests_import_tools():
+    users = [p for p in [*ROOT.glob("*.py"), *ROOT.glob("bench/*.py")]
+             if any(i.startswith("tools") for i in imports_of(p))]
+    assert [p.name for p in users] == [], "tools are imported by nothing but tests (and run as commands)"
+
+
+COMPONENT_MODULES = sorted(m for m in MODULES if m.startswith("components.") and m != "components.scripts.stage_data")
+
+
+@pytest.mark.parametrize("module", COMPONENT_MODULES)
+def test_component_module_imports_alone(module):
+    """Importing a component drags in nothing of the program or the tools."""
+    code = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('stacks', 'tools')); "
+            "assert not bad, bad")
+    run = subprocess.run([sys.executable, "-c", code, module], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -1,0 +1,286 @@
+"""Money before it is spent: the quota preflight, the price table, the stack's cost, the budget alert."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+import pytest
+
+from catalog import capacity, prices, quotas
+from catalog.accelerators import ACCELERATORS
+from components.apis import APIS
+from stacks import config, cost
+from stacks import quotas as quota_check
+from stacks.preflight import PreflightError
+from tests.stack_helpers import BASE, STACK_FILES, run_config
+from tools import mocking, plan
+
+CLUSTER = "gcp:container/cluster:Cluster"
+POOL = "gcp:container/nodePool:NodePool"
+BUDGET = "gcp:billing/budget:Budget"
+ACCOUNT = "01ABCD-23EF45-6789AB"
+
+
+def _cfg(overrides: dict[str, str] | None = None, stack: str = "test") -> config.StackConfig:
+    raw = dict(BASE)
+    raw.update({k if ":" in k else f"{config.PROJECT}:{k}": v for k, v in (overrides or {}).items()})
+    return config.load(raw, stack)
+
+
+# --- the price table --------------------------------------------------------------------------
+
+def test_every_price_row_is_dated_and_sourced():
+    datetime.date.fromisoformat(prices.TABLE_DATE)
+    for row in prices.ROWS:
+        datetime.date.fromisoformat(row.seen)
+        assert row.source.startswith("https://") or re.search(r" @[0-9a-f]{40}$", row.source), row
+        assert row.unit in (prices.HOUR, prices.GB_MONTH), row
+        if row.usd is None:
+            assert row.note, f"{row.sku}: a row without a price must say why"
+
+
+def test_spot_and_flex_start_caveats_sit_next_to_their_prices():
+    spot_rows = [r for r in prices.ROWS if r.capacity == capacity.SPOT]
+    assert spot_rows and all("preempt" in r.note for r in spot_rows)
+    column, note = prices.capacity_rate(capacity.FLEX_START)
+    assert column is None and "7 days" in note
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
+def test_every_shipped_stack_has_price_rows_for_what_it_runs(path):
+    raw, _ = plan.read_stack_file(path)
+    cfg = config.load(raw, path.stem.split(".", 1)[1], allow_placeholder_project=True)
+    acc = cfg.accelerator
+    for sku in (acc.machine_type, f"{acc.accelerator_type} x{acc.gpus_per_node}"):
+        assert prices.find(sku, cfg.region, capacity.SPOT) is not None, (sku, cfg.region)
+    if not cfg.cluster.autopilot:
+        assert prices.find(cfg.cluster.cpu_machine_type, cfg.region, capacity.ON_DEMAND).usd > 0
+    assert prices.find(prices.BUCKET_STANDARD, cfg.bucket_location).usd > 0
+
+
+def test_the_tables_are_keyed_so_a_new_accelerator_is_rows_only():
+    assert prices.find("nvidia-l4 x2", "us-central1", capacity.SPOT).usd == pytest.approx(0.4462)
+    assert quotas.gpu_quota("nvidia-l4", capacity.ON_DEMAND).quota_id == "NVIDIA-L4-GPUS-per-project-region"
+    for acc in ACCELERATORS.values():
+        for kind in (capacity.SPOT, capacity.ON_DEMAND, capacity.FLEX_START):
+            assert quotas.gpu_quota(acc.accelerator_type, kind) is not None, (acc.key, kind)
+
+
+# --- hourly price and run estimate --------------------------------------------------------------
+
+def test_hourly_price_by_resource_class_standard(h200_on_demand):
+    cfg = _cfg({"accelerator": "h200", "clusterMode": "standard", "gpuNodes": "2", "cpuNodesMin": "2",
+                "capacity": "spot"})
+    table = cost.hourly(cfg)
+    host = prices.find("a3-ultragpu-8g", "us-central1", capacity.SPOT).usd
+    gpus = prices.find("nvidia-h200-141gb x8", "us-central1", capacity.SPOT).usd
+    cpu = prices.find("c2-standard-16", "us-central1", capacity.ON_DEMAND).usd
+    assert table.line(cost.GPU_NODES).usd_per_hour == pytest.approx(2 * (host + gpus))
+    assert table.line(cost.CPU_NODES).usd_per_hour == pytest.approx(2 * cpu)
+    assert table.line(cost.CLUSTER_FEE).usd_per_hour == pytest.approx(0.10)
+    assert table.complete
+    assert table.known_usd_per_hour == pytest.approx(2 * (host + gpus) + 2 * cpu + 0.10)
+    on_demand = cost.hourly(_cfg({"accelerator": "h200", "clusterMode": "standard", "capacity": "on-demand"}))
+    assert on_demand.line(cost.GPU_NODES).usd_per_hour > table.line(cost.GPU_NODES).usd_per_hour
+
+
+@pytest.fixture
+def h200_on_demand(monkeypatch):
+    """A3 Ultra as if Google offered it on demand (its table does not; the gate refuses it): the family
+    quota and on-demand price rows are still catalog facts worth checking."""
+    import dataclasses
+
+    from catalog.accelerators import ACCELERATORS
+    row = ACCELERATORS["h200"]
+    monkeypatch.setitem(ACCELERATORS, "h200", dataclasses.replace(row, consumption=(*row.consumption, "on-demand")))
+
+
+def test_unpriced_parts_make_the_total_a_lower_bound():
+    autopilot_b200 = cost.hourly(_cfg({"accelerator": "b200", "clusterMode": "autopilot"}))
+    assert not autopilot_b200.complete
+    text = cost.render_hourly(autopilot_b200)
+    assert "lower bound" in text and "no price source" in text and ">= $" in text
+    flex = cost.hourly(_cfg({"accelerator": "h200", "clusterMode": "standard", "capacity": "flex-start"}))
+    assert flex.line(cost.GPU_NODES).missing and "7 days" in flex.line(cost.GPU_NODES).note
+
+
+def test_run_estimate_from_gpu_hours_and_bucket_usage():
+    table = cost.hourly(_cfg({"accelerator": "h200", "clusterMode": "standard", "gpuNodes": "2"}))
+    gpu_hours, bucket_gb, gpus = 160.0, 730.0, 16  # 10 h wall; 730 GB for 10 h = 10 GB-months / 1
+    est = cost.run_estimate(table, gpu_hours=gpu_hours, bucket_gb=bucket_gb, total_gpus=gpus)
+    assert est.wall_hours == pytest.approx(10.0)
+    assert est.by_class[cost.GPU_NODES] == pytest.approx(10 * table.line(cost.GPU_NODES).usd_per_hour)
+    assert est.by_class[cost.CLUSTER_FEE] == pytest.approx(1.0)
+    assert est.by_class[cost.BUCKET] == pytest.approx(730 * 0.020 * 10 / 730)
+    assert est.usd == pytest.approx(sum(est.by_class.values())) and est.complete
+    assert "estimated run cost: $" in cost.render_run(est, gpu_hours, bucket_gb)
+    with pytest.raises(ValueError, match="total_gpus"):
+        cost.run_estimate(table, 1.0, 1.0, 0)
+
+
+def test_every_shipped_stack_plan_prints_its_hourly_price(capsys, tmp_path):
+    for path in STACK_FILES:
+        stack = path.stem.split(".", 1)[1]
+        assert plan.main(["--stack", stack, "--quiet", "--out", str(tmp_path / stack)]) == 0
+        out = capsys.readouterr().out
+        assert f"hourly price of stack {stack}" in out and "total" in out and prices.TABLE_DATE in out
+
+
+def test_plan_prints_the_run_estimate_once_sizing_exists(monkeypatch, capsys, tmp_path):
+    class Sizing:
+        gpu_hours, bucket_gb = 48.0, 120.0
+
+    monkeypatch.setattr(plan, "run_sizing_function", lambda: lambda cfg: Sizing())
+    assert plan.main(["--stack", "h200", "--quiet", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "estimated run cost: $" in out and "48.0 GPU-hours" in out
+
+
+def test_pulumi_up_exports_the_hourly_price():
+    run = run_config({"accelerator": "h200", "clusterMode": "standard"})
+    price = run.outputs["hourlyPrice"]
+    assert price["tableDate"] == prices.TABLE_DATE
+    assert set(price["usdPerHour"]) == {cost.GPU_NODES, cost.CPU_NODES, cost.CLUSTER_FEE}
+    assert price["totalKnownUsdPerHour"] > 0
+
+
+# --- quota values as Cloud Quotas reports them ------------------------------------------------
+
+FAMILY = quotas.GPU_QUOTAS[("nvidia-b200", quotas.STANDARD)]
+
+
+def test_quota_value_reads_the_family_slice_and_the_catch_all():
+    infos = [{"dimensions": {"gpu_family": "NVIDIA_H200"}, "value": "8", "locations": ["us-central1"]},
+             {"dimensions": {"gpu_family": "NVIDIA_B200"}, "value": "16", "locations": ["us-central1"]},
+             {"dimensions": {}, "value": None, "locations": ["us-central1", "europe-west1"]}]
+    assert quotas.quota_value(infos, FAMILY, "us-central1") == 16
+    assert quotas.quota_value(infos, FAMILY, "europe-west1") == 0  # omitted value = 0, the catch-all
+    assert quotas.quota_value(infos, FAMILY, "asia-east1") is None
+
+
+def test_quota_value_zero_unlimited_and_global():
+    assert quotas.quota_value([{"value": "0", "locations": ["global"]}], quotas.GPUS_ALL_REGIONS, "x") == 0
+    assert quotas.quota_value([{"value": "-1", "locations": []}], quotas.GPUS_ALL_REGIONS, "x") == quotas.UNLIMITED
+    per_region = [{"dimensions": {"region": "us-east4"}, "value": "4", "locations": ["us-east4"]},
+                  {"dimensions": {}, "value": "12", "locations": ["us-east4", "us-central1"]}]
+    preempt = quotas.GPU_QUOTAS[("nvidia-b200", quotas.PREEMPTIBLE)]
+    assert quotas.quota_value(per_region, preempt, "us-east4") == 4
+    assert quotas.quota_value(per_region, preempt, "us-central1") == 12
+
+
+@pytest.mark.parametrize("kind, quota_id, pool", [
+    ("spot", "PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region", "preemptible"),
+    ("flex-start", "PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region", "preemptible"),
+    ("on-demand", "GPUS-PER-GPU-FAMILY-per-project-region", "on-demand"),
+])
+def test_needs_follow_the_capacity_type(kind, quota_id, pool, h200_on_demand):
+    cfg = _cfg({"accelerator": "h200", "clusterMode": "standard", "capacity": kind, "gpuNodes": "4",
+                "cpuNodesMax": "4"})
+    by_id = {n.ref.quota_id: n for n in quota_check.needs(cfg)}
+    assert by_id[quota_id].needed == 32 and pool in by_id[quota_id].why
+    assert by_id["GPUS-ALL-REGIONS-per-project"].needed == 32
+    cpu = by_id["CPUS-PER-VM-FAMILY-per-project-region"]
+    assert cpu.needed == 64 and cpu.ref.dimensions == {"vm_family": "C2"} and cpu.key == "cpuNodesMax"
+
+
+def test_reservations_and_autopilot_need_fewer_quotas():
+    reserved = _cfg({"capacity": "reservation", "reservation": "my-res", "clusterMode": "standard"})
+    assert not [n for n in quota_check.needs(reserved) if "GPU" in n.ref.quota_id]
+    autopilot = _cfg({"clusterMode": "autopilot"})
+    assert not [n for n in quota_check.needs(autopilot) if "CPUS" in n.ref.quota_id]
+
+
+# --- the preflight under mocks: refused before anything bills -------------------------------------
+
+def _refused(overrides, quota_values):
+    result = mocking.Run()
+    with pytest.raises(PreflightError) as err:
+        run_config(overrides, result=result, quotas=quota_values)
+    billable = [r for r in result.resources if r.type in (CLUSTER, POOL)]
+    assert billable == [], "the cluster must not be registered when a quota is short"
+    return str(err.value)
+
+
+def test_a_project_with_zero_gpu_quota_is_refused_before_the_cluster():
+    msg = _refused({"accelerator": "b200", "capacity": "spot"},
+                   {"PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region": 0, "GPUS-ALL-REGIONS-per-project": 0})
+    assert "PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region (region=us-central1) is 0, the stack needs 16" in msg
+    assert "GPUS-ALL-REGIONS-per-project is 0, the stack needs 16" in msg
+    assert msg.count("gpuNodes:") == 2
+
+
+def test_too_little_on_demand_family_quota_names_the_family(h200_on_demand):
+    msg = _refused({"accelerator": "h200", "capacity": "on-demand", "gpuNodes": "4"},
+                   {"GPUS-PER-GPU-FAMILY-per-project-region": 16})
+    assert "GPUS-PER-GPU-FAMILY-per-project-region (gpu_family=NVIDIA_H200, region=us-central1) is 16, " \
+           "the stack needs 32" in msg
+
+
+def test_too_few_cpus_for_the_cpu_pool_names_cpu_nodes_max():
+    msg = _refused({"clusterMode": "standard", "cpuNodesMax": "5"}, {"CPUS-PER-VM-FAMILY-per-project-region": 32})
+    assert "cpuNodesMax: quota CPUS-PER-VM-FAMILY-per-project-region (region=us-central1, vm_family=C2) is 32, " \
+           "the stack needs 80" in msg
+
+
+def test_enough_quota_lets_the_cluster_through():
+    run = run_config({"accelerator": "b200", "capacity": "spot"}, quotas={})
+    assert run.one(CLUSTER)
+
+
+def test_an_unreadable_quota_is_a_warning_not_a_crash():
+    denied = "Permission 'cloudquotas.quotas.get' denied on resource 'projects/test-project-1'"
+    run = run_config({"clusterMode": "standard"}, quotas={q: denied for q in mocking.MOCK_QUOTAS})
+    assert run.one(CLUSTER)
+    cfg = _cfg({"clusterMode": "standard"})
+    wanted = quota_check.needs(cfg)
+    found = quota_check.findings(cfg, wanted, {n.ref.quota_id: denied for n in wanted})
+    assert found and not any(f.fatal for f in found)
+    assert all("could not read quota" in f.message and quota_check.READ_ROLE in f.message for f in found)
+
+
+def test_the_cloud_quotas_and_budget_apis_are_enabled_by_the_stack():
+    assert "cloudquotas.googleapis.com" in APIS and "billingbudgets.googleapis.com" in APIS
+    run = run_config()
+    services = {r.inputs["service"] for r in run.of_type("gcp:projects/service:Service")}
+    assert {"cloudquotas.googleapis.com", "billingbudgets.googleapis.com"} <= services
+
+
+# --- the budget alert -----------------------------------------------------------------------------
+
+def test_budget_appears_when_both_keys_are_set():
+    run = run_config({"billingAccount": ACCOUNT, "budgetMonthly": "5000"})
+    budget = run.one(BUDGET).inputs
+    assert budget["billingAccount"] == ACCOUNT
+    assert budget["amount"]["specifiedAmount"]["units"] == "5000"
+    assert budget["budgetFilter"]["projects"] == [f"projects/{mocking.MOCK_PROJECT_NUMBER}"]
+    assert [t["thresholdPercent"] for t in budget["thresholdRules"]] == [0.5, 0.9, 1.0]
+    provider = next(r for r in run.resources if r.urn == run.one(BUDGET).provider.rsplit("::", 1)[0])
+    assert provider.inputs["userProjectOverride"] in (True, "true")
+    assert provider.inputs["billingProject"] == BASE["gcp:project"]
+
+
+def test_no_budget_without_the_keys():
+    assert run_config().of_type(BUDGET) == []
+
+
+@pytest.mark.parametrize("overrides, key, allowed", [
+    ({"billingAccount": ACCOUNT}, "budgetMonthly", "positive amount"),
+    ({"budgetMonthly": "100"}, "billingAccount", "must be set when budgetMonthly"),
+    ({"billingAccount": "my-account", "budgetMonthly": "100"}, "billingAccount", "012345-567890-ABCDEF"),
+    ({"billingAccount": ACCOUNT, "budgetMonthly": "-5"}, "budgetMonthly", ">= 0"),
+])
+def test_budget_keys_are_validated(overrides, key, allowed):
+    with pytest.raises(config.ConfigError) as err:
+        _cfg(overrides)
+    assert any(p.startswith(f"{config.PROJECT}:{key}") and allowed in p for p in err.value.problems), \
+        err.value.problems
+
+
+def test_budget_shows_in_the_plan_when_the_keys_are_set(tmp_path, capsys):
+    stack_file = tmp_path / "Pulumi.budget.yaml"
+    text = (plan.ROOT / "Pulumi.dev.yaml").read_text()
+    stack_file.write_text(text + f"  verl-gke:billingAccount: {ACCOUNT}\n  verl-gke:budgetMonthly: 2000\n")
+    assert plan.main(["--stack", "dev", "--config", str(stack_file), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\+ budget-budget \(gcp:billing/budget:Budget\)", out), out

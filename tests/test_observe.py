@@ -1,0 +1,174 @@
+"""Seeing what happens: the RayCluster await, TensorBoard and W&B wiring, outputs that paste, unknowns."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from catalog.paths import MOUNT, bucket_paths
+from stacks import config
+from tests.stack_helpers import BASE, ROOT, STACK_FILES, run_config, run_stack_file
+from tools import mocking, plan
+
+AWAIT = json.loads((Path(__file__).parent / "data" / "pulumi_k8s_await.json").read_text())
+RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+DATA_JOB = "kubernetes:batch/v1:Job"
+SECRET = "kubernetes:core/v1:Secret"
+WANDB_KEY = "wandbKEYtestVALUE0123456789abcdef0123456"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("."))
+
+
+def _conditions(value: str) -> list[tuple[str, str]]:
+    """Parse a waitFor value by pulumi-kubernetes' rules (tests/data/pulumi_k8s_await.json)."""
+    try:
+        exprs = json.loads(value)
+        assert isinstance(exprs, list), "a JSON value that is not an array is one expression"
+    except json.JSONDecodeError:
+        exprs = [value]
+    assert exprs, "at least one condition must be specified"
+    parsed = []
+    for expr in exprs:
+        assert expr.startswith(tuple(AWAIT["value_forms"]["prefixes"])), AWAIT["value_forms"]["other_prefix_error"]
+        assert expr.startswith("condition="), "we wait on a status condition, not a JSONPath"
+        ctype, _, status = expr.removeprefix("condition=").partition("=")
+        parsed.append((ctype, status or "True"))
+    return parsed
+
+
+@pytest.fixture(scope="module")
+def b200():
+    return run_stack_file(ROOT / "Pulumi.b200.yaml")
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
+def test_raycluster_awaits_the_head_in_pulumi_kubernetes_syntax(path):
+    run = run_stack_file(path)
+    annotations = run.one(RAYCLUSTER).inputs["metadata"]["annotations"]
+    # The one condition that still holds with the GPU workers scaled to zero: the head's readiness.
+    assert _conditions(annotations[AWAIT["wait_for_annotation"]]) == [("HeadPodReady", "True")]
+    assert "HeadPodReady" in AWAIT["kuberay_raycluster_condition_types"]
+    raw, _ = plan.read_stack_file(path)
+    cfg = config.load({**raw, "gcp:project": BASE["gcp:project"]}, path.stem.split(".", 1)[1])
+    timeout = annotations[AWAIT["timeout_annotation"]]
+    assert re.fullmatch(r"\d+", timeout), AWAIT["timeout_parse"]
+    assert int(timeout) == cfg.job.ready_timeout_s  # the job's wait: one config key for both
+
+
+def test_await_timeout_follows_job_ready_timeout_minutes():
+    run = run_config({"jobReadyTimeoutMinutes": 25})
+    assert run.one(RAYCLUSTER).inputs["metadata"]["annotations"][AWAIT["timeout_annotation"]] == "1500"
+    assert [r for r in run.resources if "dynamic" in r.type][0].inputs["ready_timeout_s"] == 1500
+
+
+def test_requirements_allow_only_pulumi_kubernetes_that_honours_wait_for():
+    line = next(ln for ln in (ROOT / "requirements.txt").read_text().splitlines()
+                if ln.startswith("pulumi-kubernetes"))
+    floor = re.search(r">=([\d.]+)", line).group(1)
+    assert _version(floor) >= _version(AWAIT["min_version_wait_for_precedence_fix"])
+
+
+def test_staging_runs_in_parallel_with_the_ray_cluster(b200):
+    """The DataPrep Job must not wait for the RayCluster (which now waits for its head)."""
+    by_urn = b200.by_urn()
+    ray = b200.one(RAYCLUSTER)
+    ray_urns = {ray.urn, ray.parent}
+
+    def ancestors(reg) -> set[str]:
+        seen, todo = set(), [reg]
+        while todo:
+            r = todo.pop()
+            for urn in {*r.depends_on, *(u for us in r.property_dependencies.values() for u in us), r.parent}:
+                if urn and urn not in seen:
+                    seen.add(urn)
+                    if urn in by_urn:
+                        todo.append(by_urn[urn])
+        return seen
+
+    assert not ancestors(b200.one(DATA_JOB)) & ray_urns
+    job = [r for r in b200.resources if "dynamic" in r.type][0]
+    assert ray.urn in job.depends_on  # the GRPO job still follows the cluster (and its head)
+
+
+def test_tensorboard_dir_on_the_bucket_per_stack_and_model(b200):
+    cfg = config.load({**plan.read_stack_file(ROOT / "Pulumi.b200.yaml")[0], "gcp:project": "p-123456"}, "b200")
+    paths = bucket_paths("b200", cfg.model, cfg.verl_version)
+    assert paths.tensorboard_dir == f"{MOUNT}/tensorboard/b200/{cfg.model}"
+    assert bucket_paths("h200", cfg.model, "x").tensorboard_dir != paths.tensorboard_dir
+    assert bucket_paths("b200", "Qwen/Other", "x").tensorboard_dir != paths.tensorboard_dir
+    job = [r for r in b200.resources if "dynamic" in r.type][0].inputs
+    assert job["runtime_env"]["env_vars"]["TENSORBOARD_DIR"] == paths.tensorboard_dir
+    overrides = dict(o.split("=", 1) for o in shlex.split(job["entrypoint"])[3:])
+    assert overrides["trainer.logger"] == "[console,tensorboard]"
+    bucket = b200.outputs["bucket"]
+    assert b200.outputs["tensorboardCommand"] == (
+        f"tensorboard --logdir gs://{bucket}/tensorboard/b200/{cfg.model}")
+
+
+def test_wandb_needs_its_key():
+    with pytest.raises(config.ConfigError) as err:
+        config.load({**BASE, "verl-gke:grpoLogger": '["console","wandb"]'}, "test")
+    assert "verl-gke:wandbApiKey" in str(err.value) and "--secret" in str(err.value)
+    assert config.load({**BASE, "verl-gke:grpoLogger": '["console","wandb"]',
+                        "verl-gke:wandbApiKey": WANDB_KEY}, "test").has_wandb_key
+
+
+def test_wandb_key_reaches_the_workers_only_through_a_secret():
+    run = run_config({"grpoLogger": ["console", "wandb"], "wandbApiKey": WANDB_KEY},
+                     secret_keys=["verl-gke:wandbApiKey"])
+    secrets = {r.name: r for r in run.of_type(SECRET)}
+    assert set(secrets) == {"storage-wandb-key"}
+    secret = secrets["storage-wandb-key"]
+    assert secret.raw_inputs["stringData"] == {"api_key": WANDB_KEY}
+    assert secret.inputs["stringData"] == mocking.SECRET  # never in the recorded plan
+    spec = run.one(RAYCLUSTER).inputs["spec"]
+    (worker,) = spec["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"] for e in worker["env"] if "valueFrom" in e}
+    assert refs == {"WANDB_API_KEY": {"secretKeyRef": {"name": "wandb-secret", "key": "api_key"}}}
+    head_env = spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    assert all(e["name"] != "WANDB_API_KEY" for e in head_env)
+    everything = json.dumps([r.raw_inputs for r in run.resources if r.type != SECRET], default=str)
+    assert WANDB_KEY not in everything and WANDB_KEY not in json.dumps(run.outputs, default=str)
+    # Without the key nothing W&B is created.
+    assert not run_config().of_type(SECRET)
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
+def test_command_outputs_paste_into_a_shell(path):
+    outputs = run_stack_file(path).outputs
+    commands = {k: v for k, v in outputs.items() if k.endswith("Command") or k == "getCredentials"}
+    assert {"dashboardCommand", "tensorboardCommand", "watchCommand", "jobLogsCommand"} <= set(commands)
+    for name, command in commands.items():
+        # `$(pulumi stack output X)` word-splits and runs: no comments, operators or expansions.
+        assert not re.search(r"[#;&|<>`$()\\'\"]", command), f"{name}: {command}"
+        assert subprocess.run(["bash", "-n", "-c", command], check=False).returncode == 0, name
+    assert shlex.split(commands["dashboardCommand"])[:2] == ["kubectl", "-n"]
+    assert shlex.split(commands["watchCommand"])[-2:] == ["--stack", path.stem.split(".", 1)[1]]
+
+
+def test_plan_shows_what_only_the_provider_knows_as_unknown(b200):
+    for key in ("jobId", "jobStatus", "jobMessage", "jobDashboardUrl"):
+        assert b200.outputs[key] == mocking.UNKNOWN, key
+    snapshot = json.loads((ROOT / "tests" / "snapshots" / "b200.json").read_text())
+    assert "PENDING" not in json.dumps(snapshot)
+
+
+def test_default_loggers_need_nothing_the_image_lacks():
+    """The image ships verl's dependencies (REFERENCE.md): verl itself requires tensorboard and wandb."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("verl") or []
+    except metadata.PackageNotFoundError:
+        pytest.skip("verl is not installed: pip install --no-deps -r requirements-verl-test.txt")
+    names = {re.split(r"[\s<>=!;\[]", r, maxsplit=1)[0].lower() for r in requires}
+    default = config.KEYS_BY_NAME["grpoLogger"].default
+    assert {"tensorboard", "wandb"} <= names
+    assert set(default) - {"console"} <= names

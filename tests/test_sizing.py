@@ -1,0 +1,80 @@
+"""Run sizing: steps, checkpoints, bucket space, GPU-hours and the step-time estimate."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from catalog.accelerators import ACCELERATORS
+from catalog.models import model_spec
+from stacks import config, sizing
+
+BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
+
+
+def load(**keys: str) -> config.StackConfig:
+    return config.load({**BASE, **{f"verl-gke:{k}": v for k, v in keys.items()}}, "s")
+
+
+def test_steps_follow_verls_dataloader():
+    # 7473 GSM8K rows // 256 prompts = 29 full batches (drop_last); 2 epochs.
+    z = sizing.run_sizing(load())
+    assert (z.steps_per_epoch, z.total_steps, z.updates_per_step) == (29, 58, 4)
+    assert z.rollout_sequences_per_step == 256 * 8
+    assert z.rollout_tokens_per_step_max == 256 * 8 * 1024
+    assert z.rollout_tokens_per_step == 256 * 8 * (100 + 270)
+
+
+def test_checkpoints_count_the_last_step_and_the_keep_limit():
+    cfg = load()  # save_freq 10 over 58 steps: 10, 20, 30, 40, 50 and the last (58)
+    z = sizing.run_sizing(cfg)
+    params = model_spec(cfg.model).params
+    assert z.checkpoint_gb == pytest.approx(12 * params / 1e9)  # fp32 model + Adam m, v
+    assert (z.checkpoints_saved, z.checkpoints_kept) == (6, 2)
+    assert z.bucket_gb == pytest.approx(2 * params / 1e9 + 2 * z.checkpoint_gb + sizing.DATA_GB)
+    assert sizing.run_sizing(load(grpoMaxCheckpointsToKeep="10")).checkpoints_kept == 6
+    assert sizing.run_sizing(load(grpoSaveFreq="-1")).checkpoints_saved == 0
+
+
+def test_gpu_hours_are_gpus_times_the_run():
+    z = sizing.run_sizing(load())
+    assert z.gpus == 16
+    assert z.gpu_hours == pytest.approx(16 * z.est_run_hours)
+    assert z.est_run_hours == pytest.approx((58 * z.est_step_seconds + z.validations * z.est_validation_seconds) / 3600)
+    assert z.validations == 1 + 6  # before training, every 10 steps and after the last
+    assert z.estimate_note.startswith("ESTIMATE")
+
+
+def test_each_tuned_setting_shortens_the_estimate():
+    cfg = load(accelerator="h200")
+    g, spec, acc = cfg.grpo, model_spec(cfg.model), cfg.accelerator
+    tuned = sizing.step_time(g, spec, acc, 2).total
+    for change in ({"use_remove_padding": False}, {"use_dynamic_bsz": False}):
+        assert sizing.step_time(dataclasses.replace(g, **change), spec, acc, 2).total > tuned, change
+    # More micro-batches mean more FSDP all-gathers across nodes.
+    small = dataclasses.replace(g, use_dynamic_bsz=False, ref_log_prob_micro_batch_size_per_gpu=1)
+    assert sizing.step_time(small, spec, acc, 2).reference > sizing.step_time(
+        dataclasses.replace(small, ref_log_prob_micro_batch_size_per_gpu=16), spec, acc, 2).reference
+
+
+def test_b200_is_faster_than_h200_and_weights_sync_over_rdma():
+    b, h = load(accelerator="b200"), load(accelerator="h200")
+    spec = model_spec(b.model)
+    assert sizing.step_time(b.grpo, spec, ACCELERATORS["b200"], 2).total < sizing.step_time(
+        h.grpo, spec, ACCELERATORS["h200"], 2).total
+    st = sizing.step_time(b.grpo, spec, ACCELERATORS["b200"], 2)
+    assert st.weight_sync == pytest.approx(2 * spec.params * 15 / 16 / (45e9))
+
+
+def test_the_benchmark_prints_old_against_new_for_every_shipped_stack(capsys):
+    from bench import step_time
+
+    assert step_time.main() == 0
+    out = capsys.readouterr().out
+    for path in sorted(step_time.ROOT.glob("Pulumi.*.yaml")):
+        stack = path.stem.split(".", 1)[1]
+        block = out.split(f"\n{stack}: ", 1)[1].split("\n\n", 1)[0]
+        old, new = (float(x) for x in block.split("  total", 1)[1].split()[:2])
+        assert new < old, (stack, old, new)
+    assert "ESTIMATE" in out
