@@ -381,7 +381,7 @@ def test_create_waits_for_gpus_that_join_later(head, provider):
     joiner = threading.Thread(target=lambda: (threading.Event().wait(2), worker.start()))
     joiner.start()
     try:
-        p = props(head.address, "gpus", expected_gpus=have + 8, ready_timeout_s=120)
+        p = props(head.address, "gpus", expected_gpus=have + 8, ready_timeout_s=READY_S)
         created = provider.create(p)
         joiner.join()
         assert gpus_on(head.address) >= have + 8
@@ -400,7 +400,7 @@ def test_deadline_says_what_is_missing_and_where(head, provider):
     assert "of 1000 GPUs" in text and "found" in text and head.address in text
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RayJobError) as unreachable:
-        provider.create(props(dead, "nohead", ready_timeout_s=2))
+        provider.create(props(dead, "nohead", ready_timeout_s=10))
     text = str(unreachable.value)
     assert dead in text and "unreachable" in text and "not ready" in text
 
@@ -476,7 +476,7 @@ def test_failing_job_surfaces_its_log_tail(head, provider):
         "fail",
         entrypoint=f'python -c "{script}"',
         wait_for_completion=True,
-        completion_timeout_s=60,
+        completion_timeout_s=READY_S,
         log_tail_lines=5,
     )
     with pytest.raises(RayJobError) as failed:
@@ -664,11 +664,11 @@ def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, m
     objects = {"/api/v1/namespaces/ray/pods": PODS, "/api/v1/namespaces/ray/events": EVENTS}
     with ServiceProxy(head.address, "tok", objects=objects) as proxy:
         with pytest.raises(RayJobError) as late:
-            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=2))
+            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=15))
         text = str(late.value)
         assert "of 1000 GPUs" in text and PENDING in text and "GCE out of resources" in text
         assert "/api/v1/namespaces/ray/pods?labelSelector=ray.io/cluster%3Drc" in proxy.seen_paths
     # a plain address has no API server behind it: the message is the count alone
     with pytest.raises(RayJobError) as plain:
-        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=2))
+        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=15))
     assert "Kubernetes" not in str(plain.value)
