@@ -27,6 +27,7 @@ READY_POLL_CAP_S = 2.0  # a poll is three small GETs: cheap even through the API
 FOLLOW_POLL_CAP_S = 10.0
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30
+REPORT_BUDGET_S = 10  # the Pods/events report added to a readiness timeout: two small GETs
 EVENTS_PER_POD = 3  # the newest few: what the scheduler and the autoscaler last said
 
 
@@ -47,8 +48,10 @@ class RayJobError(Exception):
 class DashboardError(RayJobError):
     """An HTTP call to the dashboard failed: no answer (status None) or a non-2xx answer."""
 
-    def __init__(self, method: str, url: str, status: int | None, detail: str, tls: bool = False):
+    def __init__(self, method: str, url: str, status: int | None, detail: str, tls: bool = False,
+                 expired: bool = False):
         self.method, self.url, self.status, self.detail, self.tls = method, url, status, detail, tls
+        self.expired = expired  # not sent at all: the deadline it serves had passed
         answer = f"HTTP {status}: {detail}" if status is not None else detail
         super().__init__(f"{method} {url} -> {answer}")
 
@@ -174,30 +177,40 @@ class Dashboard:
         """requests' `verify`: the cluster CA file through the proxy, the system store otherwise."""
         return self._ca_file if self._gke else True
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S):
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S,
+             deadline: float | None = None):
         """JSON (or text) of a 2xx answer from the dashboard; DashboardError otherwise."""
-        return self._send(method, self.url + path, body, timeout)
+        return self._send(method, self.url + path, body, timeout, deadline)
 
-    def kube(self, path: str) -> dict[str, Any]:
+    def kube(self, path: str, deadline: float | None = None) -> dict[str, Any]:
         """GET from the Kubernetes API server (gke target only), e.g. a namespace's Pods."""
         if not self.api_server:
             raise RayJobError("no Kubernetes API server behind a plain dashboard address")
-        return self._send("GET", self.api_server + path, None, READ_TIMEOUT_S)
+        return self._send("GET", self.api_server + path, None, READ_TIMEOUT_S, deadline)
 
-    def kube_send(self, method: str, path: str, body: Any, content_type: str) -> Any:
+    def kube_send(self, method: str, path: str, body: Any, content_type: str,
+                  deadline: float | None = None) -> Any:
         """A write to the Kubernetes API server itself (not the service proxy), e.g. a RayCluster patch."""
         if not self.api_server:
             raise RayJobError(f"{method} {path}: only a `gke` target has a Kubernetes API server")
         import json
 
-        return self._send(method, self.api_server + path, None, READ_TIMEOUT_S,
+        return self._send(method, self.api_server + path, None, READ_TIMEOUT_S, deadline,
                           raw=(json.dumps(body).encode(), content_type))
 
-    def _send(self, method: str, url: str, body: dict | None, timeout: float,
+    def _send(self, method: str, url: str, body: dict | None, timeout: float, deadline: float | None = None,
               raw: tuple[bytes, str] | None = None):
-        """Errors never carry the token. `raw`: (bytes, content type) sent instead of `body` as JSON."""
+        """Errors never carry the token. With a `deadline` (time.monotonic()) the connect and read
+        timeouts never reach past it, and past it the call is not made at all. `raw`: (bytes, content
+        type) sent instead of `body` as JSON (e.g. a JSON patch)."""
         import requests
 
+        connect, read = CONNECT_TIMEOUT_S, timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DashboardError(method, url, None, "not called: the deadline has passed", expired=True)
+            connect, read = min(connect, left), min(read, left)
         headers = self.headers()
         if raw is not None:
             headers["Content-Type"] = raw[1]
@@ -208,7 +221,7 @@ class Dashboard:
                 json=body if raw is None else None,
                 data=raw[0] if raw is not None else None,
                 headers=headers,
-                timeout=(CONNECT_TIMEOUT_S, timeout),
+                timeout=(connect, read),
                 verify=self.verify,
                 allow_redirects=False,
             )
@@ -226,28 +239,43 @@ class Dashboard:
 
     # Ray's Jobs API --------------------------------------------------------------------------
 
-    def jobs(self) -> list[dict[str, Any]]:
-        listed = self.call("GET", "/api/jobs/")
+    def jobs(self, deadline: float | None = None) -> list[dict[str, Any]]:
+        listed = self.call("GET", "/api/jobs/", deadline=deadline)
         return list(listed.values()) if isinstance(listed, dict) else list(listed)
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/api/jobs/{job_id}")
+    def job(self, job_id: str, deadline: float | None = None) -> dict[str, Any]:
+        return self.call("GET", f"/api/jobs/{job_id}", deadline=deadline)
 
     def logs(self, job_id: str) -> str:
         answer = self.call("GET", f"/api/jobs/{job_id}/logs")
         return answer.get("logs", "") if isinstance(answer, dict) else str(answer)
 
-    def gpus(self) -> tuple[float, int]:
-        """(total GPUs, nodes) over ALIVE nodes, from the state API (Ray >= 2.0)."""
-        answer = self.call("GET", "/api/v0/nodes?limit=10000&detail=false")
+    def nodes(self, deadline: float | None = None) -> tuple[float, int, str | None]:
+        """(total GPUs, nodes, head node id) over ALIVE nodes, from the state API (Ray >= 2.0)."""
+        answer = self.call("GET", "/api/v0/nodes?limit=10000&detail=false", deadline=deadline)
         data = answer.get("data", {}).get("result", {})
         nodes = data.get("result", []) if isinstance(data, dict) else data
         alive = [n for n in nodes if n.get("state") == "ALIVE"]
-        return sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive), len(alive)
+        head = next((n.get("node_id") for n in alive if n.get("is_head_node")), None)
+        return sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive), len(alive), head
+
+    def agent_ready(self, head_node_id: str, deadline: float) -> None:
+        """Raise DashboardError unless the head node's dashboard agent, which runs submitted jobs, answers.
+
+        The Jobs API hands a submission to the head's agent, found under its node id in the GCS KV
+        (ray/dashboard/modules/job/job_head.py `_fetch_agent_info`); until the agent has registered
+        there, a submission fails with "No available agent". Listing the head's log files goes through
+        the same KV entry to the same agent (ray/util/state/state_manager.py get_log_service_stub), so
+        a 2xx here means the agent is registered and serving.
+        """
+        left = max(1, min(int(deadline - time.monotonic()), int(READ_TIMEOUT_S)))
+        self.call("GET", f"/api/v0/logs?node_id={head_node_id}&glob=dashboard_agent*&timeout={left}",
+                  deadline=deadline)
 
 
 def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Poll until the dashboard is healthy, the Jobs API answers and the GPUs have joined.
+    """Poll until the dashboard is healthy, the GPUs have joined, the head's job agent answers and the
+    Jobs API lists the jobs. Every call is capped to the time left before the deadline.
 
     Returns the jobs on the head (to pick the attempt from). At the deadline: what was missing, where.
     """
@@ -256,15 +284,26 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> l
     step = 0
     while True:
         try:
-            dash.call("GET", "/api/gcs_healthz", timeout=10)
-            gpus, nodes = dash.gpus()
-            if gpus >= expected_gpus:
-                return dash.jobs()
-            missing = f"found {gpus:g} of {expected_gpus} GPUs on {nodes} alive node(s)"
+            dash.call("GET", "/api/gcs_healthz", timeout=10, deadline=deadline)
+            gpus, nodes, head = dash.nodes(deadline)
+            if gpus < expected_gpus:
+                missing = f"found {gpus:g} of {expected_gpus} GPUs on {nodes} alive node(s)"
+            elif head is None:
+                missing = "no alive head node in the state API"
+            else:
+                try:
+                    dash.agent_ready(head, deadline)
+                except DashboardError as err:
+                    if err.fatal:
+                        raise
+                    raise DashboardError(err.method, err.url, err.status,
+                                         f"the head's job agent is not serving yet: {err.detail}") from None
+                return dash.jobs(deadline)
         except DashboardError as err:
             if err.fatal:
                 raise
-            missing = f"dashboard not ready; last error: {err}"
+            if not err.expired:  # out of time before the call: what was missing is still the news
+                missing = f"dashboard not ready; last error: {err}"
         if not _pause(step, deadline, READY_POLL_CAP_S):
             raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}"
                               + pods_report(dash))
@@ -283,9 +322,12 @@ def pods_report(dash: Dashboard) -> str:
     cluster = cluster_of_service(service)
     if not cluster:
         return ""
+    deadline = time.monotonic() + REPORT_BUDGET_S  # a diagnosis after the deadline: bounded too
     try:
-        pods = dash.kube(f"/api/v1/namespaces/{namespace}/pods?labelSelector={CLUSTER_LABEL}%3D{cluster}")
-        events = dash.kube(f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.kind%3DPod")
+        pods = dash.kube(f"/api/v1/namespaces/{namespace}/pods?labelSelector={CLUSTER_LABEL}%3D{cluster}",
+                         deadline)
+        events = dash.kube(f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.kind%3DPod",
+                           deadline)
     except (DashboardError, RayJobError) as err:
         return f"\n(could not list the Pods of RayCluster {cluster}: {err})"
     return "\n" + describe_pods(cluster, namespace, pods.get("items", []), events.get("items", []))
@@ -334,7 +376,7 @@ def submit(dash: Dashboard, job_id: str, inputs: dict[str, Any], deadline: float
     step = 0
     while True:
         try:
-            dash.call("POST", "/api/jobs/", body)
+            dash.call("POST", "/api/jobs/", body, deadline=deadline)
             return "submitted"
         except DashboardError as err:
             if "already exists" in err.detail:
@@ -352,7 +394,7 @@ def follow(dash: Dashboard, job_id: str, timeout_s: float) -> dict[str, Any]:
     step, job = 0, {}
     while True:
         try:
-            job = dash.job(job_id)
+            job = dash.job(job_id, deadline=deadline)
             if job.get("status") in TERMINAL:
                 return job
         except DashboardError as err:

@@ -5,9 +5,11 @@ process, also for refresh and destroy. So this module has no import-time side ef
 keeps nothing on `self`, heavy imports happen inside functions, and every deadline lives in `create`
 (custom timeouts do not apply to dynamic providers).
 
-Like KubeRay's RayJob: wait for the cluster (healthy dashboard and `expected_gpus` GPUs), submit with
-a fixed submission id and adopt on "already exists", resubmit a failed or vanished job as a new
-attempt (`<id>-r<k>`), stop the job on delete.
+Like KubeRay's RayJob: wait for the cluster (healthy dashboard, `expected_gpus` GPUs and the head's
+job agent), submit with a fixed submission id and adopt on "already exists", resubmit a failed or
+vanished job as the next attempt (`<id>-r<k>`; `read` keeps the last attempt in the inputs, so a job
+whose cluster was recreated does not start over at attempt 1), stop the job on delete. Values still
+unknown at preview are never judged, and every call is capped to the deadline it serves.
 
 Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
 supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
@@ -77,6 +79,7 @@ OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url", "recov
 REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
 
 SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+LAST_JOB_KEY = "last_job_id"  # the newest attempt state knows of, kept in the inputs by `read`
 SUBMIT_MIN_WINDOW_S = 30  # retries of "No available agent" get at least this long after readiness
 
 
@@ -95,28 +98,46 @@ def with_defaults(props: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_unknown(value: Any) -> bool:
+    """A value not known yet (preview): the engine sends rpc.UNKNOWN, which the provider server turns
+    into pulumi's `Unknown` object (deserialize_properties(..., keep_unknowns=True)); also inside a dict."""
     from pulumi.runtime import rpc
 
-    return isinstance(value, str) and value == rpc.UNKNOWN
+    return rpc.contains_unknowns(value) or (isinstance(value, str) and value == rpc.UNKNOWN)
+
+
+def _given(value: Any) -> bool:
+    """Set by the program: known and non-empty, or not known yet."""
+    return _is_unknown(value) or bool(value)
+
+
+def _wire_unknowns(value: Any) -> Any:
+    """Unknown objects back to the wire sentinel: the provider server can serialize only that."""
+    from pulumi.runtime import rpc
+
+    if isinstance(value, dict):
+        return {k: _wire_unknowns(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire_unknowns(v) for v in value]
+    return rpc.UNKNOWN if _is_unknown(value) else value
 
 
 def validate_inputs(inputs: dict[str, Any]) -> list[tuple[str, str]]:
     """(property, reason) for each bad input; values still unknown at preview are not judged."""
     bad: list[tuple[str, str]] = []
     known = {k: v for k, v in with_defaults(inputs).items() if not _is_unknown(v)}
-    has_address, has_gke = bool(inputs.get("address")), bool(inputs.get("gke"))
+    has_address, has_gke = _given(inputs.get("address")), _given(inputs.get("gke"))
     if has_address == has_gke:
         bad.append(("address", "give exactly one of `address` (dashboard URL) and `gke` (service proxy)"))
     address = known.get("address")
     if isinstance(address, str) and not address.startswith(("http://", "https://")):
         bad.append(("address", f"{address!r} is not an http(s):// URL"))
-    gke = known.get("gke")
+    gke = inputs.get("gke")  # judged field by field: at preview the endpoint and CA are often unknown
     if isinstance(gke, dict):
         for key in ("endpoint", "ca_certificate", "namespace", "service"):
-            if not gke.get(key):
+            if not _given(gke.get(key)):
                 bad.append((f"gke.{key}", "required"))
     for key in ("submission_id", "entrypoint"):
-        if not inputs.get(key):
+        if not _given(inputs.get(key)):
             bad.append((key, "required"))
     sid = known.get("submission_id")
     if sid and not (isinstance(sid, str) and SUBMISSION_ID_RE.match(sid)):
@@ -162,18 +183,23 @@ def attempt_id(base_id: str, attempt: int) -> str:
 
 
 def pick_attempt(
-    existing_jobs: list[dict[str, Any]], base_id: str, resubmit: bool
+    existing_jobs: list[dict[str, Any]], base_id: str, resubmit: bool, last_job_id: str | None = None
 ) -> tuple[str, int, dict[str, Any] | None]:
     """(submission id, attempt, job to adopt or None to submit) given the jobs on the head.
 
     The newest attempt wins: a live or finished one is adopted (never a second job); a failed or
     stopped one is followed by attempt k+1 when resubmitting, else adopted to report its status.
+    `last_job_id` is the attempt state remembers: when the head no longer has it (the job or the
+    whole cluster vanished: GONE), the next attempt follows it, never attempt 1 again.
     """
     attempts = [
         (n, job)
         for job in existing_jobs
         if (n := attempt_number(job.get("submission_id"), base_id)) is not None
     ]
+    last = attempt_number(last_job_id, base_id) or 0
+    if last > max((n for n, _ in attempts), default=0):
+        return attempt_id(base_id, last + 1), last + 1, None
     if not attempts:
         return base_id, 1, None
     number, newest = max(attempts, key=lambda pair: pair[0])
@@ -210,9 +236,13 @@ def _message(ray_message: str | None, note: str) -> str:
 class RayJobProvider(dyn.ResourceProvider):
     """Submits one Ray job per attempt and tracks it. Stateless: safe to pickle and run anywhere."""
 
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures = [dyn.CheckFailure(prop, reason) for prop, reason in validate_inputs(news)]
-        return dyn.CheckResult(news, failures)
+        inputs = _wire_unknowns(news)
+        # The attempt state remembers (put into the inputs by `read`) rides along to the next create.
+        if olds.get(LAST_JOB_KEY) and not news.get(LAST_JOB_KEY):
+            inputs[LAST_JOB_KEY] = olds[LAST_JOB_KEY]
+        return dyn.CheckResult(inputs, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         return diff_inputs(olds, news)
@@ -225,16 +255,18 @@ class RayJobProvider(dyn.ResourceProvider):
         base = inputs["submission_id"]
         with Dashboard(inputs) as dash:
             started = time.monotonic()
+            deadline = started + inputs["ready_timeout_s"]
             if inputs["scale"]:
                 # The run supervisor released the GPUs when the last run ended: bring them back first.
-                scale_up(dash, inputs["scale"])
+                scale_up(dash, inputs["scale"], deadline)
             jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"])
             job_id, attempt, adopted, used, note = self._choose(dash, jobs, base, inputs)
             if adopted is None:
-                window = max(started + inputs["ready_timeout_s"], time.monotonic() + SUBMIT_MIN_WINDOW_S)
                 runtime_env = with_attempt_env(inputs["runtime_env"], base, attempt, used, inputs["max_recoveries"])
-                submit(dash, job_id, {**inputs, "runtime_env": runtime_env}, window)
-            job = dash.job(job_id)
+                # The agent was part of readiness; a short window still covers a head that restarts it.
+                submit(dash, job_id, {**inputs, "runtime_env": runtime_env},
+                       max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
+            job = dash.job(job_id, deadline=max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
             if inputs["wait_for_completion"]:
                 job = follow(dash, job_id, inputs["completion_timeout_s"])
                 used, note = used_by(dash, job, attempt)
@@ -259,18 +291,24 @@ class RayJobProvider(dyn.ResourceProvider):
         A new attempt after a dead one is itself a recovery: only while the budget lasts; otherwise
         the dead attempt is adopted and its status reported.
         """
-        job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"])
+        job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"], inputs.get(LAST_JOB_KEY))
         if adopted is not None:
             return (job_id, attempt, adopted, *used_by(dash, adopted, attempt))
         if attempt == 1:
             return job_id, 1, None, 0, ""
-        previous = next(j for j in jobs if j.get("submission_id") == attempt_id(base, attempt - 1))
-        used, note = used_by(dash, previous, attempt - 1)
+        previous_id = attempt_id(base, attempt - 1)
+        previous = next((j for j in jobs if j.get("submission_id") == previous_id), None)
+        # GONE: the head no longer has the last attempt (its cluster was recreated); its in-run
+        # restarts are unknown here, its resubmissions are not.
+        used, note = used_by(dash, previous, attempt - 1) if previous is not None else (None, "")
         if not budget_left(used, attempt - 1, inputs["max_recoveries"]):
-            spent = (f"recovery budget spent ({used} of {inputs['max_recoveries']}): not resubmitted; "
+            counted = used if used is not None else max(attempt - 2, 0)
+            spent = (f"recovery budget spent ({counted} of {inputs['max_recoveries']}): not resubmitted; "
                      "change the run's inputs (or raise jobMaxRecoveries) to start again")
+            if previous is None:
+                raise RayJobError(f"Ray job {previous_id} is gone and the {spent}")
             return previous["submission_id"], attempt - 1, previous, used, spent
-        return job_id, attempt, None, used + 1, note
+        return job_id, attempt, None, (attempt - 2 if used is None else used) + 1, note
 
     @staticmethod
     def _failure(dash: Dashboard, job_id: str, job: dict[str, Any], lines: int, hint: str = "") -> str:
@@ -299,8 +337,11 @@ class RayJobProvider(dyn.ResourceProvider):
                 recoveries = max(used or 0, int(outs.get("attempt") or 1) - 1)
             except DashboardError:
                 pass  # the count from the last look stays
+        # The inputs keep the attempt, so a resubmission after GONE is the next attempt, not attempt 1
+        # (check carries it from the old inputs into the new ones; create reads it).
+        kept = {k: outs[k] for k in (*INPUT_KEYS, LAST_JOB_KEY) if k in outs} | {LAST_JOB_KEY: job_id}
         return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status,
-                                    "message": _message(message, note), "recoveries": recoveries})
+                                    "message": _message(message, note), "recoveries": recoveries}, kept)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         # Only knobs changed (timeouts, flags, metadata, CA): the running job stays as it is.
@@ -311,20 +352,20 @@ class RayJobProvider(dyn.ResourceProvider):
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         inputs = with_defaults(props)
         job_id = props.get("job_id") or id_
+        deadline = time.monotonic() + inputs["stop_timeout_s"]
         with Dashboard(inputs) as dash:
             try:
-                if dash.job(job_id).get("status") in TERMINAL:
+                if dash.job(job_id, deadline=deadline).get("status") in TERMINAL:
                     return
-                dash.call("POST", f"/api/jobs/{job_id}/stop")
+                dash.call("POST", f"/api/jobs/{job_id}/stop", deadline=deadline)
             except DashboardError as err:
                 if err.gone:
                     return  # the job or the cluster is already gone: nothing left to stop
                 raise
-            deadline = time.monotonic() + inputs["stop_timeout_s"]
             step, status = 0, "unknown"
             while True:
                 try:
-                    status = dash.job(job_id).get("status")
+                    status = dash.job(job_id, deadline=deadline).get("status")
                     if status in TERMINAL:
                         return
                 except DashboardError as err:

@@ -62,7 +62,7 @@ def budget_left(used: int | None, attempt: int | None, max_recoveries: int) -> b
     return (used if used is not None else max((attempt or 1) - 1, 0)) < max_recoveries
 
 
-def scale_up(dash: Dashboard, scale: dict[str, Any]) -> str:
+def scale_up(dash: Dashboard, scale: dict[str, Any], deadline: float | None = None) -> str:
     """Set the RayCluster's worker group back to `replicas` (and minReplicas: KubeRay clamps to it).
 
     A JSON patch that first tests the group's name at `index`, so a reordered spec fails loudly
@@ -76,7 +76,7 @@ def scale_up(dash: Dashboard, scale: dict[str, Any]) -> str:
         {"op": "replace", "path": f"/spec/workerGroupSpecs/{index}/replicas", "value": replicas},
     ]
     try:
-        dash.kube_send("PATCH", path, patch, "application/json-patch+json")
+        dash.kube_send("PATCH", path, patch, "application/json-patch+json", deadline)
     except DashboardError as err:
         raise RayJobError(
             f"could not scale RayCluster {scale['namespace']}/{scale['name']} group {scale['group']} "

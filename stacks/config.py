@@ -9,20 +9,22 @@ so a config that passes here never fails inside a component.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import gcsfuse, gke, naming
+from catalog import gcsfuse, gke, naming, storage_locations
 from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
 from catalog.capacity import CAPACITIES, Capacity
 from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
 from stacks import tuning
-from stacks.grpo import GrpoSettings, preflight
+from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
 from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
 
@@ -41,6 +43,44 @@ class ConfigError(ValueError):
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
+_ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
+# Upper bound of every count, and why. GKE: "Nodes per node pool zone: 1,000"
+# (https://cloud.google.com/kubernetes-engine/quotas); each pool here lives in one zone or is
+# bounded per zone. Qwen2.5's full context is 131,072 tokens (Qwen2.5 model cards).
+_GKE_POOL = (1000, "GKE allows 1,000 nodes per node pool per zone")
+_CONTEXT = (131072, "Qwen2.5's full context is 131,072 tokens")
+_GPUS_PER_NODE = max(a.gpus_per_node for a in ACCELERATORS.values())
+_BOUNDS: dict[str, tuple[int, str]] = {
+    "gpuNodes": _GKE_POOL,
+    "cpuNodesMin": _GKE_POOL,
+    "cpuNodesMax": _GKE_POOL,
+    "mtu": (8896, "the largest MTU a GCP VPC allows, https://cloud.google.com/vpc/docs/mtu"),
+    # How long `pulumi up` may block: a week / a month; more is a unit slip (seconds typed as minutes).
+    "jobReadyTimeoutMinutes": (7 * 24 * 60, "one week"),
+    # Cloud Storage soft delete retention: at most 90 days (soft_delete_policy docs).
+    "bucketSoftDeleteDays": (90, "Cloud Storage keeps soft-deleted objects at most 90 days"),
+    "jobMaxRecoveries": (100, "recoveries of one run; more is a typo"),
+    "jobCompletionTimeoutMinutes": (30 * 24 * 60, "30 days"),
+    "grpoTrainBatchSize": (GSM8K_TRAIN_ROWS, "the GSM8K training rows"),
+    "grpoPpoMiniBatchSize": (GSM8K_TRAIN_ROWS, "the GSM8K training rows"),
+    "grpoRolloutN": (1024, "responses per prompt; more is a typo"),
+    "grpoMaxPromptLength": _CONTEXT,
+    "grpoMaxResponseLength": _CONTEXT,
+    # Per-GPU micro batches are split from at most a full batch's samples.
+    "grpoPpoMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
+    "grpoLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
+    "grpoRefLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
+    "grpoTensorParallelSize": (_GPUS_PER_NODE, "vLLM shards a model within one node's GPUs"),
+    "grpoTotalEpochs": (1000, "passes over GSM8K; more is a typo"),
+    "grpoSaveFreq": (1_000_000, "steps; more is a typo"),
+    "grpoTestFreq": (1_000_000, "steps; more is a typo"),
+    "grpoMaxCheckpointsToKeep": (1000, "checkpoints; more is a typo"),
+    "grpoPpoMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
+    "grpoLogProbMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
+    "budgetMonthly": (10**9, "a monthly budget; more is a typo"),
+}
+MAXIMUM = {k: v[0] for k, v in _BOUNDS.items()}
+MAX_WHY = {k: v[1] for k, v in _BOUNDS.items()}
 # Names the program derives from namePrefix: each must pass the rule of the component that uses it.
 DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name",
                  "nodes": "node service account id"}
@@ -160,14 +200,21 @@ class _Reader:
             self.bad(key, value, problem)
 
     def int(self, key: str, minimum: int | None = None) -> int:
+        """An integer as the Pulumi CLI accepts one for an `integer` key (Go strconv.Atoi: optional
+        sign, decimal digits, int64), at most MAXIMUM[key]: every count has an upper bound."""
         value = self._value(key)
-        try:
-            number = int(str(value).strip())
-        except (TypeError, ValueError):
-            self.bad(key, value, "must be an integer")
+        text = str(value)
+        maximum = MAXIMUM[key]
+        if not _ATOI.match(text) or not -(2**63) <= int(text) < 2**63:
+            self.bad(key, value, f"must be an integer from {minimum if minimum is not None else 0} "
+                     f"to {maximum}")
             return minimum or 0
+        number = int(text)
         if minimum is not None and number < minimum:
             self.bad(key, number, f"must be an integer >= {minimum}")
+        elif number > maximum:
+            self.bad(key, number, f"must be at most {maximum} ({MAX_WHY[key]})")
+            return minimum or 0
         return number
 
     def float(self, key: str, low: float, high: float, low_open: bool = False) -> float:
@@ -186,11 +233,12 @@ class _Reader:
         value = self._value(key)
         if isinstance(value, bool):
             return value
-        text = str(value).strip().lower()
-        if text not in ("true", "false"):
-            self.bad(key, value, "must be true or false")
+        # The CLI accepts exactly these for a `boolean` key (pkg/workspace/config.go); yes/on/True
+        # typed in quotes reach it as strings and fail `pulumi preview`, so they fail here too.
+        if value not in ("true", "false"):
+            self.bad(key, value, "must be true or false (YAML yes/no/on/off are strings to Pulumi)")
             return False
-        return text == "true"
+        return value == "true"
 
     def list(self, key: str) -> tuple[str, ...]:
         value = self._value(key)
@@ -215,9 +263,7 @@ class _Reader:
 def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = False) -> StackConfig:
     """Validate raw config (full keys -> strings, as Pulumi stores them) into a StackConfig."""
     r = _Reader(raw)
-    unknown = sorted(k for k in raw if k.startswith(f"{PROJECT}:") and k.split(":", 1)[1] not in KEYS_BY_NAME)
-    for key in unknown:
-        r.problems.append(f"{key} is not a known key (see Pulumi.yaml for the declared keys)")
+    r.problems += unknown_keys(raw)
 
     project = r.str("gcp:project")
     r.check("gcp:project", project, naming.project_id(project))
@@ -269,7 +315,13 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     r.check("rayVersion", ray_version, naming.ray_version(ray_version))
 
     budget = _budget(r)
-    bucket_location = r.str("bucketLocation") or region
+    bucket_location = r.str("bucketLocation")
+    if bucket_location:
+        r.check("bucketLocation", bucket_location, storage_locations.bucket_location(bucket_location))
+    elif region and "gcp:region" not in r.missing and not naming.region(region):
+        # The bucket defaults to the cluster's region: it must be a location Cloud Storage offers.
+        r.check("gcp:region", region, storage_locations.bucket_location(region))
+    bucket_location = bucket_location or region
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     soft_delete = r.int("bucketSoftDeleteDays")
     r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
@@ -310,6 +362,21 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
         warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=r.bool("imageMirror"),
     )
+
+
+def unknown_keys(raw: Mapping[str, str]) -> list[str]:
+    """Keys in our namespace (or one a typo away from it) that the program does not read."""
+    problems = []
+    ours = [k.name for k in KEYS if ":" not in k.name]
+    for key in sorted(raw):
+        namespace, _, name = key.partition(":")
+        if namespace == PROJECT and name not in KEYS_BY_NAME:
+            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6)
+            hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
+            problems.append(f"{key} is not a known key: {hint}")
+        elif namespace != PROJECT and difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
+            problems.append(f"{key}: namespace {namespace!r} is not this project's; did you mean {PROJECT}:{name}?")
+    return problems
 
 
 def _budget(r: _Reader) -> BudgetConfig | None:
@@ -379,9 +446,7 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
             if nets[a].overlaps(nets[b]):
                 key = a.split("[")[0]
                 r.bad(key, str(nets[a]), f"overlaps {b} = {nets[b]}: every range must be disjoint")
-    mtu = r.int("mtu")
-    if not 1300 <= mtu <= 8896:
-        r.bad("mtu", mtu, "must be between 1300 and 8896 (GCP VPC limits)")
+    mtu = r.int("mtu", minimum=1300)  # GCP VPC MTU range: 1300..8896
     return NetworkConfig(primary, pods, services, gvnic, rdma, mtu)
 
 

@@ -84,7 +84,7 @@ class RayNode:
             f"--ray-client-server-port={free_port()}",
         ]
 
-    def start(self, timeout: float = 90) -> RayNode:
+    def start(self, timeout: float = 240) -> RayNode:
         log = open(Path(self.temp_dir) / "ray-start.log", "wb")  # noqa: SIM115 - kept for post-mortems
         proc = subprocess.Popen(
             self.command(), env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -102,13 +102,39 @@ class RayNode:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if requests.get(f"{self.address}/api/gcs_healthz", timeout=2).ok:
+                if requests.get(f"{self.address}/api/gcs_healthz", timeout=2).ok and self._agent_serves():
                     if requests.get(f"{self.address}/api/jobs/", timeout=5).ok:
                         return
             except requests.RequestException:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"Ray head at {self.address} did not become healthy in {timeout}s")
+
+    def _agent_serves(self) -> bool:
+        """The head's dashboard agent (which runs submitted jobs) is registered and answers: until then
+        a submission fails with "No available agent". Listing its log files goes through that agent."""
+        nodes = requests.get(f"{self.address}/api/v0/nodes?limit=100", timeout=10).json()["data"]["result"]["result"]
+        head = next((n["node_id"] for n in nodes if n.get("is_head_node") and n["state"] == "ALIVE"), None)
+        return head is not None and requests.get(
+            f"{self.address}/api/v0/logs?node_id={head}&glob=dashboard_agent*&timeout=5", timeout=10).ok
+
+    def agent_pid(self) -> int:
+        """The pid of this node's dashboard agent: the raylet's child titled ray::DashboardAgent."""
+        procs = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            procs[int(proc.name)] = (ppid, cmdline)
+        raylets = {pid for pid, (_, cmd) in procs.items() if b"raylet/raylet" in cmd and self.temp_dir.encode() in cmd}
+        for pid, (ppid, cmd) in procs.items():
+            if ppid in raylets and cmd.startswith(b"ray::DashboardAgent"):
+                return pid
+        raise RuntimeError(f"no dashboard agent process for the node in {self.temp_dir}")
 
     def stop(self) -> None:
         if self.pgid is not None:

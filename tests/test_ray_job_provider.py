@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +24,14 @@ from pulumi.runtime import rpc
 from components import ray_client
 from components.ray_client import GONE, DashboardError, RayJobError, base_url, tail
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
-from components.ray_job_provider import attempt_number, diff_inputs, pick_attempt, validate_inputs, with_defaults
+from components.ray_job_provider import (
+    LAST_JOB_KEY,
+    attempt_number,
+    diff_inputs,
+    pick_attempt,
+    validate_inputs,
+    with_defaults,
+)
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -38,6 +46,7 @@ from tests.ray_fixtures import (
 
 BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"  # TEST-NET-3: nothing answers there
 HEAD_GPUS = 2
+READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 
 
 def wire(props: dict) -> dict:
@@ -79,7 +88,7 @@ def props(address: str | None, tag: str = "job", **overrides) -> dict:
         "submission_id": new_id(tag),
         "entrypoint": "echo hello",
         "expected_gpus": 1,
-        "ready_timeout_s": 30,
+        "ready_timeout_s": READY_S,
         "address": address,
     }
     return wire({**base, **overrides})
@@ -93,6 +102,17 @@ def test_attempt_numbers():
     assert attempt_number("s-abc-r7", "s-abc") == 7
     for other in ("s-abc-r1", "s-abc-rx", "s-abc-r", "s-abcd", "x-s-abc", None):
         assert attempt_number(other, "s-abc") is None
+
+
+def test_pick_attempt_after_a_vanished_attempt():
+    # state knows attempt 3; the head (a new cluster) knows nothing: attempt 4, never attempt 1
+    assert pick_attempt([], "s", True, last_job_id="s-r3") == ("s-r4", 4, None)
+    assert pick_attempt([], "s", True, last_job_id="s") == ("s-r2", 2, None)
+    # the head still has the newest attempt: it decides, as before
+    running = {"submission_id": "s-r3", "status": "RUNNING"}
+    assert pick_attempt([running], "s", True, last_job_id="s-r3") == ("s-r3", 3, running)
+    # another job's id in state does not count
+    assert pick_attempt([], "s", True, last_job_id="other-r7") == ("s", 1, None)
 
 
 def test_pick_attempt():
@@ -142,6 +162,72 @@ def test_validate_inputs_names_the_property():
     assert bad(address="http://h", metadata={"k": 1}) == {"metadata"}
     assert bad(address=rpc.UNKNOWN, expected_gpus=rpc.UNKNOWN) == set()  # preview: not known yet
     assert {p for p, _ in validate_inputs({"address": "http://h"})} == {"submission_id", "entrypoint"}
+
+
+@pytest.fixture(scope="module")
+def provider_server():
+    """Pulumi's own dynamic provider server, started as the engine starts it (`python -m pulumi.dynamic`
+    in the project directory, port on stdout) and reached over gRPC: the engine's wire format."""
+    import grpc
+    from google.protobuf import struct_pb2
+    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+    server = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=REPO, stdout=subprocess.PIPE)
+    try:
+        port = int(server.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = provider_pb2_grpc.ResourceProviderStub(channel)
+            stub.Configure(provider_pb2.ConfigureRequest(args=struct_pb2.Struct()), timeout=120)
+            yield stub
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _check_over_the_wire(stub, news: dict, olds: dict | None = None):
+    """Check as the engine calls it at preview: a CheckRequest whose unknown values are the wire
+    sentinel (rpc.UNKNOWN, as the engine marshals a computed value). Returns (inputs, failures)."""
+    from google.protobuf import struct_pb2
+    from pulumi.dynamic.dynamic import serialize_provider
+    from pulumi.runtime.proto import provider_pb2
+
+    def struct(props: dict) -> struct_pb2.Struct:
+        out = struct_pb2.Struct()
+        out.update(props)
+        return out
+
+    blob = serialize_provider(RayJobProvider())
+    request = provider_pb2.CheckRequest(
+        urn="urn:pulumi:dev::verl-gke::pulumi-python:dynamic:Resource::grpo",
+        olds=struct({**olds, "__provider": blob} if olds else {}),
+        news=struct({**news, "__provider": blob}),
+    )
+    response = stub.Check(request, timeout=120)
+    inputs = rpc.deserialize_properties(response.inputs, True)
+    return inputs, {(f.property, f.reason) for f in response.failures}
+
+
+def test_preview_unknowns_are_not_judged_over_the_wire(provider_server):
+    unknown = rpc.UNKNOWN
+    news = {"submission_id": unknown, "entrypoint": unknown, "expected_gpus": unknown,
+            "ready_timeout_s": unknown, "gke": {"endpoint": unknown, "ca_certificate": unknown,
+                                               "namespace": "verl", "service": unknown}}
+    inputs, failures = _check_over_the_wire(provider_server, news)
+    assert failures == set()
+    assert all(isinstance(inputs[k], pulumi.output.Unknown) for k in ("submission_id", "expected_gpus"))
+    assert isinstance(inputs["gke"]["endpoint"], pulumi.output.Unknown) and inputs["gke"]["namespace"] == "verl"
+    # known values next to unknown ones are still judged: the check is not simply skipped
+    broken = {**news, "expected_gpus": -1, "gke": {**news["gke"], "namespace": ""}}
+    _, failures = _check_over_the_wire(provider_server, broken)
+    assert {prop for prop, _ in failures} == {"expected_gpus", "gke.namespace"}
+
+
+def test_check_carries_the_last_attempt_from_state(provider_server):
+    news = {"submission_id": "s", "entrypoint": "e", "address": "http://h:8265"}
+    inputs, failures = _check_over_the_wire(provider_server, news, olds={**news, LAST_JOB_KEY: "s-r3"})
+    assert failures == set() and inputs[LAST_JOB_KEY] == "s-r3"
+    inputs, _ = _check_over_the_wire(provider_server, news)
+    assert LAST_JOB_KEY not in inputs
 
 
 def test_diff_decisions():
@@ -283,7 +369,7 @@ def test_concurrent_create_adopts_on_already_exists(head, provider, monkeypatch)
     p = props(head.address, "race")
     first = provider.create(p)
     # The other create submitted between our listing of the jobs and our submit.
-    monkeypatch.setattr(ray_client.Dashboard, "jobs", lambda _self: [])
+    monkeypatch.setattr(ray_client.Dashboard, "jobs", lambda _self, deadline=None: [])
     second = provider.create(p)
     assert second.id == first.id == p["submission_id"] and second.outs["attempt"] == 1
     assert len(jobs_on(head.address, p["submission_id"])) == 1
@@ -295,7 +381,7 @@ def test_create_waits_for_gpus_that_join_later(head, provider):
     joiner = threading.Thread(target=lambda: (threading.Event().wait(2), worker.start()))
     joiner.start()
     try:
-        p = props(head.address, "gpus", expected_gpus=have + 8, ready_timeout_s=120)
+        p = props(head.address, "gpus", expected_gpus=have + 8, ready_timeout_s=READY_S)
         created = provider.create(p)
         joiner.join()
         assert gpus_on(head.address) >= have + 8
@@ -309,14 +395,78 @@ def test_create_waits_for_gpus_that_join_later(head, provider):
 
 def test_deadline_says_what_is_missing_and_where(head, provider):
     with pytest.raises(RayJobError) as missing_gpus:
-        provider.create(props(head.address, "deadline", expected_gpus=1000, ready_timeout_s=2))
+        provider.create(props(head.address, "deadline", expected_gpus=1000, ready_timeout_s=15))
     text = str(missing_gpus.value)
     assert "of 1000 GPUs" in text and "found" in text and head.address in text
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RayJobError) as unreachable:
-        provider.create(props(dead, "nohead", ready_timeout_s=2))
+        provider.create(props(dead, "nohead", ready_timeout_s=10))
     text = str(unreachable.value)
     assert dead in text and "unreachable" in text and "not ready" in text
+
+
+def test_every_call_is_capped_to_the_deadline(provider, monkeypatch):
+    """A dashboard that accepts connections and never answers: no call may wait past ready_timeout_s."""
+    import socket
+
+    asked: list[tuple[float, float]] = []
+    request = requests.Session.request
+
+    def recording(self, method, url, **kw):
+        asked.append(kw["timeout"])
+        return request(self, method, url, **kw)
+
+    monkeypatch.setattr(requests.Session, "request", recording)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshake; nobody ever reads or answers
+        address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(RayJobError, match="not ready after 3s"):
+            provider.create(props(address, "silent", ready_timeout_s=3))
+    assert asked and all(connect <= 3 and read <= 3 for connect, read in asked), asked
+
+
+def test_readiness_waits_for_the_job_agent(head, provider):
+    """The head's dashboard agent runs submitted jobs: while it does not answer, the cluster is not ready."""
+    agent = head.agent_pid()
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        with pytest.raises(RayJobError) as not_ready:
+            provider.create(props(head.address, "agent", ready_timeout_s=20))
+        assert "job agent" in str(not_ready.value) and head.address in str(not_ready.value)
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    created = provider.create(props(head.address, "agent-back"))
+    assert created.outs["attempt"] == 1
+
+
+def test_gone_job_resubmits_as_the_next_attempt(head, provider, provider_server):
+    """`pulumi up --refresh` after the job vanished (its cluster was recreated): attempt k+1, not 1.
+
+    State says attempt 1 ran on this head, which has never heard of it: exactly what a recreated
+    cluster looks like. (Deleting a finished job from a live head is no stand-in: Ray's job monitor
+    can write it back as FAILED moments later.)
+    """
+    p = props(head.address, "gone", wait_for_completion=True)
+    sid = p["submission_id"]
+    state = wire({**with_defaults(p), "job_id": sid, "attempt": 1, "status": "SUCCEEDED", "message": "",
+                  "dashboard_url": head.address})
+    refreshed = provider.read(sid, state)
+    assert refreshed.outs["status"] == GONE and refreshed.inputs[LAST_JOB_KEY] == sid
+    inputs, failures = _check_over_the_wire(provider_server, p, olds=wire(refreshed.inputs))
+    assert failures == set() and inputs[LAST_JOB_KEY] == sid
+    assert provider.diff(sid, wire(refreshed.outs), inputs).replaces == ["status"]
+    provider.delete(sid, wire(refreshed.outs))  # nothing left to stop
+    second = provider.create(wire(inputs))
+    assert (second.id, second.outs["attempt"], second.outs["status"]) == (f"{sid}-r2", 2, "SUCCEEDED")
+    assert second.outs[LAST_JOB_KEY] == sid  # the attempt it followed stays in state
+    assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [f"{sid}-r2"]
+    # the next refresh remembers attempt 2; the head has it, so it decides as before (adopt, no new job)
+    again = provider.read(second.id, wire(second.outs))
+    assert again.outs["status"] == "SUCCEEDED" and again.inputs[LAST_JOB_KEY] == f"{sid}-r2"
+    inputs, _ = _check_over_the_wire(provider_server, p, olds=wire(again.inputs))
+    assert provider.create(wire(inputs)).id == f"{sid}-r2"
+    assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [f"{sid}-r2"]
 
 
 def test_failing_job_surfaces_its_log_tail(head, provider):
@@ -326,7 +476,7 @@ def test_failing_job_surfaces_its_log_tail(head, provider):
         "fail",
         entrypoint=f'python -c "{script}"',
         wait_for_completion=True,
-        completion_timeout_s=60,
+        completion_timeout_s=READY_S,
         log_tail_lines=5,
     )
     with pytest.raises(RayJobError) as failed:
@@ -514,13 +664,13 @@ def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, m
     objects = {"/api/v1/namespaces/ray/pods": PODS, "/api/v1/namespaces/ray/events": EVENTS}
     with ServiceProxy(head.address, "tok", objects=objects) as proxy:
         with pytest.raises(RayJobError) as late:
-            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=2))
+            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=15))
         text = str(late.value)
         assert "of 1000 GPUs" in text and PENDING in text and "GCE out of resources" in text
         assert "/api/v1/namespaces/ray/pods?labelSelector=ray.io/cluster%3Drc" in proxy.seen_paths
     # a plain address has no API server behind it: the message is the count alone
     with pytest.raises(RayJobError) as plain:
-        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=2))
+        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=15))
     assert "Kubernetes" not in str(plain.value)
 
 

@@ -7,8 +7,10 @@ its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdo
 run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
 "warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
 their dependencies), then prints the stack's hourly price by resource class and the estimated
-cost of the configured run (from the sizing). Bad config (a run that would not fit in GPU memory
-included): exit 2, nothing written.
+cost of the configured run (from the sizing).
+The stack file is read as the Pulumi CLI reads it (tools.stack_file). A bad stack name, stack
+file, config (a run that would not fit in GPU memory included) or output folder: exit 2 with the
+key or argument named, nothing written. The plan only clears a folder holding its own marker.
 The mocks answer the GKE version lookup with sample channel data (tools.engine_versions); with
 --preview the plan is `pulumi preview` on an empty project, where that lookup waits for the APIs
 this run enables, so the version shows as resolved at deploy time.
@@ -17,20 +19,24 @@ this run enables, so the version shows as resolved at deploy time.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from stacks import config as stack_config
+from tools import stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SECURE_PLACEHOLDER = "secure-value-not-decrypted-offline"
+PLAN_ROOT = ROOT / "build" / "plan"
+MARKER = ".verl-gke-plan"  # the plan only ever clears a folder that holds this file
+MARKER_TEXT = "Written by `python -m tools.plan`; its next run into this folder replaces the content.\n"
 # Inputs worth a glance in the printed tree.
 _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfile", "machineType",
               "enableAutopilot", "nodeLocations", "minMasterVersion", "accountId", "role", "kind", "file",
@@ -38,21 +44,21 @@ _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfil
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """Stack YAML -> (raw config as the CLI hands it to the program, secret keys).
+    """Stack YAML -> (config as the Pulumi CLI hands it to the program, secret keys).
 
-    `secure:` values cannot be decrypted offline: they become a placeholder, marked secret.
+    tools.stack_file reads it as the CLI does (yaml.v3 scalars, JSON for objects and lists, keys
+    without a namespace taken as the project's). `secure:` values cannot be decrypted offline: they
+    become a placeholder, marked secret. A file that is not what the CLI reads: StackFileError.
     """
-    doc = yaml.safe_load(path.read_text()) or {}
+    values = stack_file.read_stack_file(str(path), stack_config.PROJECT)
     raw: dict[str, str] = {}
     secret_keys: list[str] = []
-    for key, value in (doc.get("config") or {}).items():
-        if isinstance(value, Mapping) and "secure" in value:
+    for key, value in values.items():
+        if isinstance(value, stack_file.Secret):
             raw[key] = SECURE_PLACEHOLDER
             secret_keys.append(key)
-        elif isinstance(value, str):
-            raw[key] = value
         else:
-            raw[key] = json.dumps(value)
+            raw[key] = value
     declared_secret = {k.full for k in stack_config.KEYS if k.secret}
     secret_keys += [k for k in raw if k in declared_secret and k not in secret_keys]
     return raw, secret_keys
@@ -224,6 +230,58 @@ def tree(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class UsageError(Exception):
+    """A bad invocation: exit 2 with this message, before anything is read, run or written."""
+
+
+def folder_name(stack: str) -> str:
+    """The default output folder's name for a stack: never `.`, `..` or anything a path resolves.
+
+    A name with characters other than [A-Za-z0-9_-] gets them replaced and a hash of the real name
+    appended, so two stacks never share a folder (`a.b` and `a_b` differ).
+    """
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", stack)
+    return safe if safe == stack else f"{safe}-{hashlib.sha256(stack.encode()).hexdigest()[:8]}"
+
+
+def default_out(stack: str) -> Path:
+    return PLAN_ROOT / folder_name(stack)
+
+
+def check_stack_name(stack: str) -> None:
+    """Pulumi's own rule for a stack name (tokens.ParseStackName); the plan takes the plain name."""
+    if "/" in stack:
+        raise UsageError(f"--stack {stack!r}: give the stack's own name; an organization/project "
+                         "qualified name has no meaning offline")
+    try:
+        stack_file.validate_stack_name(stack)
+    except ValueError as err:
+        raise UsageError(f"--stack {stack!r}: {err}") from None
+
+
+def check_out(out: Path) -> None:
+    """The output folder must be new, empty, or one the plan wrote before (it holds our marker).
+
+    Anything else (a file, a symlink, a folder with other content, the project or a folder holding
+    it) is refused, so the plan never deletes or overwrites what it did not write.
+    """
+    if out.is_symlink():
+        raise UsageError(f"--out {out}: is a symbolic link; name a real folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder")
+    resolved = out.resolve()
+    if resolved == ROOT or resolved in ROOT.parents:
+        raise UsageError(f"--out {out}: is the project or a folder holding it; name a folder of its own")
+    if out.is_dir() and any(out.iterdir()) and not _ours(out):
+        raise UsageError(f"--out {out}: exists, is not empty and holds no {MARKER} marker (the plan did "
+                         "not write it); name a new or empty folder")
+
+
+def _ours(out: Path) -> bool:
+    marker = out / MARKER
+    return marker.is_file() and not marker.is_symlink()
+
+
 def run_sizing_function():
     """The recipe's sizing (stacks.sizing.run_sizing: GPU-hours, bucket GB) once it exists, else None."""
     try:
@@ -332,43 +390,66 @@ def admission_text(rows: list[dict], storage: dict[str, Any]) -> str:
 
 
 def write(plan: dict[str, Any], out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "manifests").mkdir(parents=True)
-    (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
-    for fname, obj in manifests(plan).items():
-        (out / "manifests" / fname).write_text(yaml.safe_dump(obj, sort_keys=False))
-    (out / "graph.mmd").write_text(mermaid(plan))
+    """Write the plan into `out` (checked by check_out): clear what an earlier plan wrote, then write."""
+    check_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if _ours(out):
+        for child in out.iterdir():  # the folder itself stays; only our earlier content goes
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    (out / MARKER).write_text(MARKER_TEXT)
+    files = {"plan.json": json.dumps(plan, indent=2) + "\n", "graph.mmd": mermaid(plan)}
+    files |= {f"manifests/{name}": yaml.safe_dump(obj, sort_keys=False) for name, obj in manifests(plan).items()}
+    (out / "manifests").mkdir()
+    inside = out.resolve()
+    for rel, text in files.items():
+        target = out / rel
+        if target.resolve().parent not in (inside, inside / "manifests"):  # names are sanitized; be sure
+            raise UsageError(f"refusing to write {target}: outside {out}")
+        target.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.plan", description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", required=True, help="stack name, e.g. b200")
+    parser.add_argument("--stack", required=True, help="stack name, e.g. b200 (Pulumi's stack name rules)")
     parser.add_argument("--config", type=Path, help="stack file (default: Pulumi.<stack>.yaml)")
-    parser.add_argument("--out", type=Path, help="output folder (default: build/plan/<stack>)")
+    parser.add_argument("--out", type=Path,
+                        help="output folder: new, empty or an earlier plan's (default: build/plan/<stack>)")
     parser.add_argument("--quiet", action="store_true", help="do not print the tree")
     parser.add_argument("--preview", action="store_true",
                         help="plan as `pulumi preview` on an empty project (lookups not yet possible stay unknown)")
     args = parser.parse_args(argv)
-    path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
-    if not path.is_file():
-        print(f"error: no stack file {path}", file=sys.stderr)
-        return 2
-    raw, secret_keys = read_stack_file(path)
     try:
+        check_stack_name(args.stack)
+        path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
+        if not path.is_file():
+            raise UsageError(f"--config {path}: no such stack file")
+        out = args.out or default_out(args.stack)
+        check_out(out)
+        raw, secret_keys = read_stack_file(path)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
+        plan["admission"] = admission(args.stack, raw, secret_keys, plan)
+        plan["storage"] = storage_summary(raw, args.stack)
+        crit = critical_path(raw, args.stack, plan)
+        plan["criticalPath"] = {"minutes": round(crit.total, 2), "floorMinutes": round(crit.floor, 2),
+                                "ratio": round(crit.ratio, 3), "floor": crit.floor_why,
+                                "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
+                                           "phases": s.why} for s in crit.steps]}
+        write(plan, out)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except stack_file.StackFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except stack_config.ConfigError as err:
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
-    out = args.out or ROOT / "build" / "plan" / args.stack
-    plan["admission"] = admission(args.stack, raw, secret_keys, plan)
-    plan["storage"] = storage_summary(raw, args.stack)
-    crit = critical_path(raw, args.stack, plan)
-    plan["criticalPath"] = {"minutes": round(crit.total, 2), "floorMinutes": round(crit.floor, 2),
-                            "ratio": round(crit.ratio, 3), "floor": crit.floor_why,
-                            "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
-                                       "phases": s.why} for s in crit.steps]}
-    write(plan, out)
+    except OSError as err:
+        print(f"error: {err.filename or path}: {err.strerror or err}", file=sys.stderr)
+        return 2
     if not args.quiet:
         print(tree(plan))
         print(report(plan))

@@ -1,0 +1,368 @@
+"""Hostile input to the offline plan: broken stack files, bad values, odd stack names and output folders.
+
+Every case must exit 2, name the key or argument, print no traceback, write nothing and register no
+resource. Cases run the plan in-process (`tools.plan.main`); a handful run it as a user does, in a
+subprocess, to prove the exit code and the absence of a traceback end to end.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stacks import config as stack_config
+from tests.stack_helpers import ROOT, STACK_FILES
+from tools import mocking, plan
+
+GOOD = {  # Pulumi.b200.yaml's values, as YAML text
+    "gcp:project": "replace-with-your-project-id",
+    "gcp:region": "us-central1",
+    "gcp:zone": "us-central1-b",
+    "verl-gke:accelerator": "b200",
+    "verl-gke:clusterMode": "autopilot",
+    "verl-gke:gpuNodes": "2",
+    "verl-gke:capacity": "spot",
+    "verl-gke:namePrefix": "verl-b200",
+    "verl-gke:model": "Qwen/Qwen2.5-32B-Instruct",
+}
+POSITION = re.compile(r"Pulumi\.hostile\.yaml:\d+:\d+: ")
+
+
+def stack_text(**changes: str | None) -> str:
+    """The good stack file with some keys changed (YAML text), added, or removed (None)."""
+    values = dict(GOOD)
+    for key, text in changes.items():
+        if text is None:
+            values.pop(key, None)
+        else:
+            values[key] = text
+    return "config:\n" + "".join(f"  {k}: {v}\n" for k, v in values.items())
+
+
+def yaml_case(key: str, text: str) -> str:
+    return stack_text(**{key: text})
+
+
+# (case id, stack file text or bytes, text the error must contain: the key or what is wrong)
+BAD_FILES: list[tuple[str, str | bytes, str]] = [
+    # --- not YAML, or not the shape of a stack file: file:line:column, or the shape expected
+    ("unclosed-bracket", "config:\n  verl-gke:rdmaCidrs: [192.168.1.0/24, 192.168.2.0/24\n", "invalid YAML"),
+    ("tab-indent", "config:\n\tgcp:project: my-project-1\n", "invalid YAML"),
+    ("unclosed-quote", "config:\n  gcp:region: 'us-central1\n", "invalid YAML"),
+    ("bad-indent", "config:\n  gcp:region: us-central1\n   gcp:zone: us-central1-b\n", "invalid YAML"),
+    ("undefined-alias", "config:\n  gcp:region: *nowhere\n", "invalid YAML"),
+    ("duplicate-key", stack_text() + "  gcp:region: europe-west4\n", "already defined at line"),
+    ("top-level-list", "- config\n- gcp:project\n", "must be a mapping at the top level"),
+    ("top-level-scalar", "just some text\n", "must be a mapping at the top level"),
+    ("config-list", "config:\n  - gcp:project: p\n", "'config' must be a mapping"),
+    ("config-string", "config: gcp:project=p\n", "'config' must be a mapping"),
+    ("non-string-key", "config:\n  1: one\n", "expected only string keys"),
+    ("three-colons", "config:\n  a:b:c:d: x\n", "a:b:c:d"),
+    ("colliding-keys", stack_text(gpuNodes="3"), "both mean 'verl-gke:gpuNodes'"),
+    ("top-level-typo", "confg:\n  gcp:project: my-project-1\n", "did you mean 'config'"),
+    ("infinite-number", yaml_case("verl-gke:gpuNodes", ".inf"), "verl-gke:gpuNodes"),
+    ("not-utf8", b"config:\n  gcp:region: \xff\xfe\n", "not valid UTF-8"),
+    ("esc-environment", "environment:\n  - my-env\n" + stack_text(), "environment"),
+    # --- required keys empty or missing (they count as missing)
+    ("empty-region", yaml_case("gcp:region", "''"), "gcp:region is not set"),
+    ("empty-project", yaml_case("gcp:project", "''"), "gcp:project is not set"),
+    ("blank-zone", yaml_case("gcp:zone", "'   '"), "gcp:zone is not set"),
+    ("null-region", yaml_case("gcp:region", "~"), "gcp:region is not set"),
+    ("missing-zone", stack_text(**{"gcp:zone": None}), "gcp:zone is not set"),
+    ("empty-file", "", "gcp:project is not set"),
+    # --- values the Pulumi CLI hands over differently from a YAML 1.1 reader
+    ("yes-is-a-string", yaml_case("verl-gke:deletionProtection", "yes"), "verl-gke:deletionProtection"),
+    ("on-is-a-string", yaml_case("verl-gke:bucketDeleteOnDestroy", "on"), "verl-gke:bucketDeleteOnDestroy"),
+    ("quoted-True", yaml_case("verl-gke:submitJob", "'True'"), "verl-gke:submitJob"),
+    ("one-is-not-true", yaml_case("verl-gke:jobWaitForCompletion", "1"), "verl-gke:jobWaitForCompletion"),
+    ("upper-TRUE-quoted", yaml_case("verl-gke:grpoValBeforeTrain", '"TRUE"'), "verl-gke:grpoValBeforeTrain"),
+    ("unnamespaced-read", stack_text(**{"verl-gke:gpuNodes": None, "gpuNodes": "0"}), "verl-gke:gpuNodes = 0"),
+    ("config-segment-key", stack_text(**{"verl-gke:gpuNodes": None, "verl-gke:config:gpuNodes": "0"}),
+     "verl-gke:gpuNodes = 0"),
+    ("float-count", yaml_case("verl-gke:gpuNodes", "4.5"), "verl-gke:gpuNodes"),
+    ("underscore-count", yaml_case("verl-gke:gpuNodes", "'1_000'"), "verl-gke:gpuNodes"),
+    ("list-count", yaml_case("verl-gke:gpuNodes", "[2]"), "verl-gke:gpuNodes"),
+    ("negative-count", yaml_case("verl-gke:gpuNodes", "-1"), "verl-gke:gpuNodes"),
+    # --- every count has an upper bound
+    ("gpu-nodes-1e20", yaml_case("verl-gke:gpuNodes", "100000000000000000000"), "verl-gke:gpuNodes"),
+    ("gpu-nodes-1001", yaml_case("verl-gke:gpuNodes", "1001"), "at most 1000"),
+    ("cpu-nodes-max", yaml_case("verl-gke:cpuNodesMax", "100000"), "verl-gke:cpuNodesMax"),
+    ("cpu-nodes-min", yaml_case("verl-gke:cpuNodesMin", "5000"), "verl-gke:cpuNodesMin"),
+    ("ready-timeout", yaml_case("verl-gke:jobReadyTimeoutMinutes", "99999999"), "verl-gke:jobReadyTimeoutMinutes"),
+    ("completion-timeout", yaml_case("verl-gke:jobCompletionTimeoutMinutes", "0"),
+     "verl-gke:jobCompletionTimeoutMinutes"),
+    ("rollout-n", yaml_case("verl-gke:grpoRolloutN", "100000"), "verl-gke:grpoRolloutN"),
+    ("prompt-length", yaml_case("verl-gke:grpoMaxPromptLength", "1000000"), "verl-gke:grpoMaxPromptLength"),
+    ("tensor-parallel", yaml_case("verl-gke:grpoTensorParallelSize", "16"), "verl-gke:grpoTensorParallelSize"),
+    ("epochs", yaml_case("verl-gke:grpoTotalEpochs", "1000000000"), "verl-gke:grpoTotalEpochs"),
+    ("save-freq", yaml_case("verl-gke:grpoSaveFreq", "1000000000000"), "verl-gke:grpoSaveFreq"),
+    ("mtu-high", yaml_case("verl-gke:mtu", "9000"), "verl-gke:mtu"),
+    ("mtu-low", yaml_case("verl-gke:mtu", "100"), "verl-gke:mtu"),
+    # --- bucketLocation and the region it defaults to: Cloud Storage's locations
+    ("bucket-location-typo", yaml_case("verl-gke:bucketLocation", "us-central9"), "did you mean us-central1"),
+    ("bucket-location-mars", yaml_case("verl-gke:bucketLocation", "mars"), "verl-gke:bucketLocation"),
+    ("bucket-location-list", yaml_case("verl-gke:bucketLocation", "[US]"), "verl-gke:bucketLocation"),
+    ("region-not-a-location", stack_text(**{"gcp:region": "moon-west1", "gcp:zone": "moon-west1-a"}),
+     "gcp:region"),
+    # --- unknown keys in our namespace: did you mean
+    ("typo-namespaced", yaml_case("verl-gke:gpuNode", "2"), "did you mean verl-gke:gpuNodes"),
+    ("typo-unnamespaced", yaml_case("gpunodes", "2"), "did you mean verl-gke:gpuNodes"),
+    ("typo-namespace", yaml_case("verl_gke:gpuNodes", "2"), "did you mean verl-gke:gpuNodes"),
+    ("unknown-key", yaml_case("verl-gke:colour", "blue"), "verl-gke:colour is not a known key"),
+    # --- other values
+    ("accelerator", yaml_case("verl-gke:accelerator", "a100"), "verl-gke:accelerator"),
+    ("mode-object", yaml_case("verl-gke:clusterMode", "{a: 1}"), "verl-gke:clusterMode"),
+    ("empty-prefix", yaml_case("verl-gke:namePrefix", "''"), "verl-gke:namePrefix"),
+    ("kube-namespace", yaml_case("verl-gke:namespace", "kube-system"), "verl-gke:namespace"),
+    ("rdma-not-a-list", yaml_case("verl-gke:rdmaCidrs", "192.168.1.0/24"), "verl-gke:rdmaCidrs"),
+    ("rdma-numbers", yaml_case("verl-gke:rdmaCidrs", "[1, 2]"), "verl-gke:rdmaCidrs"),
+    ("learning-rate", yaml_case("verl-gke:grpoLearningRate", "fast"), "verl-gke:grpoLearningRate"),
+    ("empty-image", yaml_case("verl-gke:image", "''"), "verl-gke:image"),
+    ("empty-model", yaml_case("verl-gke:model", "''"), "verl-gke:model"),
+    ("channel", yaml_case("verl-gke:releaseChannel", "nightly"), "verl-gke:releaseChannel"),
+    ("reservation-missing", yaml_case("verl-gke:capacity", "reservation"), "verl-gke:reservation"),
+    ("gke-version", yaml_case("verl-gke:gkeVersion", "1.2"), "verl-gke:gkeVersion"),
+]
+
+# (case id, argv after the stack file's --config, text the error must contain)
+BAD_ARGS: list[tuple[str, list[str], str]] = [
+    ("stack-empty", ["--stack", ""], "--stack ''"),
+    ("stack-space-bang", ["--stack", "b200 prod!"], "invalid character ' '"),
+    ("stack-parent", ["--stack", "../../stacks"], "--stack '../../stacks'"),
+    ("stack-deep-parent", ["--stack", "../../../../../../../../tmp/x"], "--stack '../../"),
+    ("stack-absolute", ["--stack", "/etc"], "--stack '/etc'"),
+    ("stack-too-long", ["--stack", "s" * 101], "cannot exceed 100"),
+    ("stack-nul", ["--stack", "a\x00b"], "invalid character"),
+    ("stack-unicode", ["--stack", "prod\u00e9"], "invalid character"),
+    ("stack-backslash", ["--stack", "..\\..\\x"], "invalid character"),
+    ("unknown-argument", ["--stack", "hostile", "--stacks", "b200"], "--stacks"),
+]
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """A stack file, an output folder that must stay absent, a default plan root, and a resource count."""
+    registered: list[int] = []
+    real_run = mocking.run
+
+    def counting_run(*args, **kwargs):
+        run = real_run(*args, **kwargs)
+        registered.append(len(run.resources))
+        return run
+
+    monkeypatch.setattr(mocking, "run", counting_run)
+    monkeypatch.setattr(plan, "PLAN_ROOT", tmp_path / "build" / "plan")
+    return tmp_path, registered
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str]:
+    try:
+        rc = plan.main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        rc = exit_.code
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def assert_refused(rc: int, text: str, named: str, tmp_path: Path, registered: list[int]) -> None:
+    assert rc == 2, text
+    assert named in text, text
+    assert "Traceback" not in text
+    assert registered == [], "a refused plan must not run the program"
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert written == ["Pulumi.hostile.yaml"], f"a refused plan wrote {written}"
+
+
+def write_stack(tmp_path: Path, content: str | bytes) -> Path:
+    path = tmp_path / "Pulumi.hostile.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("content,named", [c[1:] for c in BAD_FILES], ids=[c[0] for c in BAD_FILES])
+def test_bad_stack_file(sandbox, capsys, content, named):
+    tmp_path, registered = sandbox
+    path = write_stack(tmp_path, content)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert_refused(rc, text, named, tmp_path, registered)
+
+
+@pytest.mark.parametrize("argv,named", [c[1:] for c in BAD_ARGS], ids=[c[0] for c in BAD_ARGS])
+def test_bad_invocation(sandbox, capsys, argv, named):
+    tmp_path, registered = sandbox
+    path = write_stack(tmp_path, stack_text())
+    rc, text = run_main([*argv, "--config", str(path)], capsys)
+    assert_refused(rc, text, named, tmp_path, registered)
+
+
+def test_every_count_has_an_upper_bound():
+    integers = {k.name for k in stack_config.KEYS if k.type == "integer"}
+    assert integers <= set(stack_config.MAXIMUM), integers - set(stack_config.MAXIMUM)
+
+
+def test_table_is_large_enough():
+    assert len(BAD_FILES) + len(BAD_ARGS) + len(BAD_OUT) >= 60
+
+
+def test_yaml_errors_carry_file_line_and_column(sandbox, capsys):
+    tmp_path, _ = sandbox
+    for content in (BAD_FILES[0][1], BAD_FILES[1][1]):
+        path = write_stack(tmp_path, content)
+        _, text = run_main(["--stack", "hostile", "--config", str(path)], capsys)
+        assert POSITION.search(text), text
+
+
+# --- the output folder: the plan never deletes or writes outside its own folder --------------------
+
+
+def _bad_out(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Output folders the plan must refuse, each prepared with content that must survive."""
+    user = tmp_path / "users-folder"
+    (user / "keep").mkdir(parents=True)
+    (user / "keep" / "notes.txt").write_text("mine")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / plan.MARKER).write_text("x")
+    link = tmp_path / "link-to-marked"
+    link.symlink_to(marked)
+    fake = tmp_path / "fake-marker"
+    fake.mkdir()
+    (fake / "notes.txt").write_text("mine")
+    (fake / plan.MARKER).symlink_to(a_file)
+    return {
+        "non-empty-unmarked": (user, "holds no .verl-gke-plan marker"),
+        "a-file": (a_file, "is not a folder"),
+        "symlink": (link, "symbolic link"),
+        "symlinked-marker": (fake, "holds no .verl-gke-plan marker"),
+        "the-project": (ROOT, "is the project or a folder holding it"),
+        "above-the-project": (ROOT.parent, "is the project or a folder holding it"),
+        "filesystem-root": (Path("/"), "is the project or a folder holding it"),
+    }
+
+
+BAD_OUT = ["non-empty-unmarked", "a-file", "symlink", "symlinked-marker", "the-project", "above-the-project",
+           "filesystem-root"]
+
+
+def _tree(path: Path) -> dict[str, str]:
+    return {p.relative_to(path).as_posix(): (p.read_text() if p.is_file() else "")
+            for p in sorted(path.rglob("*")) if not p.is_symlink()}
+
+
+@pytest.mark.parametrize("case", BAD_OUT)
+def test_bad_output_folder(sandbox, capsys, case):
+    tmp_path, registered = sandbox
+    out, named = _bad_out(tmp_path)[case]
+    path = write_stack(tmp_path, stack_text())
+    before = _tree(tmp_path)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out)], capsys)
+    assert rc == 2 and named in text and f"--out {out}" in text and "Traceback" not in text, text
+    assert registered == [] and _tree(tmp_path) == before
+
+
+def test_plan_clears_only_its_own_folder(sandbox, capsys):
+    tmp_path, registered = sandbox
+    path = write_stack(tmp_path, stack_text())
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("mine")
+    out = tmp_path / "out"
+    out.mkdir()  # an empty folder the user made is fine
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out), "--quiet"], capsys)
+    assert rc == 0, text
+    assert (out / plan.MARKER).is_file() and (out / "plan.json").is_file() and registered and registered[0] > 0
+    # someone plants a link to a folder of theirs in the plan's folder: the re-run unlinks it, never follows it
+    (out / "manifests" / "escape").symlink_to(victim)
+    (out / "stale.json").write_text("{}")
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out), "--quiet"], capsys)
+    assert rc == 0, text
+    assert (victim / "precious.txt").read_text() == "mine"
+    assert not (out / "stale.json").exists() and not (out / "manifests" / "escape").exists()
+    assert (out / "plan.json").is_file()
+
+
+@pytest.mark.parametrize("stack", [".", "..", "a.b", "a_b"])
+def test_dot_names_are_legal_but_never_a_path(sandbox, capsys, stack):
+    """Pulumi accepts `.` and `..` as stack names: the default folder is derived, never the name itself."""
+    tmp_path, _ = sandbox
+    path = write_stack(tmp_path, stack_text())
+    rc, text = run_main(["--stack", stack, "--config", str(path), "--quiet"], capsys)
+    assert rc == 0, text
+    written = plan.PLAN_ROOT / plan.folder_name(stack)
+    assert (written / "plan.json").is_file()
+    assert [p.name for p in plan.PLAN_ROOT.iterdir()] == [written.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.hostile.yaml", "build"]
+    assert written.name not in (".", "..") and "/" not in written.name
+
+
+def test_folder_names_do_not_collide():
+    names = [".", "..", "...", "a.b", "a_b", "a-b", "b200"]
+    folders = [plan.folder_name(n) for n in names]
+    assert len(set(folders)) == len(names) and plan.folder_name("b200") == "b200"
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", f) for f in folders)
+
+
+# --- values the CLI would deliver: read as Pulumi reads them -----------------------------------------
+
+
+def test_unnamespaced_key_is_the_projects(tmp_path):
+    path = write_stack(tmp_path, stack_text(**{"verl-gke:gpuNodes": None, "gpuNodes": "4"}))
+    raw, _ = plan.read_stack_file(path)
+    assert raw["verl-gke:gpuNodes"] == "4"
+    assert stack_config.load(raw, "hostile", allow_placeholder_project=True).gpu_nodes == 4
+
+
+def test_cli_value_forms_are_accepted(tmp_path):
+    """What the CLI turns into valid strings is valid here too: 0x10 is 16, TRUE is true, 4.0 is 4."""
+    path = write_stack(tmp_path, stack_text(**{"verl-gke:cpuNodesMax": "0x10", "verl-gke:deletionProtection": "TRUE",
+                                               "verl-gke:gpuNodes": "4.0", "verl-gke:bucketLocation": "EU"}))
+    raw, _ = plan.read_stack_file(path)
+    cfg = stack_config.load(raw, "hostile", allow_placeholder_project=True)
+    assert (cfg.cluster.cpu_nodes_max, cfg.cluster.deletion_protection, cfg.gpu_nodes) == (16, True, 4)
+    assert cfg.bucket_location == "EU"
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
+def test_good_stacks_still_pass(sandbox, capsys, path):
+    tmp_path, registered = sandbox
+    stack = path.stem.split(".", 1)[1]
+    rc, text = run_main(["--stack", stack, "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert rc == 0, text
+    assert registered and registered[0] > 0
+
+
+# --- end to end, as a user runs it: the exit code and no traceback ----------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+
+
+@pytest.mark.parametrize("case", ["unclosed-bracket", "tab-indent", "top-level-list", "config-list",
+                                  "yes-is-a-string"])
+def test_end_to_end_exit_2_without_traceback(tmp_path, case):
+    content, named = next((c[1], c[2]) for c in BAD_FILES if c[0] == case)
+    path = write_stack(tmp_path, content)
+    proc = _cli("--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and named in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "out").exists()
+
+
+def test_stack_name_never_reaches_outside_the_project(tmp_path):
+    """`--stack ../../stacks` run twice once deleted the project's own stacks/ package."""
+    before = sorted(p.name for p in (ROOT / "stacks").iterdir())
+    for _ in range(2):
+        proc = _cli("--stack", "../../stacks")
+        assert proc.returncode == 2 and "--stack '../../stacks'" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in (ROOT / "stacks").iterdir()) == before
