@@ -3,10 +3,10 @@
 Fixed from the tutorial's manifests: the name comes from the stack (never "b200" on H200); the head
 runs on on-demand CPU capacity and takes no Ray tasks; workers request what the accelerator's node
 can actually allocate on Standard and what Google's Autopilot sample requests on Autopilot (not a
-fixed 220 CPU / 2800Gi); the driver and gIB host directories (the accelerator row's; none without RDMA) are mounted
-read-only in both modes, as Google's Autopilot RDMA samples do; Autopilot workers are pinned to the RoCE VPC's zone; verl comes
-from the bucket via PYTHONPATH (staged by the data-prep Job), so there is no editable-install init
-container.
+fixed 220 CPU / 2800Gi); the driver and gIB host directories (the accelerator row's; none without
+RDMA) are mounted read-only in both modes, as Google's Autopilot RDMA samples do; Autopilot workers
+are pinned to the RoCE VPC's zone; verl comes from the bucket via PYTHONPATH (staged by the
+data-prep Job), so there is no editable-install init container.
 """
 
 from __future__ import annotations
