@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog.capacity import FLEX_START, RESERVATION, SPOT
+from catalog.capacity import FLEX_START, ON_DEMAND, RESERVATION, SPOT
 from catalog.gke import AI_CLUSTER_DOC, Floor
 from catalog.versions import GIB_INSTALLER_REVISION
 
@@ -84,6 +84,22 @@ class Accelerator:
     # Capacity left for the GCS FUSE sidecar, the NCCL installer and GKE's own DaemonSets (Standard).
     daemon_cpu: float = 4.0
     daemon_memory_gib: int = 32
+    # Whether the stack applies the NCCL RDMA (gIB) installer DaemonSet on this machine's nodes.
+    nccl_installer: bool = True
+    # Whether the stack's Autopilot worker size above has a source for this machine; config refuses
+    # clusterMode=autopilot otherwise.
+    autopilot: bool = True
+    # GPU pool boot disk (GB); None = GKE's default. Machines without local SSDs keep ephemeral storage
+    # (/tmp, Ray spill, the GCS FUSE caches) on it, so it must hold the worker's ephemeral request.
+    boot_disk_gb: int | None = None
+    # The Ray GPU worker's ephemeral-storage request (GiB); None = components.ray_cluster's default,
+    # sized for the 8-GPU nodes' local SSDs.
+    worker_ephemeral_gib: int | None = None
+
+    @property
+    def rdma(self) -> bool:
+        """Whether the machine has RDMA NICs: the RoCE VPC, network objects and gIB settings follow."""
+        return self.rdma_nics > 0
 
     @property
     def allocatable_cpu(self) -> float:
@@ -182,6 +198,59 @@ ACCELERATORS: dict[str, Accelerator] = {
         gpu_driver_source="CUDA 12.8 needs driver >= 570.26 (NVIDIA CUDA 12.8 release notes); "
                           "DEFAULT is R550 on A3 Ultra, LATEST is R570 (COS driver policy)",
     ),
+    "l4": Accelerator(
+        key="l4",
+        # G2 table ("Accelerator-optimized machine family", G2 machine types,
+        # https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines): g2-standard-24 has
+        # 2 NVIDIA L4 GPUs, 24 vCPUs, 96 GB; the vCPU/memory figures match SkyPilot's catalog row
+        # (catalogs/v8/gcp/vms.csv @006059e0: g2-standard-24,24.0,96.0). The smallest G2 with 2 GPUs:
+        # two GPUs exercise the multi-GPU path (NCCL, FSDP sharding, vLLM per GPU) on one node.
+        machine_type="g2-standard-24",
+        accelerator_type="nvidia-l4",
+        gpus_per_node=2,
+        # G2 has no RDMA NICs: no RoCE VPC, network objects, gIB plugin or installer; NCCL uses the
+        # GPUs' PCIe path within the node (the smoke stack runs one node).
+        rdma_nics=0,
+        # No machine-specific floor read for G2 without RDMA: the general floors (capacity type, GCS
+        # FUSE options) apply.
+        gke_floors=(),
+        nccl_tuner_file="",
+        vcpus=24,
+        memory_gb=96,
+        local_ssds=0,  # no local SSD asked for: ephemeral storage lives on the boot disk below
+        # NVIDIA L4 datasheet: 24 GB GDDR6 (read as decimal GB: a lower bound), 300 GB/s, 121 TFLOPS
+        # dense BF16 (242 with sparsity), PCIe Gen4 x16 (64 GB/s both directions, no NVLink).
+        gpu_memory_gib=24e9 / GiB,
+        bf16_tflops=121.0, hbm_tbps=0.3, nvlink_gbps=32.0,
+        # Only a multi-node l4 stack moves data between nodes (the smoke stack is one node). G2 has no
+        # RDMA; no source was read for its TCP throughput, so the step estimate assumes a pessimistic
+        # 1 GB/s per GPU there.
+        network_gbps=1.0,
+        # The image is built for CUDA 12.8, whose minimum Linux driver is 570.26 (NVIDIA CUDA 12.8
+        # release notes); LATEST is the R570 branch (COS driver policy), DEFAULT is not known to be.
+        gpu_driver="LATEST",
+        gpu_driver_source="CUDA 12.8 needs driver >= 570.26 (NVIDIA CUDA 12.8 release notes); "
+                          "LATEST is R570 (COS driver policy)",
+        # Spot and on-demand: the Cloud Billing catalog prices both for g2-standard-24 and nvidia-l4
+        # (SkyPilot's scrape, catalogs/v8/gcp/vms.csv @006059e0: Price and SpotPrice columns), and
+        # Compute Engine's provisioning models (standard, spot) apply to any VM
+        # (https://cloud.google.com/compute/docs/instances/provisioning-models). Reservations and
+        # flex-start are left out until a G2 source is read.
+        consumption=(ON_DEMAND, SPOT),
+        consumption_source="on-demand and spot prices for g2-standard-24 / nvidia-l4 in the Cloud Billing "
+                           "catalog (SkyPilot catalogs/v8/gcp/vms.csv); Compute Engine provisioning models",
+        host_dirs=(),
+        # Assumption: GKE's DaemonSets on a 24-vCPU node (logging, device plugin, GCS FUSE node driver;
+        # no gIB installer) fit in 2 CPU / 16 GiB next to the worker and its GCS FUSE sidecar.
+        daemon_cpu=2.0,
+        daemon_memory_gib=16,
+        nccl_installer=False,
+        autopilot=False,  # no source for an Autopilot 2xL4 worker size: the smoke stack is Standard
+        # 100 GiB for the worker (/tmp, Ray spill, 2 x 16 GiB file caches) + the sidecar's 10 GiB + the
+        # node image and system pods (catalog.nodes: 30 + 20 GiB), with room for kubelet's eviction threshold.
+        boot_disk_gb=200,
+        worker_ephemeral_gib=100,
+    ),
 }
 
 
@@ -201,8 +270,11 @@ def nccl_env(acc: Accelerator) -> dict[str, str]:
     """NCCL settings for gIB on this accelerator (REFERENCE.md / container-engine-accelerators).
 
     NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
-    falling back to TCP sockets, which would train at a fraction of the speed.
+    falling back to TCP sockets, which would train at a fraction of the speed. A machine without
+    RDMA NICs gets none: NCCL's defaults (PCIe within the node, sockets between nodes) apply.
     """
+    if not acc.rdma:
+        return {}
     return {
         "NCCL_NET": "gIB",
         "NCCL_NET_PLUGIN": f"{GIB_MOUNT}/lib64/libnccl-net_internal.so",

@@ -31,9 +31,14 @@ class NicSpec:
 
 
 def additional_nics(rdma_count: int) -> list[NicSpec]:
-    """gVNIC first, then RDMA NIC 0..N-1: the order of the node pool's additional networks."""
-    if rdma_count < 1:
-        raise ValueError(f"rdma_count = {rdma_count}: must be >= 1")
+    """gVNIC first, then RDMA NIC 0..N-1: the order of the node pool's additional networks.
+
+    A machine without RDMA NICs attaches no additional network at all (not even the gVNIC one).
+    """
+    if rdma_count < 0:
+        raise ValueError(f"rdma_count = {rdma_count}: must be >= 0")
+    if rdma_count == 0:
+        return []
     return [NicSpec("gvnic-1", GVNIC_DEVICE_MODE, "gvnic"),
             *(NicSpec(f"rdma-{i}", RDMA_DEVICE_MODE, "rdma") for i in range(rdma_count))]
 

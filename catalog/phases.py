@@ -23,8 +23,8 @@ CPU_NODE_READY = Phase(3.0, "assumption: the pool's first node is Ready (schedul
                             "before the pool operation reports done")
 GPU_POOL_EMPTY = Phase(1.5, "assumption: node pool create with 0 initial nodes (no VM to boot)")
 AUTOPILOT_CPU_NODE = Phase(3.0, "assumption: Autopilot provisions a Performance-class node for a pending pod")
-GPU_NODE = Phase(8.0, "assumption: autoscaler scale-up of an 8-GPU A4/A3 Ultra node: VM boot, GPU driver "
-                      "install, RDMA NICs, node Ready")
+GPU_NODE = Phase(8.0, "assumption: autoscaler scale-up of a GPU node: VM boot, GPU driver install, (on "
+                      "A4/A3 Ultra) RDMA NICs, node Ready; an upper figure for a G2 node without RDMA")
 IMAGE_PULL = Phase(2.5, "assumption: the verl image, ~15 GB compressed, pulled in full at ~100 MB/s "
                         "before the container starts")
 IMAGE_PULL_STREAMED = Phase(0.5, "assumption: GKE image streaming starts the container on the "

@@ -68,11 +68,16 @@ ROWS: tuple[Price, ...] = (
     *_vm("nvidia-h200-141gb x8", "europe-west1", 36.60258, 41.0128, _H200_EW1),
     *_vm("nvidia-l4 x2", "us-central1", 1.12008, 0.4462),
     *_vm("nvidia-l4 x2", "europe-west1", 1.23332, 0.4812),
-    Price("g2-standard-24", "*", "*", None, HOUR, SKYPILOT,
-          note="host row not read from the catalog yet: the L4 node's vCPU/memory part is unpriced"),
+    # G2 host (vCPU + memory; no local SSD asked for): g2-standard-24,24.0,96.0 rows, us-central1-a/b/c
+    # and europe-west1-b/c (same price in every zone of a region).
+    *_vm("g2-standard-24", "us-central1", 0.88075, 0.35242),
+    *_vm("g2-standard-24", "europe-west1", 0.9698, 0.31776),
     # CPU pool machines (always on-demand)
     *_vm("c2-standard-16", "us-central1", 0.83523, 0.27187),
     *_vm("c2-standard-16", "europe-west1", 0.9188, 0.34118),
+    *_vm("e2-standard-4", "us-central1", 0.13402, 0.05879),
+    *_vm("e2-standard-8", "us-central1", 0.26805, 0.11758),
+    *_vm("e2-standard-8", "europe-west1", 0.29486, 0.11792),
     # Services
     Price(CLUSTER_FEE, "*", "*", 0.10, HOUR, GKE_PRICING,
           note="per cluster, every mode; a $74.40/month credit per billing account covers one zonal or "

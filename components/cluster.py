@@ -1,5 +1,11 @@
 """GkeCluster: Autopilot or Standard GKE with multi-networking, its GPU capacity, the
-kubeconfig, the explicit Kubernetes provider and the NCCL RDMA installer."""
+kubeconfig, the explicit Kubernetes provider and the NCCL RDMA installer.
+
+What the GPUs need decides what is registered: multi-networking and the GPU pool's additional
+networks only when the network handle carries NICs, the installer only when the accelerator's row
+asks for it, local SSDs and the boot disk size from the row. A zonal cluster (`location` = the zone)
+puts the control plane and the pools in that zone.
+"""
 
 from __future__ import annotations
 
@@ -73,6 +79,8 @@ class GkeClusterArgs:
     authorized_networks: tuple[str, ...] = ()
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool: CpuPool = field(default_factory=CpuPool)
+    # Where the control plane lives: None = the region (regional); the zone for a zonal cluster.
+    location: str | None = None
     deletion_protection: bool = False
     installer_revision: str = GIB_INSTALLER_REVISION
     # GKE image streaming on the Standard pools (node_config.gcfs_config; Autopilot streams eligible
@@ -124,7 +132,7 @@ class GkeCluster(pulumi.ComponentResource):
     ca_certificate: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]  # secret
     provider: k8s.Provider  # pass in ResourceOptions(provider=...) of the cluster's Kubernetes objects
-    installer: k8s.yaml.v2.ConfigFile  # the NCCL RDMA installer (after the GPU pool on Standard)
+    installer: k8s.yaml.v2.ConfigFile | None  # the NCCL RDMA installer (after the GPU pool on Standard)
     cpu_pool_name: pulumi.Output[str] | None  # Standard only
     gpu_pool_name: pulumi.Output[str] | None  # Standard only
 
@@ -132,16 +140,19 @@ class GkeCluster(pulumi.ComponentResource):
         _validate(args)
         super().__init__("verl-gke:cluster:GkeCluster", name, None, opts)
         net = args.network
+        location = args.location or args.region
+        # Multi-networking only carries the additional NICs; a network without any needs none.
+        multi_network = bool(net.nics)
         addons = gcp.container.ClusterAddonsConfigArgs(
             ray_operator_configs=[ray_operator_addon()],
             gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
         )
         common = dict(
-            name=args.name, project=args.project, location=args.region, network=net.network,
+            name=args.name, project=args.project, location=location, network=net.network,
             subnetwork=net.subnet, min_master_version=args.min_version,
             master_authorized_networks_config=authorized_networks(args.authorized_networks),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
-            deletion_protection=args.deletion_protection, enable_multi_networking=True,
+            deletion_protection=args.deletion_protection, enable_multi_networking=multi_network or None,
             # Multi-networking requires Dataplane V2.
             datapath_provider="ADVANCED_DATAPATH", addons_config=addons,
             maintenance_policy=maintenance_policy(),
@@ -170,7 +181,7 @@ class GkeCluster(pulumi.ComponentResource):
             self.cpu_pool_name = self.gpu_pool_name = None
         else:
             self.cluster = gcp.container.Cluster(
-                f"{name}-cluster", **common, node_locations=[args.zone], networking_mode="VPC_NATIVE",
+                f"{name}-cluster", **common, node_locations=_node_locations(args), networking_mode="VPC_NATIVE",
                 # Without the pool, GCS FUSE mounts and principal:// bucket bindings fail.
                 workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                     workload_pool=f"{args.project}.svc.id.goog"),
@@ -197,14 +208,16 @@ class GkeCluster(pulumi.ComponentResource):
         # DaemonSet runs on GPU nodes only: it waits for the GPU pool, not the CPU pool.
         self.installer = k8s.yaml.v2.ConfigFile(
             f"{name}-nccl-rdma-installer", file=installer_url(args.autopilot, args.installer_revision),
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools[1:]))
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=pools[1:]),
+        ) if args.accelerator.nccl_installer else None
         self.register_outputs({"name": self.name, "endpoint": self.endpoint, "kubeconfig": self.kubeconfig})
 
     def _cpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         pool = args.cpu_pool
         return gcp.container.NodePool(
             f"{name}-cpu-pool", name=CPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
-            location=args.region, node_locations=[args.zone], initial_node_count=pool.min_nodes,
+            location=args.location or args.region, node_locations=_node_locations(args),
+            initial_node_count=pool.min_nodes,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             node_config=gcp.container.NodePoolNodeConfigArgs(
@@ -230,7 +243,8 @@ class GkeCluster(pulumi.ComponentResource):
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
             gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.image_streaming),
             ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
-                local_ssd_count=acc.local_ssds),
+                local_ssd_count=acc.local_ssds) if acc.local_ssds else None,
+            disk_size_gb=acc.boot_disk_gb,
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
             service_account=args.node_service_account, oauth_scopes=list(NODE_OAUTH_SCOPES),
             taints=[gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_RESOURCE, value="present",
@@ -244,7 +258,7 @@ class GkeCluster(pulumi.ComponentResource):
             network=nic.network, subnetwork=nic.subnet) for nic in args.network.nics]
         return gcp.container.NodePool(
             f"{name}-gpu-pool", name=GPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
-            location=args.region, node_locations=[args.zone], initial_node_count=0,
+            location=args.location or args.region, node_locations=_node_locations(args), initial_node_count=0,
             # location_policy ANY: cluster-toolkit gke-node-pool always sets it; flex-start requires it.
             autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=args.gpu_nodes,
                                                               location_policy="ANY"),
@@ -253,9 +267,17 @@ class GkeCluster(pulumi.ComponentResource):
             management=gcp.container.NodePoolManagementArgs(auto_upgrade=True,
                                                             auto_repair=not args.capacity.flex_start),
             placement_policy=placement,
-            network_config=gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=extra_networks),
+            network_config=gcp.container.NodePoolNetworkConfigArgs(
+                additional_node_network_configs=extra_networks) if extra_networks else None,
             node_config=node_config,
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=GPU_POOL_IGNORE_CHANGES))
+
+
+def _node_locations(args: GkeClusterArgs) -> list[str] | None:
+    """The GPU zone for a regional cluster; none for a zonal one, whose nodes already live in its zone
+    (google_container_cluster / node_pool `node_locations`: "If this is specified for a zonal
+    cluster, omit the cluster's zone")."""
+    return None if args.location == args.zone else [args.zone]
 
 
 def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
@@ -291,6 +313,11 @@ def _validate(args: GkeClusterArgs) -> None:
     if args.network.rdma_nics != args.accelerator.rdma_nics:
         problems.append(f"GkeClusterArgs.network has {args.network.rdma_nics} RDMA NICs: "
                         f"{args.accelerator.key} has {args.accelerator.rdma_nics}")
+    if args.location not in (None, args.region, args.zone):
+        problems.append(f"GkeClusterArgs.location = {args.location!r}: must be None, the region "
+                        f"{args.region} or the zone {args.zone}")
+    if args.location == args.zone and args.autopilot:
+        problems.append("GkeClusterArgs.location: Autopilot clusters are regional; pass None")
     if args.gpu_nodes < 1:
         problems.append(f"GkeClusterArgs.gpu_nodes = {args.gpu_nodes}: must be >= 1")
     if problems:

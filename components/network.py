@@ -1,5 +1,8 @@
 """RdmaNetwork: the cluster VPC, the gVNIC VPC and the RoCE VPC with one subnet per GPU NIC.
 
+With no RDMA CIDRs (a machine without RDMA NICs) it is the cluster VPC and its subnet alone: no
+gVNIC or RoCE VPC, subnet or firewall, and no additional NIC in the handle.
+
 Its `handle` is what a cluster needs of it: the primary VPC and subnet with their secondary
 ranges, and the additional NICs in the one order (catalog.nics) that the node pool, the network
 objects and the pods' annotations all read.
@@ -64,15 +67,13 @@ class RdmaNetwork(pulumi.ComponentResource):
     """Three VPCs. Subnets live in the zone's region; the RoCE profile is per zone."""
 
     handle: ClusterNetwork
-    gvnic_network: pulumi.Output[str]
-    rdma_network: pulumi.Output[str]
+    gvnic_network: pulumi.Output[str] | None  # None without RDMA NICs
+    rdma_network: pulumi.Output[str] | None
     rdma_subnets: list[pulumi.Output[str]]  # NIC order: rdma_subnets[i] backs GPU NIC i
 
     def __init__(self, name: str, args: RdmaNetworkArgs, opts: pulumi.ResourceOptions | None = None):
         if problem := naming.zone_in_region(args.zone, args.region):
             raise ValueError(f"RdmaNetworkArgs.zone = {args.zone!r}: {problem}")
-        if not args.rdma_cidrs:
-            raise ValueError("RdmaNetworkArgs.rdma_cidrs is empty: give one CIDR per RDMA NIC")
         super().__init__("verl-gke:network:RdmaNetwork", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         p = args.prefix
@@ -90,6 +91,13 @@ class RdmaNetwork(pulumi.ComponentResource):
                                                            ip_cidr_range=args.services_cidr),
             ],
             opts=pulumi.ResourceOptions(parent=primary))
+        primary_only = ClusterNetwork(
+            network=primary.name, subnet=primary_sub.name, pods_range_name=args.pods_range_name,
+            services_range_name=args.services_range_name, nics=(), resources=(primary, primary_sub))
+        if not args.rdma_cidrs:  # no RDMA NICs: nothing the machine could not use
+            self.handle, self.gvnic_network, self.rdma_network, self.rdma_subnets = primary_only, None, None, []
+            self.register_outputs({"primary_network": primary.name})
+            return
 
         gvnic = gcp.compute.Network(
             f"{name}-gvnic-net", name=f"{p}-gvnic-net", project=args.project,

@@ -3,10 +3,10 @@
 Fixed from the tutorial's manifests: the name comes from the stack (never "b200" on H200); the head
 runs on on-demand CPU capacity and takes no Ray tasks; workers request what the accelerator's node
 can actually allocate on Standard and what Google's Autopilot sample requests on Autopilot (not a
-fixed 220 CPU / 2800Gi); the driver and gIB host directories are mounted read-only in both modes, as
-Google's Autopilot RDMA samples do; Autopilot workers are pinned to the RoCE VPC's zone; verl comes
-from the bucket via PYTHONPATH (staged by the data-prep Job), so there is no editable-install init
-container.
+fixed 220 CPU / 2800Gi); the driver and gIB host directories (the accelerator row's; none without
+RDMA) are mounted read-only in both modes, as Google's Autopilot RDMA samples do; Autopilot workers
+are pinned to the RoCE VPC's zone; verl comes from the bucket via PYTHONPATH (staged by the
+data-prep Job), so there is no editable-install init container.
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ class RayClusterArgs:
     ray_version: str  # the Ray version inside `image`
     service_account: pulumi.Input[str]  # TrainingStorage.ksa_name (bound on the bucket)
     pvc_name: pulumi.Input[str]  # TrainingStorage.pvc_name: the reader mount (workers)
-    network_annotations: Mapping[str, str]  # NetworkMapping.pod_annotations
+    # NetworkMapping.pod_annotations; empty for an accelerator without RDMA NICs (no NetworkMapping).
+    network_annotations: Mapping[str, str]
     paths: BucketPaths
     # TrainingStorage.writer_pvc_name: the head reads verl's source through it, read-only (no file
     # cache: the head reads a few small files once).
@@ -158,6 +159,10 @@ class RayClusterArgs:
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
     zone: str | None = None  # Autopilot only: the RoCE VPC's zone, where the workers must land
     worker_ephemeral_storage_gib: int = WORKER_EPHEMERAL_GIB
+    # The head's request (= limit): the stack sizes it (rayHeadCpu / rayHeadMemoryGib) so a small CPU
+    # node can hold it next to the staging Job.
+    head_cpu: int = HEAD_CPU
+    head_memory_gib: int = HEAD_MEMORY_GIB
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S  # how long `pulumi up` waits for the head
     # Worker env from Secrets: variable -> (Secret name, key), e.g. WANDB_API_KEY for verl's tracker,
     # which runs in the TaskRunner on a worker (verl trainer/main_ppo.py: never on the head).
@@ -193,7 +198,10 @@ class RayClusterArgs:
             if problem := check(getattr(self, field_name)):
                 bad(field_name, problem)
         missing = {DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION} - set(self.network_annotations)
-        if missing:
+        if not acc.rdma:
+            if self.network_annotations:
+                bad("network_annotations", f"must be empty: {acc.key} has no RDMA NICs to attach", "...")
+        elif missing:
             bad("network_annotations", f"lacks {sorted(missing)}: pass NetworkMapping.pod_annotations", "...")
         elif (nics := rdma_count_of(dict(self.network_annotations))) != acc.rdma_nics:
             bad("network_annotations",
@@ -210,6 +218,10 @@ class RayClusterArgs:
             # emptyDirs count against the pod's ephemeral limit, i.e. the Ray container's.
             bad("file_cache_gib", f"the worker's file cache ({worker_cache_gib(self.file_cache_gib)} GiB) must "
                 f"leave room in worker_ephemeral_storage_gib = {self.worker_ephemeral_storage_gib}")
+        for field_name in ("head_cpu", "head_memory_gib"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                bad(field_name, "must be an integer >= 1")
         if isinstance(self.ready_timeout_s, bool) or not isinstance(self.ready_timeout_s, int) \
                 or self.ready_timeout_s < 1:
             bad("ready_timeout_s", "must be an integer number of seconds >= 1")
@@ -320,7 +332,7 @@ class RayCluster(pulumi.ComponentResource):
                     {"containerPort": CLIENT_PORT, "name": "client"},
                 ],
                 "env": _env(self._common_env(args)),
-                "resources": _resources({"cpu": str(HEAD_CPU), "memory": f"{HEAD_MEMORY_GIB}Gi",
+                "resources": _resources({"cpu": str(args.head_cpu), "memory": f"{args.head_memory_gib}Gi",
                                          "ephemeral-storage": f"{HEAD_EPHEMERAL_GIB}Gi"}),
                 "volumeMounts": [
                     {"name": "ray-logs", "mountPath": "/tmp/ray"},

@@ -82,6 +82,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         accelerator=acc, gpu_nodes=cfg.gpu_nodes, network=network.handle,
         min_version=preflight.gate(gke_version.apply(lambda v: v.version), checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
+        location=cfg.cluster_location if cl.zonal else None,
         cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max, cpu_boot_disk_gb(
             budget.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)),
         deletion_protection=cl.deletion_protection, node_service_account=nodes.email,
@@ -94,7 +95,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         mirror = ImageMirror("image-mirror", cfg.project, cfg.region, cfg.name("dockerhub"), opts=after_apis)
         image, image_deps = mirror.image(cfg.image), [mirror]
 
-    mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster)
+    # Pod networks only for NICs the GPU nodes have: none without RDMA (no objects, no annotations).
+    mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster) if network.handle.nics else None
     storage = TrainingStorage("storage", TrainingStorageArgs(
         project_id=cfg.project,
         project_number=gcp.organizations.get_project_output(
@@ -125,7 +127,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
         gpu_nodes=cfg.gpu_nodes, autopilot=cl.autopilot, image=image, ray_version=cfg.ray_version,
-        service_account=storage.ksa_name, pvc_name=storage.pvc_name, network_annotations=mapping.pod_annotations,
+        service_account=storage.ksa_name, pvc_name=storage.pvc_name,
+        network_annotations=mapping.pod_annotations if mapping else {},
         paths=paths, writer_pvc_name=storage.writer_pvc_name, checkpoint_pvc_name=storage.checkpoint_pvc_name,
         file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
         gpu_pool_name=cluster.gpu_pool_name, zone=cfg.zone if cl.autopilot else None,
@@ -133,10 +136,12 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         # job resource as long again for the GPUs.
         ready_timeout_s=cfg.job.ready_timeout_s,
         worker_secret_env=_worker_secret_env(storage),
+        head_cpu=cl.head_cpu, head_memory_gib=cl.head_memory_gib,
+        **({"worker_ephemeral_storage_gib": acc.worker_ephemeral_gib} if acc.worker_ephemeral_gib else {}),
         # The GPU pool (through its name) and the installer, not the whole cluster component: the GPU
         # workers' scale-up must not wait for the CPU pool; the head pends until a CPU node is Ready.
     ), opts=pulumi.ResourceOptions(provider=cluster.provider,
-                                   depends_on=[mapping, storage, cluster.installer, *image_deps]))
+                                   depends_on=[d for d in (mapping, storage, cluster.installer) if d] + image_deps))
 
     if cfg.budget is not None:
         ProjectBudget("budget", ProjectBudgetArgs(
@@ -158,11 +163,10 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         "gpus": cfg.total_gpus,
         "kubeconfig": cluster.kubeconfig,
         "getCredentials": cluster.name.apply(
-            lambda n: f"gcloud container clusters get-credentials {n} --location {cfg.region} "
+            lambda n: f"gcloud container clusters get-credentials {n} --location {cfg.cluster_location} "
                       f"--project {cfg.project}"),
-        "gvnicNetwork": network.gvnic_network,
-        "rdmaNetwork": network.rdma_network,
-        "rdmaSubnets": network.rdma_subnets,
+        **({"gvnicNetwork": network.gvnic_network, "rdmaNetwork": network.rdma_network,
+            "rdmaSubnets": network.rdma_subnets} if acc.rdma else {}),
         "bucket": storage.bucket_name,
         "rayCluster": ray.name,
         "hourlyPrice": cost.summary(price),
@@ -210,15 +214,15 @@ def _gke_version(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[preflight
 
     It is an output-based invoke that depends on the APIs: on an empty project it is unknown at
     preview (the gate then leaves the cluster's version unknown) and runs at `pulumi up` before the
-    cluster is registered. The location is the region: the cluster is regional, and a region may
-    offer other versions than its zones (data source docs).
+    cluster is registered. The location is the cluster's own (its region, or its zone when zonal): a
+    region may offer other versions than its zones (data source docs).
     """
     cl = cfg.cluster
     lookup = gcp.container.get_engine_versions_output(
-        location=cfg.region, project=cfg.project, version_prefix=gke.version_prefix(cl.gke_version),
+        location=cfg.cluster_location, project=cfg.project, version_prefix=gke.version_prefix(cl.gke_version),
         opts=pulumi.InvokeOutputOptions(depends_on=[apis]))
     return lookup.apply(lambda found: preflight.resolve_gke_version(
-        found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.region,
+        found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.cluster_location,
         pin_key=keys.full("gkeVersion"), channel_key=keys.full("releaseChannel")))
 
 

@@ -22,7 +22,7 @@ from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_
 from catalog.capacity import CAPACITIES, Capacity
 from catalog.gke import Floor
 from catalog.models import is_gated
-from catalog.ray import HEAD_CPU, MAX_CLUSTER_NAME
+from catalog.ray import MAX_CLUSTER_NAME
 from stacks import tuning
 from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
 from stacks.grpo import warnings as grpo_warnings
@@ -60,6 +60,9 @@ _BOUNDS: dict[str, tuple[int, str]] = {
     # Cloud Storage soft delete retention: at most 90 days (soft_delete_policy docs).
     "bucketSoftDeleteDays": (90, "Cloud Storage keeps soft-deleted objects at most 90 days"),
     "jobMaxRecoveries": (100, "recoveries of one run; more is a typo"),
+    "rayHeadCpu": (256, "vCPUs of the one CPU node the head runs on; more is a typo"),
+    "rayHeadMemoryGib": (2048, "memory of the one CPU node the head runs on; more is a typo"),
+    "grpoTotalTrainingSteps": (1_000_000, "optimizer steps of one run; more is a typo"),
     "jobCompletionTimeoutMinutes": (30 * 24 * 60, "30 days"),
     "grpoTrainBatchSize": (GSM8K_TRAIN_ROWS, "the GSM8K training rows"),
     "grpoPpoMiniBatchSize": (GSM8K_TRAIN_ROWS, "the GSM8K training rows"),
@@ -107,6 +110,9 @@ class ClusterConfig:
     cpu_nodes_min: int
     cpu_nodes_max: int
     deletion_protection: bool
+    zonal: bool = False  # Standard: the cluster lives in gcp:zone (zonalCluster)
+    head_cpu: int = 12  # the Ray head's request (rayHeadCpu / rayHeadMemoryGib)
+    head_memory_gib: int = 32
 
     @property
     def autopilot(self) -> bool:
@@ -162,6 +168,11 @@ class StackConfig:
     @property
     def total_gpus(self) -> int:
         return self.gpu_nodes * self.accelerator.gpus_per_node
+
+    @property
+    def cluster_location(self) -> str:
+        """Where the GKE control plane lives: the zone for a zonal cluster, else the region."""
+        return self.zone if self.cluster.zonal else self.region
 
     def name(self, role: str) -> str:
         """GCP resource name for a role, e.g. name('rdma-net') -> 'verl-rdma-net'."""
@@ -435,8 +446,16 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
     cidr("primaryCidr", primary, 24)
     cidr("podsCidr", pods, 21)
     cidr("servicesCidr", services, 27)
-    cidr("gvnicCidr", gvnic, 29)
-    if len(rdma) != acc.rdma_nics:
+    if not acc.rdma:
+        # No gVNIC or RoCE network is built: a range set for one would be silently unused.
+        for key in ("gvnicCidr", "rdmaCidrs"):
+            if KEYS_BY_NAME[key].full in r.raw:
+                r.bad(key, r.raw[KEYS_BY_NAME[key].full], f"accelerator {acc.key} has no RDMA NICs, so no "
+                      "additional network is built: unset it")
+        gvnic, rdma = "", ()
+    else:
+        cidr("gvnicCidr", gvnic, 29)
+    if acc.rdma and len(rdma) != acc.rdma_nics:
         r.bad("rdmaCidrs", list(rdma), f"must list {acc.rdma_nics} subnets, one per RDMA NIC of {acc.key}")
     for i, value in enumerate(rdma):
         cidr("rdmaCidrs", value, 29, label=f"rdmaCidrs[{i}]")
@@ -463,19 +482,27 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
             r.bad("gkeVersion", pin, f"is below {short[0].version}, the floor for {short[0].needed_for} "
                   f"({short[0].source}); unset it to take the release channel's newest version")
     channel = r.choice("releaseChannel", CHANNELS)
+    if mode == "autopilot" and not acc.autopilot:
+        r.bad("clusterMode", mode, f"accelerator {acc.key} has no Autopilot worker size in the catalog: use standard")
+    zonal = r.bool("zonalCluster")
+    if zonal and mode == "autopilot":
+        r.bad("zonalCluster", True, "Autopilot clusters are regional: set it false or use clusterMode standard")
+    head_cpu = r.int("rayHeadCpu", minimum=1)
+    head_memory = r.int("rayHeadMemoryGib", minimum=1)
     machine = r.str("cpuMachineType")
     vcpus = naming.machine_vcpus(machine)
     if vcpus is None:
         r.bad("cpuMachineType", machine, "must be a machine type such as c2-standard-16")
-    elif vcpus <= HEAD_CPU:
-        r.bad("cpuMachineType", machine, f"has {vcpus} vCPUs; the Ray head requests {HEAD_CPU}: "
-              "use 16 or more vCPUs (e.g. c2-standard-16)")
+    elif vcpus <= head_cpu:
+        # The head's pod also carries a GCS FUSE sidecar, and GKE reserves part of every node.
+        r.bad("cpuMachineType", machine, f"has {vcpus} vCPUs; the Ray head requests {head_cpu} (rayHeadCpu): "
+              f"use a machine with more than {head_cpu} vCPUs or lower rayHeadCpu")
     lo = r.int("cpuNodesMin", minimum=1)
     hi = r.int("cpuNodesMax", minimum=1)
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
-                         r.bool("deletionProtection"))
+                         r.bool("deletionProtection"), zonal, head_cpu, head_memory)
 
 
 def _authorized_networks(r: _Reader) -> tuple[str, ...]:
@@ -525,6 +552,7 @@ def _grpo(r: _Reader) -> GrpoSettings:
         ref_param_offload={"auto": None, "true": True, "false": False}.get(
             r.choice("grpoRefParamOffload", ("auto", "true", "false")).lower()),
         max_checkpoints_to_keep=r.int("grpoMaxCheckpointsToKeep", minimum=1),
+        total_training_steps=r.int("grpoTotalTrainingSteps", minimum=0),
     )
 
 

@@ -56,6 +56,7 @@ class GrpoSettings:
     log_prob_max_token_len_per_gpu: int = 0
     ref_param_offload: bool | None = None
     max_checkpoints_to_keep: int = 2
+    total_training_steps: int = 0  # 0: verl's default (null), every epoch runs
 
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
@@ -407,6 +408,8 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},
     }
     values["trainer.logger"] = list(g.logger)
+    if g.total_training_steps > 0:  # verl: trainer.total_training_steps replaces epochs x batches
+        values["trainer.total_training_steps"] = g.total_training_steps
     return values
 
 

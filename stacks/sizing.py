@@ -158,6 +158,8 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
     world = nnodes * acc.gpus_per_node
     steps_per_epoch = train_rows // g.train_batch_size  # verl's train loader drops the last partial batch
     total = steps_per_epoch * g.total_epochs
+    if g.total_training_steps > 0:  # verl stops at total_training_steps when it is set
+        total = min(total, g.total_training_steps)
     saved = 0
     if g.save_freq > 0 and total:
         saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from catalog import autopilot, gcsfuse
+from catalog.accelerators import ACCELERATORS
 from catalog.models import largest_file_gib
 from catalog.nodes import IMAGE_GIB, SYSTEM_GIB, cpu_boot_disk_gb
 from tests.stack_helpers import ROOT, STACK_FILES
@@ -69,6 +70,8 @@ def plans(stack: str) -> dict[str, dict]:
     raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
     own = plan.build_plan(stack, raw, secret_keys)
     mode = own["outputs"]["clusterMode"]
+    if not ACCELERATORS[own["outputs"]["accelerator"]].autopilot:  # config refuses Autopilot for it
+        return {mode: own}
     other = plan.build_plan(stack, plan.other_mode(raw, mode), secret_keys)
     return {mode: own, other["outputs"]["clusterMode"]: other}
 
@@ -76,6 +79,8 @@ def plans(stack: str) -> dict[str, dict]:
 @pytest.mark.parametrize("stack", STACKS)
 @pytest.mark.parametrize("mode", ["autopilot", "standard"])
 def test_every_pod_is_admitted_with_a_bounded_disk(stack, mode):
+    if mode not in plans(stack):
+        pytest.skip(f"{stack}: its accelerator has no Autopilot worker size (config refuses {mode})")
     p = plans(stack)[mode]
     rows = plan.admission_rows(p, mode)
     assert {r["pod"].split()[0] for r in rows} == {"Job", "RayCluster"} and len(rows) == 3

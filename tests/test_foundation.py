@@ -26,13 +26,14 @@ def test_stack_files_exist():
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
 def test_every_stack_file_composes(path):
     run = run_stack_file(path)
-    cfg_acc = {"b200": "a4-highgpu-8g", "h200": "a3-ultragpu-8g"}
+    cfg_acc = {"b200": ("a4-highgpu-8g", 8), "h200": ("a3-ultragpu-8g", 8), "l4": ("g2-standard-24", 2)}
+    machine, per_node = cfg_acc[run.outputs["accelerator"]]
     cluster = run.one(CLUSTER)
     assert cluster.inputs["name"].endswith("-gke")
-    assert run.outputs["gpus"] == run.outputs["gpus"] // 8 * 8 > 0
+    assert run.outputs["gpus"] == run.outputs["gpus"] // per_node * per_node > 0
     if not cluster.inputs.get("enableAutopilot"):
         gpu = run.one(POOL, "gke-gpu-pool")
-        assert gpu.inputs["nodeConfig"]["machineType"] == cfg_acc[run.outputs["accelerator"]]
+        assert gpu.inputs["nodeConfig"]["machineType"] == machine
 
 
 def test_stack_files_ship_no_real_project():

@@ -160,7 +160,7 @@ def test_pod_interfaces_order():
     assert [i["interfaceName"] for i in ifaces] == [f"eth{n}" for n in range(10)]
     assert [i["network"] for i in ifaces] == ["default", "gvnic-1", *(f"rdma-{n}" for n in range(8))]
     with pytest.raises(ValueError, match="rdma_count"):
-        nics.additional_nics(0)
+        nics.additional_nics(-1)
 
 
 @pytest.mark.parametrize("acc,autopilot", ALL_MODES, ids=MODE_IDS)

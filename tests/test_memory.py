@@ -162,7 +162,9 @@ def raw(**keys: object) -> dict[str, str]:
 
 
 def test_the_shipped_defaults_fit_on_both_accelerators():
-    for acc in ACCELERATORS:
+    # The key defaults are the 32B recipe for the 8-GPU machines; the 2 x L4 dev stack sets its own
+    # settings (tests/test_l4_smoke.py checks that they fit).
+    for acc in (a for a in ACCELERATORS if ACCELERATORS[a].gpus_per_node == 8):
         cfg = config.load(raw(accelerator=acc), "s")
         spec = model_spec(cfg.model)
         assert grpo.memory_breakdown(cfg.grpo, spec, cfg.accelerator, cfg.total_gpus).fits

@@ -75,6 +75,9 @@ def test_the_benchmark_prints_old_against_new_for_every_shipped_stack(capsys):
     for path in sorted(step_time.ROOT.glob("Pulumi.*.yaml")):
         stack = path.stem.split(".", 1)[1]
         block = out.split(f"\n{stack}: ", 1)[1].split("\n\n", 1)[0]
+        if "the old recipe is refused" in block:
+            assert stack == "dev", block  # only the 2 x L4 stack cannot run the old fixed micro-batches
+            continue
         old, new = (float(x) for x in block.split("  total", 1)[1].split()[:2])
         assert new < old, (stack, old, new)
     assert "ESTIMATE" in out
