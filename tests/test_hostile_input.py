@@ -7,9 +7,12 @@ subprocess, to prove the exit code and the absence of a traceback end to end.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -134,7 +137,7 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
     ("stack-space-bang", ["--stack", "b200 prod!"], "invalid character ' '"),
     ("stack-parent", ["--stack", "../../stacks"], "--stack '../../stacks'"),
     ("stack-deep-parent", ["--stack", "../../../../../../../../tmp/x"], "--stack '../../"),
-    ("stack-absolute", ["--stack", "/etc"], "--stack '/etc'"),
+    ("stack-absolute", ["--stack", "/nonexistent-verl-gke-test"], "--stack '/nonexistent-verl-gke-test'"),
     ("stack-too-long", ["--stack", "s" * 101], "cannot exceed 100"),
     ("stack-nul", ["--stack", "a\x00b"], "invalid character"),
     ("stack-unicode", ["--stack", "prod\u00e9"], "invalid character"),
@@ -156,6 +159,17 @@ def sandbox(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mocking, "run", counting_run)
     monkeypatch.setattr(plan, "PLAN_ROOT", tmp_path / "build" / "plan")
+    # These cases probe deletion: should the plan ever regress, it must fail the test, never delete a
+    # real folder (an old plan run with `--stack /etc` once replaced a machine's /etc with its output).
+    inside = tmp_path.resolve()
+
+    def guard(path) -> None:
+        if not Path(path).resolve().is_relative_to(inside):
+            raise AssertionError(f"the plan tried to delete {path}, outside the test's folder")
+
+    real_rmtree, real_unlink = shutil.rmtree, Path.unlink
+    monkeypatch.setattr(shutil, "rmtree", lambda path, *a, **k: (guard(path), real_rmtree(path, *a, **k))[1])
+    monkeypatch.setattr(Path, "unlink", lambda self, *a, **k: (guard(self), real_unlink(self, *a, **k))[1])
     return tmp_path, registered
 
 
@@ -366,3 +380,18 @@ def test_stack_name_never_reaches_outside_the_project(tmp_path):
         assert proc.returncode == 2 and "--stack '../../stacks'" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in (ROOT / "stacks").iterdir()) == before
+
+
+def test_the_sandbox_refuses_to_delete_outside_its_folder(sandbox):
+    other = Path(tempfile.mkdtemp(prefix="not-the-plans-"))
+    keep = other / "keep.txt"
+    keep.write_text("keep")
+    try:
+        with pytest.raises(AssertionError, match="outside the test's folder"):
+            shutil.rmtree(other)
+        with pytest.raises(AssertionError, match="outside the test's folder"):
+            keep.unlink()
+        assert keep.read_text() == "keep"
+    finally:
+        os.remove(keep)
+        os.rmdir(other)
