@@ -397,3 +397,24 @@ class ServiceProxy:
                 self._forward()
 
         return Handler
+
+
+# TEST-NET-3: nothing answers there. Set as RAY_ADDRESS in every test that talks to a head: the code
+# under test must use the address it is given, never follow the environment.
+BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"
+
+
+def head_node(gpus: int = 0, timeout: float = 240):
+    """A started local Ray head, stopped afterwards: the body of a module-scoped `head` fixture."""
+    node = RayNode(gpus=gpus).start(timeout=timeout)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def point_ray_env_nowhere(monkeypatch) -> None:
+    """RAY_ADDRESS and RAY_API_SERVER_ADDRESS at BOGUS_RAY_ADDRESS; no gcloud token override."""
+    monkeypatch.setenv("RAY_ADDRESS", BOGUS_RAY_ADDRESS)
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", BOGUS_RAY_ADDRESS)
+    monkeypatch.delenv("CLOUDSDK_AUTH_ACCESS_TOKEN", raising=False)

@@ -15,7 +15,7 @@ import pytest
 
 from components.ray_job_provider import RayJobProvider
 from tests.kuberay_fixture import FakeKubeRay
-from tests.ray_fixtures import RayNode, gpus_on, pem, wait_status
+from tests.ray_fixtures import gpus_on, head_node, pem, wait_status
 from tests.test_supervise import SUPERVISE, TRAINER, logs, submit
 
 GPUS = 2
@@ -25,11 +25,7 @@ GROUP = "gpu-group"
 
 @pytest.fixture(scope="module")
 def head():
-    node = RayNode(gpus=0).start(timeout=180)
-    try:
-        yield node
-    finally:
-        node.stop()
+    yield from head_node(gpus=0, timeout=180)
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:

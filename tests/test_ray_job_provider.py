@@ -39,12 +39,13 @@ from tests.ray_fixtures import (
     b64_pem,
     free_port,
     gpus_on,
+    head_node,
     jobs_on,
     make_ca,
+    point_ray_env_nowhere,
     wait_status,
 )
 
-BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"  # TEST-NET-3: nothing answers there
 HEAD_GPUS = 2
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 
@@ -64,18 +65,12 @@ def new_id(tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def head():
-    node = RayNode(gpus=HEAD_GPUS).start()
-    try:
-        yield node
-    finally:
-        node.stop()
+    yield from head_node(gpus=HEAD_GPUS)
 
 
 @pytest.fixture(autouse=True)
 def bogus_ray_address(monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", BOGUS_RAY_ADDRESS)
-    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", BOGUS_RAY_ADDRESS)
-    monkeypatch.delenv("CLOUDSDK_AUTH_ACCESS_TOKEN", raising=False)
+    point_ray_env_nowhere(monkeypatch)
 
 
 @pytest.fixture

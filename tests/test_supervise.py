@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from components.ray_job_provider import RayJobProvider
-from tests.ray_fixtures import REPO, RayNode, wait_status
+from tests.ray_fixtures import REPO, RayNode, head_node, wait_status
 
 SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
 TRAINER = REPO / "tests" / "standins" / "trainer.py"
@@ -31,11 +31,7 @@ JOB_TIMEOUT_S = 900
 
 @pytest.fixture(scope="module")
 def head():
-    node = RayNode(gpus=0).start(timeout=180)
-    try:
-        yield node
-    finally:
-        node.stop()
+    yield from head_node(gpus=0, timeout=180)
 
 
 @pytest.fixture

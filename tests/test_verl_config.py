@@ -12,15 +12,14 @@ import ast
 import importlib.metadata
 import importlib.util
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-import yaml
 
 from catalog import versions
 from catalog.paths import bucket_paths
 from stacks import config, grpo
+from tools.plan import read_stack_file
 
 _SPEC = importlib.util.find_spec("verl")  # finds the package without running its __init__
 if _SPEC is None or not _SPEC.submodule_search_locations:
@@ -49,17 +48,8 @@ def stack_raws() -> dict[str, dict[str, str]]:
     """stack -> raw config as the Pulumi CLI hands it over (strings; secure values as a placeholder)."""
     if not STACK_FILES:
         return {stack: {**BASE, **raw} for stack, raw in FALLBACK.items()}
-    raws = {}
-    for path in STACK_FILES:
-        values = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-        raws[path.stem.split(".", 1)[1]] = {key: _cli_string(v) for key, v in values.items()}
-    return raws
-
-
-def _cli_string(value: object) -> str:
-    if isinstance(value, Mapping) and "secure" in value:
-        return "<secret>"  # encrypted: cannot be read offline, and is never needed here
-    return value if isinstance(value, str) else json.dumps(value)
+    # The plan's reader: exactly what the CLI hands over (secure values as a placeholder, never needed here).
+    return {path.stem.split(".", 1)[1]: read_stack_file(path)[0] for path in STACK_FILES}
 
 
 STACKS = stack_raws()

@@ -17,29 +17,22 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.ray_fixtures import RayNode, ServiceProxy, wait_status
+from tests.ray_fixtures import RayNode, ServiceProxy, head_node, point_ray_env_nowhere, wait_status
 from tools import watch
 
 DATA = Path(__file__).parent / "data"
 JOB_SCRIPT = DATA / "verl_metrics_job.py"
-BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"
 VAL = "val-core/openai/gsm8k/reward/mean@1"
 
 
 @pytest.fixture(scope="module")
 def head():
-    node = RayNode(gpus=0).start()
-    try:
-        yield node
-    finally:
-        node.stop()
+    yield from head_node(gpus=0)
 
 
 @pytest.fixture(autouse=True)
 def bogus_ray_address(monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", BOGUS_RAY_ADDRESS)
-    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", BOGUS_RAY_ADDRESS)
-    monkeypatch.delenv("CLOUDSDK_AUTH_ACCESS_TOKEN", raising=False)
+    point_ray_env_nowhere(monkeypatch)
 
 
 def submit(head: RayNode, steps: int, total: int, hold: float, code: int = 0, job_id: str | None = None) -> str:
