@@ -17,8 +17,8 @@ CPU_LIMIT = "gke-gcsfuse/cpu-limit"
 MEMORY_LIMIT = "gke-gcsfuse/memory-limit"
 EPHEMERAL_STORAGE_LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
 UNLIMITED = "0"  # "no limit" for the sidecar annotations; accepted on Standard only
-BUFFER_VOLUME = "gke-gcsfuse-buffer"  # a pod volume of this name replaces the sidecar's write buffer
-CACHE_VOLUME = "gke-gcsfuse-cache"  # ... and this one its file cache (pkg/webhook/sidecar_spec.go)
+# A pod volume of this name replaces the sidecar's file cache (pkg/webhook/sidecar_spec.go).
+CACHE_VOLUME = "gke-gcsfuse-cache"
 
 # --- mount option sets: one PV per kind of job (GoogleCloudPlatform/gcsfuse samples/gke-csi-yaml/gpu) ---
 # All three: metadata prefetch needs ttl -1 to be worth anything, and no implicit-dirs, which a

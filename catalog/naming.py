@@ -24,8 +24,6 @@ _PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 # IAM service account ids: 6-30 characters, RFC 1035 (pulumi_gcp serviceaccount.Account account_id).
 _SERVICE_ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-# Compute Engine resource names (networks, subnets, clusters): RFC 1035, at most 63 characters.
-GCE_NAME_MAX = 63
 # Cloud Storage bucket names are at most 63 characters; the storage component appends "-<8 hex>".
 BUCKET_SUFFIX_BYTES = 4
 MAX_BUCKET_PREFIX = 63 - 1 - 2 * BUCKET_SUFFIX_BYTES

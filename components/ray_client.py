@@ -92,7 +92,7 @@ def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 
 
-def _pause(step: int, deadline: float, cap: float) -> bool:
+def pause(step: int, deadline: float, cap: float) -> bool:
     """Sleep a capped exponential backoff, never past the deadline; False once the deadline has passed."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
@@ -304,7 +304,7 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> l
                 raise
             if not err.expired:  # out of time before the call: what was missing is still the news
                 missing = f"dashboard not ready; last error: {err}"
-        if not _pause(step, deadline, READY_POLL_CAP_S):
+        if not pause(step, deadline, READY_POLL_CAP_S):
             raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}"
                               + pods_report(dash))
         step += 1
@@ -383,7 +383,7 @@ def submit(dash: Dashboard, job_id: str, inputs: dict[str, Any], deadline: float
                 return "adopted"  # an earlier or concurrent create got there first
             # Right after the head is up the job agent may not be registered yet.
             transient = err.gone or "No available agent" in err.detail
-            if err.fatal or not transient or not _pause(step, deadline, READY_POLL_CAP_S):
+            if err.fatal or not transient or not pause(step, deadline, READY_POLL_CAP_S):
                 raise RayJobError(f"submitting Ray job {job_id} failed: {err}") from None
         step += 1
 
@@ -400,7 +400,7 @@ def follow(dash: Dashboard, job_id: str, timeout_s: float) -> dict[str, Any]:
         except DashboardError as err:
             if err.fatal or err.status == 404:
                 raise RayJobError(f"lost Ray job {job_id} while waiting for it: {err}") from None
-        if not _pause(step, deadline, FOLLOW_POLL_CAP_S):
+        if not pause(step, deadline, FOLLOW_POLL_CAP_S):
             raise RayJobError(
                 f"Ray job {job_id} at {dash.url} is still {job.get('status', 'unknown')} after "
                 f"{timeout_s:g}s; it keeps running and the next `pulumi up` adopts it"

@@ -32,9 +32,9 @@ from components.ray_client import (
     Dashboard,
     DashboardError,
     RayJobError,
-    _pause,
     base_url,
     follow,
+    pause,
     probe,
     submit,
     tail,
@@ -372,7 +372,7 @@ class RayJobProvider(dyn.ResourceProvider):
                     if err.gone:
                         return
                     raise
-                if not _pause(step, deadline, READY_POLL_CAP_S):
+                if not pause(step, deadline, READY_POLL_CAP_S):
                     waited = inputs["stop_timeout_s"]
                     raise RayJobError(f"Ray job {job_id} at {dash.url} still {status} {waited}s after stop")
                 step += 1

@@ -84,9 +84,6 @@ _BOUNDS: dict[str, tuple[int, str]] = {
 }
 MAXIMUM = {k: v[0] for k, v in _BOUNDS.items()}
 MAX_WHY = {k: v[1] for k, v in _BOUNDS.items()}
-# Names the program derives from namePrefix: each must pass the rule of the component that uses it.
-DERIVED_NAMES = {"data": "bucket name prefix", "ray": "RayCluster name", "gke": "GKE cluster name",
-                 "nodes": "node service account id"}
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ FRAGMENTATION = 0.15
 NON_TORCH_GIB = 1.5 + 1.5
 # vLLM's own non-torch memory inside its budget (NCCL for TP, allocator pools): an estimate.
 VLLM_NON_TORCH_GIB = 0.5
-PCIE_NOTE = "reference offloaded: its fp32 shard lives in host RAM and streams in per FSDP unit"
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def test_the_whole_hourly_price_on_spot_is_under_two_dollars():
 
 def test_the_plan_prints_the_hourly_and_the_run_price():
     raw, _ = plan.read_stack_file(ROOT / "Pulumi.dev.yaml")
-    text = plan.price_report("dev", raw)
+    text = plan.price_report(config.load(raw, "dev", allow_placeholder_project=True))
     assert "total                 $1.17/h" in text and "estimated run cost: $" in text
 
 

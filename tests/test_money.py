@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 
@@ -10,7 +11,7 @@ import pytest
 from catalog import capacity, prices, quotas
 from catalog.accelerators import ACCELERATORS
 from components.apis import APIS
-from stacks import config, cost
+from stacks import config, cost, sizing
 from stacks import quotas as quota_check
 from stacks.preflight import PreflightError
 from tests.stack_helpers import BASE, STACK_FILES, run_config
@@ -127,11 +128,10 @@ def test_every_shipped_stack_plan_prints_its_hourly_price(capsys, tmp_path):
         assert f"hourly price of stack {stack}" in out and "total" in out and prices.TABLE_DATE in out
 
 
-def test_plan_prints_the_run_estimate_once_sizing_exists(monkeypatch, capsys, tmp_path):
-    class Sizing:
-        gpu_hours, bucket_gb = 48.0, 120.0
-
-    monkeypatch.setattr(plan, "run_sizing_function", lambda: lambda cfg: Sizing())
+def test_plan_prints_the_run_estimate_from_the_sizing(monkeypatch, capsys, tmp_path):
+    real = sizing.run_sizing
+    monkeypatch.setattr(sizing, "run_sizing",
+                        lambda cfg: dataclasses.replace(real(cfg), gpu_hours=48.0, bucket_gb=120.0))
     assert plan.main(["--stack", "h200", "--quiet", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "estimated run cost: $" in out and "48.0 GPU-hours" in out

@@ -282,31 +282,14 @@ def _ours(out: Path) -> bool:
     return marker.is_file() and not marker.is_symlink()
 
 
-def run_sizing_function():
-    """The recipe's sizing (stacks.sizing.run_sizing: GPU-hours, bucket GB) once it exists, else None."""
-    try:
-        from stacks.sizing import run_sizing
-    except ImportError:
-        return None
-    return run_sizing
+def price_report(cfg: stack_config.StackConfig) -> str:
+    """The hourly price table and the run estimate from the recipe's sizing (GPU-hours, bucket GB)."""
+    from stacks import cost, sizing
 
-
-def price_report(stack: str, raw: dict[str, str]) -> str:
-    """The hourly price table and, when the sizing is importable, the run estimate."""
-    from stacks import cost
-
-    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
     table = cost.hourly(cfg)
-    lines = [cost.render_hourly(table)]
-    sizing = run_sizing_function()
-    if sizing is None:
-        lines.append("estimated run cost: not available (needs stacks.sizing for the run's GPU-hours and "
-                     "bucket usage)")
-    else:
-        s = sizing(cfg)
-        estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
-        lines.append(cost.render_run(estimate, s.gpu_hours, s.bucket_gb))
-    return "\n".join(lines)
+    s = sizing.run_sizing(cfg)
+    estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
+    return "\n".join([cost.render_hourly(table), cost.render_run(estimate, s.gpu_hours, s.bucket_gb)])
 
 
 def pod_templates(plan: dict[str, Any]) -> list[tuple[str, dict]]:
@@ -339,21 +322,19 @@ def admission_rows(plan: dict[str, Any], mode: str) -> list[dict[str, Any]]:
     return rows
 
 
-def critical_path(raw: dict[str, str], stack: str, plan: dict[str, Any]):
+def critical_path(cfg: stack_config.StackConfig, plan: dict[str, Any]):
     """The deploy's critical path from the plan's graph (tools.critical_path)."""
     from catalog.models import GB_PER_GIB, weights_gib
     from tools import critical_path as cp
 
-    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
     return cp.compute(plan, weights_gib(cfg.model) * GB_PER_GIB)
 
 
-def storage_summary(raw: dict[str, str], stack: str) -> dict[str, Any]:
+def storage_summary(cfg: stack_config.StackConfig) -> dict[str, Any]:
     """The staging disk budget, computed once (catalog.gcsfuse) from the model's largest file."""
     from catalog.gcsfuse import staging_disk_budget
     from catalog.models import largest_file_gib
 
-    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
     b = staging_disk_budget(largest_file_gib(cfg.model))
     return {"model": cfg.model, "largestFileGiB": round(b.largest_file_gib, 2), "parallelFiles": b.parallel_files,
             "sidecarBufferGiB": b.buffer_gib, "stageContainerGiB": b.container_gib, "stagingPodGiB": b.pod_gib}
@@ -431,8 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         raw, secret_keys = read_stack_file(path)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
         plan["admission"] = admission(args.stack, raw, secret_keys, plan)
-        plan["storage"] = storage_summary(raw, args.stack)
-        crit = critical_path(raw, args.stack, plan)
+        cfg = stack_config.load(raw, args.stack, allow_placeholder_project=True)  # passed the gate in build_plan
+        plan["storage"] = storage_summary(cfg)
+        crit = critical_path(cfg, plan)
         plan["criticalPath"] = {"minutes": round(crit.total, 2), "floorMinutes": round(crit.floor, 2),
                                 "ratio": round(crit.ratio, 3), "floor": crit.floor_why,
                                 "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
@@ -456,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     print(admission_text(plan["admission"], plan["storage"]))
     from tools.critical_path import text as critical_path_text
     print(critical_path_text(crit))
-    print(price_report(args.stack, raw))
+    print(price_report(cfg))
     for warning in plan.get("warnings") or []:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
