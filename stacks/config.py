@@ -248,6 +248,20 @@ class _Reader:
             return False
         return value == "true"
 
+    def is_default(self, key: str) -> bool:
+        """The value equals the declared default, as the CLI would inject it for an absent key."""
+        value, default = self._value(key), KEYS_BY_NAME[key].default
+        if isinstance(default, list) and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                return False
+        if isinstance(default, bool) and isinstance(value, str):
+            return value == str(default).lower()
+        if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, str):
+            return value == str(default)
+        return value == default
+
     def list(self, key: str) -> tuple[str, ...]:
         value = self._value(key)
         if isinstance(value, str):
@@ -445,8 +459,10 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
     cidr("servicesCidr", services, 27)
     if not acc.rdma:
         # No gVNIC or RoCE network is built: a range set for one would be silently unused.
+        # The CLI injects each declared default a stack leaves out (pulumi/pulumi @ 1b5949891b3c
+        # pkg/workspace/config.go), so a value equal to the default reads as "not set".
         for key in ("gvnicCidr", "rdmaCidrs"):
-            if KEYS_BY_NAME[key].full in r.raw:
+            if KEYS_BY_NAME[key].full in r.raw and not r.is_default(key):
                 r.bad(key, r.raw[KEYS_BY_NAME[key].full], f"accelerator {acc.key} has no RDMA NICs, so no "
                       "additional network is built: unset it")
         gvnic, rdma = "", ()

@@ -50,9 +50,43 @@ def test_placeholder_project_is_rejected_for_real_runs():
 def test_pulumi_yaml_declares_every_project_key():
     assert schema.main(["--check"]) == 0, "Pulumi.yaml is stale: python -m tools.schema --write"
     declared = schema.project_file()["config"]
-    assert set(declared) == {k.name for k in config.KEYS if ":" not in k.name}
-    assert declared["hfToken"]["secret"] is True
+    # Optional secrets are not declared: the CLI would call them missing (tools.schema).
+    assert "hfToken" not in declared and "wandbApiKey" not in declared
+    assert set(declared) == {k.name for k in config.KEYS
+                             if ":" not in k.name and not (k.secret and k.default is None)}
     assert all("description" in v and "type" in v for v in declared.values())
+
+
+def test_pulumi_yaml_defaults_read_back_as_their_declared_type():
+    """yaml.v3 (the CLI's parser) reads every default as the type the key declares: `1e-6` unquoted
+    is a float to it, and Project.Validate refuses a float default for a string key."""
+    from tools.stack_file import _load_first_document
+
+    doc = _load_first_document((schema.ROOT / "Pulumi.yaml").read_text(), "Pulumi.yaml")
+    python_type = {"string": str, "integer": int, "boolean": bool, "array": list}
+    for name, entry in doc["config"].items():
+        if "default" in entry:
+            value = entry["default"]
+            assert type(value) is python_type[entry["type"]], (name, value)
+            if entry["type"] == "array":
+                assert all(type(v) is str for v in value), (name, value)
+    assert doc["config"]["grpoLearningRate"]["default"] == "1e-6"
+
+
+@pytest.mark.parametrize("stack", [p.name[len("Pulumi."):-len(".yaml")] for p in STACK_FILES])
+def test_cli_injected_defaults_change_no_verdict(stack):
+    """The CLI copies every declared default a stack leaves out into the config the program gets
+    (pkg/workspace/config.go): absent and default must mean the same (the dev stack on L4 once
+    refused the injected gvnicCidr/rdmaCidrs)."""
+    from tools.stack_file import config_value_to_string, read_stack_file
+
+    raw = dict(read_stack_file(str(schema.ROOT / f"Pulumi.{stack}.yaml"), "verl-gke"))
+    injected = dict(raw)
+    for name, entry in schema.project_file()["config"].items():
+        if "default" in entry:
+            injected.setdefault(f"verl-gke:{name}", config_value_to_string(entry["default"]))
+    assert config.load(raw, stack, allow_placeholder_project=True) == \
+        config.load(injected, stack, allow_placeholder_project=True)
 
 
 @pytest.mark.parametrize("mode", ["autopilot", "standard"])

@@ -202,6 +202,12 @@ def _resolve_plain(text: str) -> Any:
     return text
 
 
+def resolves_as_string(text: str) -> bool:
+    """True when yaml.v3 reads `text`, written as a plain scalar, back as the same string."""
+    value = _resolve_plain(text)
+    return isinstance(value, str) and not isinstance(value, _Timestamp) and value == text
+
+
 class _Builder:
     """Turns a composed PyYAML node graph into Python values, yaml.v3 style."""
 
