@@ -190,7 +190,24 @@ _MAP_CONSTANTS: dict[str, Any] = {
 
 
 class _Timestamp(str):
-    """A plain scalar yaml.v3 tags !!timestamp; decoded into `any` it stays its text."""
+    """A plain scalar yaml.v3 resolves as !!timestamp: decoded into `any` it is a Go time.Time, which
+    Pulumi's config object turns into time.Time.String() (resource/config/object.go unmarshalObject)."""
+
+    def go_string(self) -> str:
+        """time.Time.String() of what yaml.v3's parseTimestamp returns; the machine's zone taken as UTC."""
+        m = re.match(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[Tt ](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d+))?"
+                     r"(Z|[+-]\d{2}:\d{2})?)?$", str(self))
+        if not m:
+            return str(self)
+        y, mo, d, h, mi, sec, frac, zone = m.groups()
+        text = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
+        frac = (frac or "")[:9].rstrip("0")
+        if frac:
+            text += "." + frac
+        if zone in (None, "Z", "+00:00", "-00:00"):
+            return text + " +0000 UTC"
+        offset = zone.replace(":", "")
+        return f"{text} {offset} {offset}"  # a fixed zone Go names by its offset
 
 
 def _go_parse_int(s: str, signed: bool) -> int | None:
@@ -481,6 +498,8 @@ def _go_json(v: Any) -> tuple[str, bool]:
         return str(v), False
     if isinstance(v, float):
         return _go_float(v), False
+    if isinstance(v, _Timestamp):
+        return _go_json_string(v.go_string()), False
     if isinstance(v, str):
         return _go_json_string(v), False
     if isinstance(v, list):
@@ -491,8 +510,9 @@ def _go_json(v: Any) -> tuple[str, bool]:
             return '{"secure":' + _go_json_string(v["secure"]) + "}", True
         items = []
         secret = False
-        for k in sorted(v):  # Go sorts map keys bytewise == code point order
-            txt, s = _go_json(v[k])
+        keyed = {_go_key(k): x for k, x in v.items()}
+        for k in sorted(keyed):  # Go sorts map keys bytewise == code point order
+            txt, s = _go_json(keyed[k])
             secret = secret or s
             items.append(_go_json_string(k) + ":" + txt)
         return "{" + ",".join(items) + "}", secret
@@ -530,6 +550,8 @@ def config_value_to_string(value: Any) -> str | Secret:
         return str(value)
     if isinstance(value, float):
         return _go_float(value)
+    if isinstance(value, _Timestamp):
+        return value.go_string()
     if isinstance(value, str):
         return str(value)
     if _is_secure(value):
@@ -543,10 +565,19 @@ def config_value_to_string(value: Any) -> str | Secret:
 # ---------------------------------------------------------------------------
 
 
-def _namespace_key(key: str, project: str) -> str:
-    """stackConfigNamespacedWithProject + config.ParseKey."""
-    if ":" not in key:
-        key = f"{project}:{key}"
+def _yaml_key_text(k: Any) -> str:
+    """The text a scalar key decodes to as a Go string (yaml.v3 sets n.Value; we rebuild it)."""
+    if isinstance(k, str):
+        return k
+    if k is None:
+        return ""
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return _go_key(k)
+
+
+def _parse_key(key: str) -> str:
+    """config.ParseKey alone."""
     n = key.count(":")
     if n == 1:
         return key
@@ -559,9 +590,16 @@ def _namespace_key(key: str, project: str) -> str:
         "(configuration keys should be of the form `<namespace>:<name>`)")
 
 
+def _namespace_key(key: str, project: str) -> str:
+    """stackConfigNamespacedWithProject + config.ParseKey."""
+    return _parse_key(key if ":" in key else f"{project}:{key}")
+
+
 def _check_string_keys(v: Any) -> None:
-    """SimplifyMarshalledValue: every mapping key anywhere must be a string."""
-    if isinstance(v, dict):
+    """SimplifyMarshalledValue (sdk/go/common/workspace/project.go): yaml.v3 decodes a mapping whose keys
+    are all strings as map[string]any, which the cast returns untouched (it does not look inside);
+    only a map[any]any (some key not a string) and lists are walked, and a non-string key is an error."""
+    if isinstance(v, dict) and not all(isinstance(k, str) for k in v):
         for k, x in v.items():
             if not isinstance(k, str):
                 raise ValueError(f"expected only string keys, got '{_go_type_name(k)}'")
@@ -569,6 +607,19 @@ def _check_string_keys(v: Any) -> None:
     elif isinstance(v, list):
         for x in v:
             _check_string_keys(x)
+
+
+def _go_key(k: Any) -> str:
+    """fmt %v of a map key (resource/config/object.go unmarshalObject, the map[any]any case)."""
+    if isinstance(k, str):
+        return k
+    if k is None:
+        return "<nil>"
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    if isinstance(k, float):
+        return _go_float(k, for_json=False)
+    return str(k)
 
 
 # ---------------------------------------------------------------------------
@@ -619,9 +670,12 @@ def parse_stack_values(text: str, project: str, where: str = "<stack file>",
 
     result: dict[str, ConfigValue] = {}
     origin: dict[str, str] = {}
-    for raw_key, value in config.items():
+    # stackConfigNamespacedWithProject only rewrites a map[string]any; with any non-string key the
+    # keys reach config.ParseKey as yaml.v3 decodes them into string (their text), un-namespaced.
+    namespaced = all(isinstance(k, str) for k in config)
+    for raw_key, value in sorted(config.items(), key=lambda kv: str(kv[0])) if not namespaced else config.items():
         try:
-            key = _namespace_key(raw_key, project)
+            key = _namespace_key(raw_key, project) if namespaced else _parse_key(_yaml_key_text(raw_key))
         except ValueError as e:
             raise StackFileError(f"{where}: config key {raw_key!r}: {e}") from None
         if key in result:
