@@ -139,7 +139,7 @@ class _Alias:
         self.value = target.value if isinstance(target, ScalarNode) else None
 
 
-class _TooDeep(Exception):
+class _TooDeepError(Exception):
     def __init__(self, mark: Any) -> None:
         self.mark = mark
 
@@ -157,7 +157,7 @@ class _Loader(Reader, Scanner, Parser, Composer, _Resolver):
         event = self.peek_event()
         self._depth += 1
         if self._depth > MAX_DEPTH:  # stop before PyYAML's recursion gets anywhere near Python's limit
-            raise _TooDeep(event.start_mark)
+            raise _TooDeepError(event.start_mark)
         try:
             node = super().compose_node(parent, index)
         finally:
@@ -406,7 +406,7 @@ def _load_first_document(text: str, where: str) -> Any:
             f"{where}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {msg}") from None
     except yaml.YAMLError as e:
         raise StackFileError(f"{where}: invalid YAML: {e}") from None
-    except _TooDeep as e:
+    except _TooDeepError as e:
         raise StackFileError(
             f"{where}:{e.mark.line + 1}:{e.mark.column + 1}: nested deeper than {MAX_DEPTH} levels; this "
             "reader refuses that (yaml.v3 allows 10,000): flatten the value") from None
