@@ -333,3 +333,11 @@ def test_all_readme_lines_together_load():
         if not refused:
             _set(stored, *_replayable(line))
     cli_loader.load_stack_text(project, cli_loader.dump_stack(stored), "all")
+
+
+def test_small_alias_expansion_is_accepted_as_yaml_v3_does():
+    """yaml.v3 lets up to 99 % of decoded nodes come from aliases in documents under 400,000 nodes
+    (decode.go allowedAliasRatio): a 1,000-fold expansion of a tiny list is still accepted."""
+    lines = ["a0: &a0 [x]"] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 4)]
+    doc = stack_file._load_first_document("\n".join(lines) + "\n", "t.yaml")
+    assert len(doc["a3"]) == 10 and doc["a3"][9][9] == [["x"]] * 10
