@@ -550,6 +550,7 @@ def merge(project: Project, stored: Mapping[str, ConfigValue], stack: str, where
     missing: list[str] = []
     injected: set[str] = set()
     problems: list[str] = []
+    keys: dict[str, str] = {}  # declared key -> full key, for the keys the CLI can parse
     for key in sorted(project.config):
         t = project.config[key]
         try:
@@ -558,6 +559,7 @@ def merge(project: Project, stored: Mapping[str, ConfigValue], stack: str, where
         except ValueError as e:
             problems.append(f"{key}: {e}")
             continue
+        keys[key] = full
         has_default, has_value = t.default is not None, t.value is not None
         if not found and not has_value and not has_default and full.split(":", 1)[0] == project.name:
             missing.append(key)
@@ -573,12 +575,15 @@ def merge(project: Project, stored: Mapping[str, ConfigValue], stack: str, where
             injected.add(full)
     if missing:
         raise StackFileError(f"{where}: {_missing_error(sorted(missing), stack)}")
-    for key in sorted(project.config):
+    for key, full in keys.items():
         t = project.config[key]
         if t.type is None:
             continue
-        full = _config_key(project.name, key)
-        cv = _get(values, full)
+        try:
+            cv = _get(values, full)
+        except ValueError as e:  # a stack value the path cannot walk
+            problems.append(f"{full}: {e}")
+            continue
         if cv is None:  # only when the injection was skipped
             continue
         if t.secret and not cv.secure:
