@@ -11,8 +11,11 @@ model in stacks/sizing.py: ESTIMATES, not measurements.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
+
+import yaml
 
 from catalog.models import model_spec
 from stacks import config, sizing
@@ -25,11 +28,9 @@ PHASES = ("generation", "weight_sync", "old_log_prob", "reference", "update", "o
 
 
 def read_stack_file(path: Path) -> dict[str, str]:
-    """The stack file's own config as the Pulumi CLI loader reads it (tools.cli_loader), without the
-    declared defaults it injects: old_settings lays the old recipe's defaults under it."""
-    from tools import plan
-
-    return plan.read_stack_file(path, inject_defaults=False)[0]
+    """The stack file's config as the Pulumi CLI hands it over (strings); no secret is needed here."""
+    values = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if not isinstance(v, dict)}
 
 
 def old_settings(raw: dict[str, str], stack: str) -> config.StackConfig:
