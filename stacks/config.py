@@ -268,10 +268,11 @@ class _Reader:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                self.bad(key, value, "must be a list of strings, e.g. [\"a\", \"b\"]")
+                self.bad(key, value, f"must be a list of strings: a YAML list in the stack file, or "
+                         f"`pulumi config set --path '{key}[0]' <value>` per item")
                 return ()
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.bad(key, value, "must be a list of strings")
+            self.bad(key, value, f"must be a list of strings (a YAML list; `pulumi config set --path '{key}[0]' ...`)")
             return ()
         return tuple(value)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stacks import compose, config
-from tools import mocking, plan
+from tools import cli_loader, mocking, plan, stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_FILES = sorted(ROOT.glob("Pulumi.*.yaml"))
@@ -17,10 +17,14 @@ program = compose.program  # what __main__.py runs
 def run_config(overrides: dict[str, object] | None = None, stack: str = "test",
                secret_keys: list[str] | None = None, result: mocking.Run | None = None,
                quotas: dict[str, int | str] | None = None) -> mocking.Run:
-    raw = dict(BASE)
+    """Compose a stack whose config is BASE plus `overrides`, merged with Pulumi.yaml by the CLI loader
+    (declared defaults injected, declared types checked): a string is a value as `pulumi config set`
+    stores it, anything else YAML data as a stack file holds it."""
+    stored = {k: stack_file.ConfigValue(v) for k, v in BASE.items()}
     for key, value in (overrides or {}).items():
         full = key if ":" in key else f"{config.PROJECT}:{key}"
-        raw[full] = value if isinstance(value, str) else plan.json.dumps(value)
+        stored[full] = stack_file.ConfigValue(value) if isinstance(value, str) else stack_file.config_value(value)
+    raw = cli_loader.merge(plan.load_project(), stored, stack, "run_config").values
     return mocking.run(program, raw, stack, secret_keys, result=result, quotas=quotas)
 
 

@@ -78,13 +78,12 @@ def test_cli_injected_defaults_change_no_verdict(stack):
     """The CLI copies every declared default a stack leaves out into the config the program gets
     (pkg/workspace/config.go): absent and default must mean the same (the dev stack on L4 once
     refused the injected gvnicCidr/rdmaCidrs)."""
-    from tools.stack_file import config_value_to_string, read_stack_file
+    from tools import plan
 
-    raw = dict(read_stack_file(str(schema.ROOT / f"Pulumi.{stack}.yaml"), "verl-gke"))
-    injected = dict(raw)
-    for name, entry in schema.project_file()["config"].items():
-        if "default" in entry:
-            injected.setdefault(f"verl-gke:{name}", config_value_to_string(entry["default"]))
+    path = schema.ROOT / f"Pulumi.{stack}.yaml"
+    raw, _ = plan.read_stack_file(path, stack, inject_defaults=False)
+    injected, _ = plan.read_stack_file(path, stack)  # the CLI loader, as `pulumi up` merges Pulumi.yaml
+    assert set(injected) > set(raw)
     assert config.load(raw, stack, allow_placeholder_project=True) == \
         config.load(injected, stack, allow_placeholder_project=True)
 

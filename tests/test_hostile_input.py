@@ -50,6 +50,34 @@ def yaml_case(key: str, text: str) -> str:
     return stack_text(**{key: text})
 
 
+def alias_bomb(levels: int, width: int) -> str:
+    """`levels` anchors, each a list of `width` aliases of the one before (a billion-laughs file)."""
+    lines = ["  verl-gke:lol0: &a0 [lol]\n"]
+    for i in range(1, levels):
+        lines.append(f"  verl-gke:lol{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]\n")
+    return stack_text() + "".join(lines)
+
+
+def merge_bomb(levels: int, width: int) -> str:
+    """The same growth through merge keys (`<<`) of mappings."""
+    lines = ["  verl-gke:m0: &m0 {a: 1, b: 2, c: 3}\n"]
+    for i in range(1, levels):
+        refs = ", ".join(f"k{j}: *m{i - 1}" for j in range(width))
+        lines.append(f"  verl-gke:m{i}: &m{i} {{<<: *m{i - 1}, {refs}}}\n")
+    return stack_text() + "".join(lines)
+
+
+def nested(depth: int, kind: str) -> str:
+    if kind == "flow-list":
+        value = "[" * depth + "x" + "]" * depth
+        return yaml_case("verl-gke:grpoExtraOverrides", value)
+    if kind == "flow-map":
+        return yaml_case("verl-gke:grpoExtraOverrides", "{a: " * depth + "x" + "}" * depth)
+    # block sequences, one more indent per level
+    body = "".join("  " * (i + 2) + "-\n" for i in range(depth - 1)) + "  " * (depth + 1) + "- x\n"
+    return stack_text() + "  verl-gke:grpoExtraOverrides:\n" + body
+
+
 # (case id, stack file text or bytes, text the error must contain: the key or what is wrong)
 BAD_FILES: list[tuple[str, str | bytes, str]] = [
     # --- not YAML, or not the shape of a stack file: file:line:column, or the shape expected
@@ -63,7 +91,9 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("top-level-scalar", "just some text\n", "must be a mapping at the top level"),
     ("config-list", "config:\n  - gcp:project: p\n", "'config' must be a mapping"),
     ("config-string", "config: gcp:project=p\n", "'config' must be a mapping"),
-    ("non-string-key", "config:\n  1: one\n", "expected only string keys"),
+    ("non-string-key", "config:\n  1: one\n", "could not parse 1 as a configuration key"),
+    ("non-string-top-key", "4: config\n", "expected only string keys, got '%!s(int=4)'"),
+    ("non-string-key-among-keys", stack_text() + "  true: yes\n", "could not parse"),
     ("three-colons", "config:\n  a:b:c:d: x\n", "a:b:c:d"),
     ("colliding-keys", stack_text(gpuNodes="3"), "both mean 'verl-gke:gpuNodes'"),
     ("top-level-typo", "confg:\n  gcp:project: my-project-1\n", "did you mean 'config'"),
@@ -129,6 +159,30 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("channel", yaml_case("verl-gke:releaseChannel", "nightly"), "verl-gke:releaseChannel"),
     ("reservation-missing", yaml_case("verl-gke:capacity", "reservation"), "verl-gke:reservation"),
     ("gke-version", yaml_case("verl-gke:gkeVersion", "1.2"), "verl-gke:gkeVersion"),
+    # --- YAML resource bombs: refused as yaml.v3 refuses them ("excessive aliasing"), never expanded
+    ("alias-bomb-9x9", alias_bomb(9, 9), "excessive aliasing"),
+    ("alias-bomb-5x10", alias_bomb(5, 10), "excessive aliasing"),
+    ("alias-bomb-30x2", alias_bomb(30, 2), "excessive aliasing"),
+    ("alias-bomb-3x100", alias_bomb(3, 100), "excessive aliasing"),
+    ("merge-key-bomb", merge_bomb(8, 8), "excessive aliasing"),
+    # --- nesting: beyond 100 levels refused (a stated divergence: yaml.v3 allows 10,000), never a RecursionError
+    ("deep-list-800", nested(800, "flow-list"), "nested deeper than 100 levels"),
+    ("deep-list-20000", nested(20000, "flow-list"), "nested deeper than 100 levels"),
+    ("deep-map-150", nested(150, "flow-map"), "nested deeper than 100 levels"),
+    ("deep-block-120", nested(120, "block"), "nested deeper than 100 levels"),
+    ("deep-through-aliases", stack_text() + "  verl-gke:d: &d " + "[" * 60 + "y" + "]" * 60 + "\n"
+     + "  verl-gke:e: " + "[" * 60 + "*d" + "]" * 60 + "\n", "nested deeper than 100 levels (aliases expanded)"),
+    # --- values of declared type the Pulumi CLI refuses (pkg/workspace/config.go), with its reason
+    ("overrides-as-string", yaml_case("verl-gke:grpoExtraOverrides", "trainer.total_epochs=1"),
+     "pulumi config set --path 'grpoExtraOverrides[0]'"),
+    ("overrides-as-json-string", yaml_case("verl-gke:grpoExtraOverrides", "'[\"trainer.total_epochs=1\"]'"),
+     "must be of type 'array<string>'"),
+    ("logger-as-string", yaml_case("verl-gke:grpoLogger", "console"), "must be of type 'array<string>'"),
+    ("rdma-list-of-lists", yaml_case("verl-gke:rdmaCidrs", "[[10.0.0.0/24]]"), "must be of type 'array<string>'"),
+    ("count-trailing-newline", yaml_case("verl-gke:gpuNodes", '"2\\n"'), "must be of type 'integer'"),
+    ("count-as-quoted-float", yaml_case("verl-gke:gpuNodes", "'2.0'"), "must be of type 'integer'"),
+    ("bool-as-list", yaml_case("verl-gke:submitJob", "[true]"), "must be of type 'boolean'"),
+    ("string-as-map", yaml_case("verl-gke:model", "{name: x}"), "must be of type 'string'"),
 ]
 
 # (case id, argv after the stack file's --config, text the error must contain)
@@ -395,3 +449,42 @@ def test_the_sandbox_refuses_to_delete_outside_its_folder(sandbox):
     finally:
         os.remove(keep)
         os.rmdir(other)
+
+
+# --- the shell's PULUMI_CONFIG* variables: the plan ignores them, and says so ------------------------
+
+SHELL_CONFIG = {
+    "pulumi-config-json": {"PULUMI_CONFIG": '{"verl-gke:gpuNodes": "4", "verl-gke:hfToken": "hf_from_the_shell"}'},
+    "pulumi-config-zero": {"PULUMI_CONFIG": "0"},
+    "pulumi-config-not-json": {"PULUMI_CONFIG": "gpuNodes=4"},
+    "pulumi-config-key": {"PULUMI_CONFIG_VERL_GKE_HFTOKEN": "hf_from_the_shell"},
+    "pulumi-config-secret-keys": {"PULUMI_CONFIG_SECRET_KEYS": '["verl-gke:model"]'},
+    "all-at-once": {"PULUMI_CONFIG": '{"verl-gke:gpuNodes": "0"}', "PULUMI_CONFIG_VERL_GKE_GPUNODES": "9",
+                    "PULUMI_CONFIG_SECRET_KEYS": "[]"},
+}
+
+
+def _plan_json(out: Path) -> dict:
+    import json
+
+    data = json.loads((out / "plan.json").read_text())
+    for r in data["resources"]:
+        r["dependsOn"] = sorted(r["dependsOn"])
+    return data
+
+
+@pytest.mark.parametrize("case", list(SHELL_CONFIG))
+def test_shell_config_variables_are_ignored(sandbox, capsys, monkeypatch, case):
+    tmp_path, _ = sandbox
+    path = write_stack(tmp_path, stack_text())
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "plain"), "--quiet"],
+                        capsys)
+    assert rc == 0, text
+    for name, value in SHELL_CONFIG[case].items():
+        monkeypatch.setenv(name, value)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "env"), "--quiet"],
+                        capsys)
+    assert rc == 0 and "Traceback" not in text, text
+    assert f"note: ignoring {', '.join(sorted(SHELL_CONFIG[case]))} from the shell" in text
+    assert "hf_from_the_shell" not in text
+    assert _plan_json(tmp_path / "env") == _plan_json(tmp_path / "plain")  # resources, sizing, price: the file's

@@ -139,7 +139,7 @@ def test_the_head_is_sized_by_the_stack_so_a_small_cpu_machine_holds_it():
     ({"accelerator": "l4", "clusterMode": "autopilot", "model": "Qwen/Qwen2.5-0.5B-Instruct"}, "clusterMode"),
     ({"clusterMode": "autopilot", "zonalCluster": "true"}, "zonalCluster"),
     ({"accelerator": "l4", "model": "Qwen/Qwen2.5-0.5B-Instruct", "rdmaCidrs": '["192.168.1.0/24"]'}, "rdmaCidrs"),
-    ({"accelerator": "l4", "model": "Qwen/Qwen2.5-0.5B-Instruct", "gvnicCidr": "192.168.9.0/24"}, "gvnicCidr"),
+    ({"accelerator": "l4", "model": "Qwen/Qwen2.5-0.5B-Instruct", "gvnicCidr": "192.168.100.0/24"}, "gvnicCidr"),
     ({"accelerator": "l4", "model": "Qwen/Qwen2.5-0.5B-Instruct", "capacity": "flex-start"}, "capacity"),
 ])
 def test_the_gate_names_the_key(overrides, key):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.stack_helpers import ROOT, STACK_FILES
+from tools import cli_loader, stack_file
 
 PLAIN_TOKEN = "hf_PLAINtextTOKENshouldNEVERshow42"
 
@@ -64,11 +65,16 @@ def test_plan_every_stack(path, tmp_path):
     assert (tmp_path / "o" / "plan.json").is_file()
 
 
+def _stack_doc(name: str) -> dict:
+    """A shipped stack file as yaml.v3 reads it (edited below, written back with cli_loader.dump_stack)."""
+    return stack_file._load_first_document((ROOT / name).read_text(), name)
+
+
 def test_plan_redacts_plain_and_secure_secrets(tmp_path):
-    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc = _stack_doc("Pulumi.dev.yaml")
     doc["config"]["verl-gke:hfToken"] = PLAIN_TOKEN
     plain_file = tmp_path / "Pulumi.plain.yaml"
-    plain_file.write_text(yaml.safe_dump(doc))
+    plain_file.write_text(cli_loader.dump_stack(doc["config"]))
     proc = plan(tmp_path, "--stack", "plain", "--config", str(plain_file), "--out", str(tmp_path / "p"))
     assert proc.returncode == 0, proc.stderr
     written = "".join(p.read_text() for p in (tmp_path / "p").rglob("*") if p.is_file())
@@ -77,7 +83,7 @@ def test_plan_redacts_plain_and_secure_secrets(tmp_path):
 
     doc["config"]["verl-gke:hfToken"] = {"secure": "v1:AAAAencryptedBLOB=="}
     secure_file = tmp_path / "Pulumi.secure.yaml"
-    secure_file.write_text(yaml.safe_dump(doc))
+    secure_file.write_text(cli_loader.dump_stack(doc["config"]))
     proc = plan(tmp_path, "--stack", "secure", "--config", str(secure_file), "--out", str(tmp_path / "s"))
     assert proc.returncode == 0, proc.stderr
     written = "".join(p.read_text() for p in (tmp_path / "s").rglob("*") if p.is_file())
@@ -85,10 +91,10 @@ def test_plan_redacts_plain_and_secure_secrets(tmp_path):
 
 
 def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):
-    doc = yaml.safe_load((ROOT / "Pulumi.b200.yaml").read_text())
+    doc = _stack_doc("Pulumi.b200.yaml")
     doc["config"]["verl-gke:gpuNodes"] = 0
     bad = tmp_path / "Pulumi.bad.yaml"
-    bad.write_text(yaml.safe_dump(doc))
+    bad.write_text(cli_loader.dump_stack(doc["config"]))
     out = tmp_path / "never"
     proc = plan(tmp_path, "--stack", "bad", "--config", str(bad), "--out", str(out))
     assert proc.returncode == 2
@@ -111,10 +117,10 @@ def test_plan_shows_and_writes_the_memory_breakdown_and_sizing(b200):
 
 
 def test_plan_refuses_a_run_that_does_not_fit_with_exit_2(tmp_path):
-    doc = yaml.safe_load((ROOT / "Pulumi.h200.yaml").read_text())
+    doc = _stack_doc("Pulumi.h200.yaml")
     doc["config"]["verl-gke:grpoPpoMaxTokenLenPerGpu"] = 131072
     bad = tmp_path / "Pulumi.big.yaml"
-    bad.write_text(yaml.safe_dump(doc))
+    bad.write_text(cli_loader.dump_stack(doc["config"]))
     out = tmp_path / "never"
     proc = plan(tmp_path, "--stack", "big", "--config", str(bad), "--out", str(out))
     assert proc.returncode == 2, proc.stderr

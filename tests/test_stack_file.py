@@ -44,7 +44,8 @@ def test_yaml11_booleans_stay_strings(word):
     ("08", "8"),                                               # bad octal -> float 8
     ("1_000", "1000"), ("1e400", "1e400"), ("0x", "0x"), (".", "."),
     ("~", ""), ("null", ""), ("Null", ""), ("NULL", ""), ("", ""),
-    ("2024-01-02", "2024-01-02"), ("inf", "inf"), ("nan", "nan"),
+    ("2024-01-02", "2024-01-02 00:00:00 +0000 UTC"), ("2024-1-2t3:04:05.50Z", "2024-01-02 03:04:05.5 +0000 UTC"),
+    ("'2024-01-02'", "2024-01-02"), ("!!str 2024-01-02", "2024-01-02"), ("inf", "inf"), ("nan", "nan"),
     ("'4.0'", "4.0"), ('"true"', "true"), ("!!str 0777", "0777"), ("!!float 3", "3"),
     ("gpu-a100", "gpu-a100"), ("'a: b'", "a: b"),
 ])
@@ -169,10 +170,17 @@ def test_duplicate_yaml_key_rejected_with_position():
 
 
 def test_non_string_key_rejected():
+    """SimplifyMarshalledValue only walks a map with a non-string key: at the top it is an error; a
+    config key that is not a string reaches config.ParseKey as its text; inside a value it is %v text
+    (resource/config/object.go unmarshalObject, map[any]any)."""
     with pytest.raises(StackFileError, match=r"expected only string keys, got '%!s\(int=1\)'"):
+        cfg("1: x\nconfig: {}\n")
+    with pytest.raises(StackFileError, match=r"could not parse 1 as a configuration key"):
         cfg("config:\n  1: x\n")
+    assert cfg("config:\n  m: {true: x, 2: y, 1.5: z, ~: n}\n")[f"{P}:m"] == \
+        '{"1.5":"z","2":"y","\\u003cnil\\u003e":"n","true":"x"}'
     with pytest.raises(StackFileError, match=r"%!s\(bool=true\)"):
-        cfg("config:\n  m: {true: x}\n")
+        cfg("- {true: x}\n")
 
 
 # --- shapes ------------------------------------------------------------------

@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,6 +269,26 @@ class ProgramMocks(pmocks.Mocks):
         return dict(args.args), []
 
 
+# The CLI's secrets-provider settings share the prefix but are not config (the SDK reads no key from them).
+_NOT_CONFIG = ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE")
+
+
+def shell_config_vars() -> list[str]:
+    """The shell's variables the Python SDK would read as config (pulumi/runtime/config.py: PULUMI_CONFIG,
+    PULUMI_CONFIG_<KEY>, PULUMI_CONFIG_SECRET_KEYS): a run under mocks takes its config from the stack only."""
+    return sorted(k for k in os.environ if (k == "PULUMI_CONFIG" or k.startswith("PULUMI_CONFIG_"))
+                  and k not in _NOT_CONFIG)
+
+
+@contextmanager
+def without_shell_config() -> Iterator[None]:
+    saved = {k: os.environ.pop(k) for k in shell_config_vars()}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
         project: str = "verl-gke", result: Run | None = None, server_config: dict[str, Any] | None = None,
         preview: bool = False, existing: frozenset[str] = frozenset(),
@@ -285,11 +307,12 @@ def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_
     pmocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
-    _sync_await(run_pulumi_func(program))
-    root = psettings.get_root_resource()
-    for key, value in root.outputs.items():
-        out = pulumi.Output.from_input(value)
-        result.outputs[key] = _sync_await(out.future())
-        if _sync_await(out.is_secret()):
-            result.secret_outputs.add(key)
+    with without_shell_config():
+        _sync_await(run_pulumi_func(program))
+        root = psettings.get_root_resource()
+        for key, value in root.outputs.items():
+            out = pulumi.Output.from_input(value)
+            result.outputs[key] = _sync_await(out.future())
+            if _sync_await(out.is_secret()):
+                result.secret_outputs.add(key)
     return result

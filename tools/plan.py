@@ -8,7 +8,9 @@ run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated ste
 "warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
 their dependencies), then prints the stack's hourly price by resource class and the estimated
 cost of the configured run (from the sizing).
-The stack file is read as the Pulumi CLI reads it (tools.stack_file). A bad stack name, stack
+The project and stack files are loaded as the Pulumi CLI loads them (tools.cli_loader: yaml.v3,
+Pulumi.yaml's declared types and defaults merged in). The shell's PULUMI_CONFIG, PULUMI_CONFIG_<KEY>
+and PULUMI_CONFIG_SECRET_KEYS are ignored (and the plan says so): it follows the stack file. A bad stack name, stack
 file, config (a run that would not fit in GPU memory included) or output folder: exit 2 with the
 key or argument named, nothing written. The plan only clears a folder holding its own marker.
 The mocks answer the GKE version lookup with sample channel data (tools.engine_versions); with
@@ -30,10 +32,10 @@ from typing import Any
 import yaml
 
 from stacks import config as stack_config
-from tools import stack_file
+from tools import cli_loader, stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
-SECURE_PLACEHOLDER = "secure-value-not-decrypted-offline"
+SECURE_PLACEHOLDER = cli_loader.SECURE_PLACEHOLDER
 PLAN_ROOT = ROOT / "build" / "plan"
 MARKER = ".verl-gke-plan"  # the plan only ever clears a folder that holds this file
 MARKER_TEXT = "Written by `python -m tools.plan`; its next run into this folder replaces the content.\n"
@@ -43,22 +45,32 @@ _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfil
               "entrypoint")
 
 
-def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
+def load_project() -> cli_loader.Project:
+    """Pulumi.yaml as the CLI loads it (StackFileError if the CLI would not)."""
+    project = cli_loader.load_project(ROOT / "Pulumi.yaml")
+    if project.name != stack_config.PROJECT:
+        raise stack_file.StackFileError(f"{project.where}: name {project.name!r} is not {stack_config.PROJECT!r}, "
+                                        "the project the program's keys belong to")
+    return project
+
+
+def stack_of(path: Path) -> str:
+    """The stack a `Pulumi.<stack>.yaml` file belongs to (for the CLI's messages)."""
+    name = Path(path).name
+    return name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else name
+
+
+def read_stack_file(path: Path, stack: str | None = None, *, inject_defaults: bool = True
+                    ) -> tuple[dict[str, str], list[str]]:
     """Stack YAML -> (config as the Pulumi CLI hands it to the program, secret keys).
 
-    tools.stack_file reads it as the CLI does (yaml.v3 scalars, JSON for objects and lists, keys
-    without a namespace taken as the project's). `secure:` values cannot be decrypted offline: they
-    become a placeholder, marked secret. A file that is not what the CLI reads: StackFileError.
+    tools.cli_loader loads Pulumi.yaml and the stack file as the CLI does before the program runs
+    (yaml.v3, the declared types checked, the declared defaults injected). `secure:` values cannot
+    be decrypted offline: they become a placeholder, marked secret. What the CLI refuses: StackFileError.
     """
-    values = stack_file.read_stack_file(str(path), stack_config.PROJECT)
-    raw: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in values.items():
-        if isinstance(value, stack_file.Secret):
-            raw[key] = SECURE_PLACEHOLDER
-            secret_keys.append(key)
-        else:
-            raw[key] = value
+    loaded = cli_loader.load_stack(load_project(), path, stack or stack_of(path), inject_defaults=inject_defaults)
+    raw = dict(loaded.values)
+    secret_keys = list(loaded.secret_keys)
     declared_secret = {k.full for k in stack_config.KEYS if k.secret}
     secret_keys += [k for k in raw if k in declared_secret and k not in secret_keys]
     return raw, secret_keys
@@ -409,7 +421,11 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--config {path}: no such stack file")
         out = args.out or default_out(args.stack)
         check_out(out)
-        raw, secret_keys = read_stack_file(path)
+        raw, secret_keys = read_stack_file(path, args.stack)
+        from tools.mocking import shell_config_vars
+        if ignored := shell_config_vars():  # names only: their values may be secrets
+            print(f"note: ignoring {', '.join(ignored)} from the shell: the plan follows {path.name} "
+                  "(`pulumi up` sets these itself from the stack)", file=sys.stderr)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
         plan["admission"] = admission(args.stack, raw, secret_keys, plan)
         cfg = stack_config.load(raw, args.stack, allow_placeholder_project=True)  # passed the gate in build_plan

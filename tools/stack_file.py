@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 from yaml.composer import Composer
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.parser import Parser
 from yaml.reader import Reader
@@ -44,7 +45,10 @@ from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
 __all__ = [
+    "ConfigValue",
     "Secret",
+    "config_value",
+    "parse_stack_values",
     "StackFileError",
     "read_stack_file",
     "parse_stack_yaml",
@@ -105,6 +109,41 @@ class _Resolver(BaseResolver):
         return _Y + "map"
 
 
+# YAML resource limits.
+# Aliases: yaml.v3 refuses a document whose decoding is mostly alias expansion (decode.go
+# allowedAliasRatio / unmarshal, go-yaml/yaml @ f6f7691b1fdeb513f56608cd2c32c51f8194bf51): once more
+# than 100 of more than 1,000 decoded nodes come from aliases, the share allowed is 99 % up to 400,000
+# nodes, falling linearly to 10 % at 4,000,000. _Builder counts nodes the same way.
+_ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
+# Nesting: yaml.v3 accepts 10,000 levels (scannerc.go max_flow_level / max_indents). DIVERGENCE: we
+# refuse more than MAX_DEPTH levels (aliases expanded), because PyYAML's composer and our builder recurse
+# and Python's stack ends near 1,000 frames; no Pulumi stack or project file comes near 100 levels.
+MAX_DEPTH = 100
+
+
+def _allowed_alias_ratio(decodes: int) -> float:
+    if decodes <= _ALIAS_RATIO_LOW:
+        return 0.99
+    if decodes >= _ALIAS_RATIO_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (decodes - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+
+
+class _Alias:
+    """An alias (`*name`) in the composed graph: PyYAML hands back the anchored node itself, but
+    yaml.v3 counts alias expansions, so the builder must see where each one is."""
+
+    def __init__(self, target: Node, mark: Any) -> None:
+        self.target = target
+        self.start_mark = mark
+        self.value = target.value if isinstance(target, ScalarNode) else None
+
+
+class _TooDeepError(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
 class _Loader(Reader, Scanner, Parser, Composer, _Resolver):
     def __init__(self, stream: str) -> None:
         Reader.__init__(self, stream)
@@ -112,6 +151,24 @@ class _Loader(Reader, Scanner, Parser, Composer, _Resolver):
         Parser.__init__(self)
         Composer.__init__(self)
         _Resolver.__init__(self)
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
+        event = self.peek_event()
+        self._depth += 1
+        if self._depth > MAX_DEPTH:  # stop before PyYAML's recursion gets anywhere near Python's limit
+            raise _TooDeepError(event.start_mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        return _Alias(node, event.start_mark) if isinstance(event, AliasEvent) else node
+
+
+def _unalias(node: Any) -> Any:
+    while isinstance(node, _Alias):
+        node = node.target
+    return node
 
 
 _FLOAT_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
@@ -133,7 +190,24 @@ _MAP_CONSTANTS: dict[str, Any] = {
 
 
 class _Timestamp(str):
-    """A plain scalar yaml.v3 tags !!timestamp; decoded into `any` it stays its text."""
+    """A plain scalar yaml.v3 resolves as !!timestamp: decoded into `any` it is a Go time.Time, which
+    Pulumi's config object turns into time.Time.String() (resource/config/object.go unmarshalObject)."""
+
+    def go_string(self) -> str:
+        """time.Time.String() of what yaml.v3's parseTimestamp returns; the machine's zone taken as UTC."""
+        m = re.match(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[Tt ](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d+))?"
+                     r"(Z|[+-]\d{2}:\d{2})?)?$", str(self))
+        if not m:
+            return str(self)
+        y, mo, d, h, mi, sec, frac, zone = m.groups()
+        text = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
+        frac = (frac or "")[:9].rstrip("0")
+        if frac:
+            text += "." + frac
+        if zone in (None, "Z", "+00:00", "-00:00"):
+            return text + " +0000 UTC"
+        offset = zone.replace(":", "")
+        return f"{text} {offset} {offset}"  # a fixed zone Go names by its offset
 
 
 def _go_parse_int(s: str, signed: bool) -> int | None:
@@ -214,14 +288,39 @@ class _Builder:
     def __init__(self, where: str) -> None:
         self.where = where
         self._active: set[int] = set()
+        self.decodes = 1  # yaml.v3 counts the document node too
+        self.alias_count = 0
+        self._alias_depth = 0
+        self._alias_site: Any = None  # the outermost alias being expanded: where a bomb is reported
+        self._depth = 0
 
-    def err(self, node: Node, msg: str) -> StackFileError:
+    def err(self, node: Any, msg: str) -> StackFileError:
         m = node.start_mark
         return StackFileError(f"{self.where}:{m.line + 1}:{m.column + 1}: {msg}")
 
-    def build(self, node: Node) -> Any:
+    def build(self, node: Any) -> Any:
+        # yaml.v3 decoder.unmarshal: every node decoded counts; those inside an alias count as aliasing.
+        self.decodes += 1
+        if self._alias_depth:
+            self.alias_count += 1
+        if (self.alias_count > 100 and self.decodes > 1000
+                and self.alias_count / self.decodes > _allowed_alias_ratio(self.decodes)):
+            raise self.err(self._alias_site or node, "document contains excessive aliasing (yaml.v3 "
+                           "refuses it: the aliases expand to far more than the file holds)")
+        if isinstance(node, _Alias):
+            if not self._alias_depth:
+                self._alias_site = node
+            self._alias_depth += 1
+            try:
+                return self.build(node.target)
+            finally:
+                self._alias_depth -= 1
         if id(node) in self._active:
             raise self.err(node, "anchor value contains itself")
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise self.err(node, f"nested deeper than {MAX_DEPTH} levels (aliases expanded); this reader "
+                                 "refuses that (yaml.v3 allows 10,000): flatten the value")
         self._active.add(id(node))
         try:
             if isinstance(node, ScalarNode):
@@ -231,6 +330,7 @@ class _Builder:
             return self._mapping(node)
         finally:
             self._active.discard(id(node))
+            self._depth -= 1
 
     def _scalar(self, node: ScalarNode) -> Any:
         tag = node.tag
@@ -283,7 +383,7 @@ class _Builder:
         for m in merges:
             sources = m.value if isinstance(m, SequenceNode) else [m]
             for src in sources:
-                if not isinstance(src, MappingNode):
+                if not isinstance(_unalias(src), MappingNode):
                     raise self.err(src, "map merge requires map or sequence of maps as the value")
                 for mk, mv in self.build(src).items():
                     out.setdefault(mk, mv)
@@ -306,11 +406,18 @@ def _load_first_document(text: str, where: str) -> Any:
             f"{where}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {msg}") from None
     except yaml.YAMLError as e:
         raise StackFileError(f"{where}: invalid YAML: {e}") from None
+    except _TooDeepError as e:
+        raise StackFileError(
+            f"{where}:{e.mark.line + 1}:{e.mark.column + 1}: nested deeper than {MAX_DEPTH} levels; this "
+            "reader refuses that (yaml.v3 allows 10,000): flatten the value") from None
     finally:
         loader.dispose()
     if node is None:
         return None
-    return _Builder(where).build(node)
+    try:
+        return _Builder(where).build(node)
+    except RecursionError:  # a safety net: MAX_DEPTH keeps well below Python's limit
+        raise StackFileError(f"{where}: nested too deeply to read") from None
 
 
 # ---------------------------------------------------------------------------
@@ -391,6 +498,8 @@ def _go_json(v: Any) -> tuple[str, bool]:
         return str(v), False
     if isinstance(v, float):
         return _go_float(v), False
+    if isinstance(v, _Timestamp):
+        return _go_json_string(v.go_string()), False
     if isinstance(v, str):
         return _go_json_string(v), False
     if isinstance(v, list):
@@ -401,12 +510,34 @@ def _go_json(v: Any) -> tuple[str, bool]:
             return '{"secure":' + _go_json_string(v["secure"]) + "}", True
         items = []
         secret = False
-        for k in sorted(v):  # Go sorts map keys bytewise == code point order
-            txt, s = _go_json(v[k])
+        keyed = {_go_key(k): x for k, x in v.items()}
+        for k in sorted(keyed):  # Go sorts map keys bytewise == code point order
+            txt, s = _go_json(keyed[k])
             secret = secret or s
             items.append(_go_json_string(k) + ":" + txt)
         return "{" + ",".join(items) + "}", secret
     raise TypeError(f"unexpected value {v!r}")
+
+
+@dataclass(frozen=True)
+class ConfigValue:
+    """config.Value (sdk/go/common/resource/config/value.go): the text the program gets (ciphertext
+    while `secure`), and whether it is JSON of an object or list (`object`)."""
+
+    text: str
+    secure: bool = False
+    object: bool = False
+
+
+def config_value(value: Any) -> ConfigValue:
+    """A stack file's YAML value as config.Value.UnmarshalYAML stores it (ValueError on NaN/Inf)."""
+    if isinstance(value, (dict, list)) and not _is_secure(value):
+        text, secret = _go_json(value)
+        return ConfigValue(text, secure=secret, object=True)
+    out = config_value_to_string(value)
+    if isinstance(out, Secret):
+        return ConfigValue(out.raw, secure=True)
+    return ConfigValue(out)
 
 
 def config_value_to_string(value: Any) -> str | Secret:
@@ -419,6 +550,8 @@ def config_value_to_string(value: Any) -> str | Secret:
         return str(value)
     if isinstance(value, float):
         return _go_float(value)
+    if isinstance(value, _Timestamp):
+        return value.go_string()
     if isinstance(value, str):
         return str(value)
     if _is_secure(value):
@@ -432,10 +565,19 @@ def config_value_to_string(value: Any) -> str | Secret:
 # ---------------------------------------------------------------------------
 
 
-def _namespace_key(key: str, project: str) -> str:
-    """stackConfigNamespacedWithProject + config.ParseKey."""
-    if ":" not in key:
-        key = f"{project}:{key}"
+def _yaml_key_text(k: Any) -> str:
+    """The text a scalar key decodes to as a Go string (yaml.v3 sets n.Value; we rebuild it)."""
+    if isinstance(k, str):
+        return k
+    if k is None:
+        return ""
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return _go_key(k)
+
+
+def _parse_key(key: str) -> str:
+    """config.ParseKey alone."""
     n = key.count(":")
     if n == 1:
         return key
@@ -448,9 +590,16 @@ def _namespace_key(key: str, project: str) -> str:
         "(configuration keys should be of the form `<namespace>:<name>`)")
 
 
+def _namespace_key(key: str, project: str) -> str:
+    """stackConfigNamespacedWithProject + config.ParseKey."""
+    return _parse_key(key if ":" in key else f"{project}:{key}")
+
+
 def _check_string_keys(v: Any) -> None:
-    """SimplifyMarshalledValue: every mapping key anywhere must be a string."""
-    if isinstance(v, dict):
+    """SimplifyMarshalledValue (sdk/go/common/workspace/project.go): yaml.v3 decodes a mapping whose keys
+    are all strings as map[string]any, which the cast returns untouched (it does not look inside);
+    only a map[any]any (some key not a string) and lists are walked, and a non-string key is an error."""
+    if isinstance(v, dict) and not all(isinstance(k, str) for k in v):
         for k, x in v.items():
             if not isinstance(k, str):
                 raise ValueError(f"expected only string keys, got '{_go_type_name(k)}'")
@@ -458,6 +607,19 @@ def _check_string_keys(v: Any) -> None:
     elif isinstance(v, list):
         for x in v:
             _check_string_keys(x)
+
+
+def _go_key(k: Any) -> str:
+    """fmt %v of a map key (resource/config/object.go unmarshalObject, the map[any]any case)."""
+    if isinstance(k, str):
+        return k
+    if k is None:
+        return "<nil>"
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    if isinstance(k, float):
+        return _go_float(k, for_json=False)
+    return str(k)
 
 
 # ---------------------------------------------------------------------------
@@ -468,6 +630,13 @@ def _check_string_keys(v: Any) -> None:
 def parse_stack_yaml(text: str, project: str, where: str = "<stack file>",
                      *, allow_environment: bool = False) -> dict[str, str | Secret]:
     """Like read_stack_file, for text already in memory."""
+    values = parse_stack_values(text, project, where, allow_environment=allow_environment)
+    return {k: (Secret(v.text, is_object=v.object) if v.secure else v.text) for k, v in values.items()}
+
+
+def parse_stack_values(text: str, project: str, where: str = "<stack file>",
+                       *, allow_environment: bool = False) -> dict[str, ConfigValue]:
+    """The stack file's config as config.Map holds it after LoadProjectStackBytes."""
     if text.startswith("\ufeff"):
         text = text[1:]
     doc = _load_first_document(text, where)
@@ -499,11 +668,14 @@ def parse_stack_yaml(text: str, project: str, where: str = "<stack file>",
         kind = "a list" if isinstance(config, list) else f"a {type(config).__name__}"
         raise StackFileError(f"{where}: 'config' must be a mapping of keys to values, but it is {kind}")
 
-    result: dict[str, str | Secret] = {}
+    result: dict[str, ConfigValue] = {}
     origin: dict[str, str] = {}
-    for raw_key, value in config.items():
+    # stackConfigNamespacedWithProject only rewrites a map[string]any; with any non-string key the
+    # keys reach config.ParseKey as yaml.v3 decodes them into string (their text), un-namespaced.
+    namespaced = all(isinstance(k, str) for k in config)
+    for raw_key, value in sorted(config.items(), key=lambda kv: str(kv[0])) if not namespaced else config.items():
         try:
-            key = _namespace_key(raw_key, project)
+            key = _namespace_key(raw_key, project) if namespaced else _parse_key(_yaml_key_text(raw_key))
         except ValueError as e:
             raise StackFileError(f"{where}: config key {raw_key!r}: {e}") from None
         if key in result:
@@ -511,7 +683,7 @@ def parse_stack_yaml(text: str, project: str, where: str = "<stack file>",
                 f"{where}: config keys {origin[key]!r} and {raw_key!r} both mean {key!r}; "
                 "the Pulumi CLI would pick one of them at random")
         try:
-            result[key] = config_value_to_string(value)
+            result[key] = config_value(value)
         except ValueError as e:
             raise StackFileError(f"{where}: config key {raw_key!r}: {e}") from None
         origin[key] = raw_key
