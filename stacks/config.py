@@ -23,7 +23,7 @@ from catalog.capacity import CAPACITIES, Capacity
 from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
-from stacks import tuning
+from stacks import component_rules, tuning
 from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
 from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
@@ -373,17 +373,22 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         release_gpus=r.bool("jobReleaseGpus"),
         merge_model=r.bool("jobMergeModel"),
     )
+    image_mirror = r.bool("imageMirror")
     if r.problems:
         raise ConfigError(r.problems)
-    return StackConfig(
+    cfg = StackConfig(
         stack=stack, project=project, region=region, zone=zone, accelerator=acc, gpu_nodes=gpu_nodes,
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
-        warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=r.bool("imageMirror"),
+        warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=image_mirror,
     )
+    # Every component's own rules on the args this config gives it (stacks.component_rules).
+    if problems := component_rules.problems(cfg):
+        raise ConfigError(problems)
+    return cfg
 
 
 def unknown_keys(raw: Mapping[str, str]) -> list[str]:
