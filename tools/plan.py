@@ -301,9 +301,8 @@ def _ours(out: Path) -> bool:
 
 def price_report(cfg: stack_config.StackConfig) -> str:
     """The hourly price table and the run estimate from the recipe's sizing (GPU-hours, bucket GB)."""
-    from stacks import cost, sizing
-
     from catalog.models import model_spec
+    from stacks import cost, sizing
 
     table = cost.hourly(cfg)
     if model_spec(cfg.model) is None:  # no size figures: the hourly price still holds
