@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from catalog import images
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
 from catalog.gcsfuse import DiskBudget, file_cache_gib, staging_disk_budget, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
@@ -44,13 +45,16 @@ class Derived:
     paths: BucketPaths
     staging: DiskBudget
     cache_gib: int
+    image: str  # what the pods pull: through the regional mirror when imageMirror is on (ImageMirror.image)
 
 
 def derive(cfg) -> Derived:
     """Bucket paths, the staging disk budget (largest weight file) and the readers' cache (weights)."""
     return Derived(paths=bucket_paths(cfg.stack, cfg.model, cfg.verl_version),
                    staging=staging_disk_budget(largest_file_gib(cfg.model)),
-                   cache_gib=file_cache_gib(weights_gib(cfg.model)))
+                   cache_gib=file_cache_gib(weights_gib(cfg.model)),
+                   image=images.mirrored(cfg.image, cfg.region, cfg.project, cfg.name("dockerhub"))
+                   if cfg.image_mirror else cfg.image)
 
 
 # Which config key a component arg comes from ("" = the stack name); the first matching prefix wins.
@@ -101,7 +105,7 @@ def problems(cfg) -> list[str]:
     found: list[str] = []
     found += _run("RayClusterArgs", RayClusterArgs(
         name=cfg.name("ray"), namespace=cfg.namespace, accelerator=acc, gpu_nodes=cfg.gpu_nodes,
-        autopilot=cl.autopilot, image=cfg.image, ray_version=cfg.ray_version, service_account=cfg.name("ray"),
+        autopilot=cl.autopilot, image=d.image, ray_version=cfg.ray_version, service_account=cfg.name("ray"),
         pvc_name=STANDIN, network_annotations=interface_annotations(additional_nics(acc.rdma_nics))
         if acc.rdma else {}, paths=d.paths, writer_pvc_name=STANDIN, checkpoint_pvc_name=STANDIN,
         file_cache_gib=d.cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else STANDIN,
@@ -113,7 +117,7 @@ def problems(cfg) -> list[str]:
                 else {"cloud.google.com/gke-nodepool": cluster_component.CPU_POOL_NAME})
     found += _run("DataPrepArgs", lambda: data_prep_component._validate("data-prep", data_prep_component.DataPrepArgs(
         namespace=cfg.namespace, service_account=cfg.name("ray"), pvc_name=STANDIN, paths=d.paths,
-        model_id=cfg.model, verl_version=cfg.verl_version, verl_repo=VERL_REPO, image=cfg.image,
+        model_id=cfg.model, verl_version=cfg.verl_version, verl_repo=VERL_REPO, image=d.image,
         hf_secret_name=STANDIN, pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(d.staging)),
         node_selector=selector, disk_budget=d.staging, bucket_name=STANDIN,
         extra_files={script_path(d.paths): script_text()})))
