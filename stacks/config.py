@@ -12,12 +12,14 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import gcsfuse, gke, naming, storage_locations
+from catalog import gcp_ranges, gcsfuse, gke, naming, storage_locations
 from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
 from catalog.capacity import CAPACITIES, Capacity
 from catalog.gke import Floor
@@ -36,10 +38,13 @@ class ConfigError(ValueError):
     """Bad stack configuration; the message lists every problem, one per line."""
 
     def __init__(self, problems: list[str]):
-        self.problems = problems
+        # Every problem stays readable whatever the input: a 1 MB value must not make a 3 MB message.
+        self.problems = [p if len(p) <= 2 * MAX_LINE else f"{p[:MAX_LINE]} [...] {p[-MAX_LINE:]}" for p in problems]
+        problems = self.problems
         super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(problems))
 
 
+MAX_LINE = 300  # characters kept from each end of an over-long problem line
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
@@ -185,7 +190,7 @@ class _Reader:
         self.missing: set[str] = set()
 
     def bad(self, key: str, value: object, allowed: str) -> None:
-        self.problems.append(f"{KEYS_BY_NAME[key].full} = {value!r}: {allowed}")
+        self.problems.append(f"{KEYS_BY_NAME[key].full} = {shown(value)}: {allowed}")
 
     def _value(self, key: str) -> Any:
         spec = KEYS_BY_NAME[key]
@@ -213,7 +218,7 @@ class _Reader:
         value = self._value(key)
         text = str(value)
         maximum = MAXIMUM[key]
-        if not _ATOI.match(text) or not -(2**63) <= int(text) < 2**63:
+        if not _ATOI.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             self.bad(key, value, f"must be an integer from {minimum if minimum is not None else 0} "
                      f"to {maximum}")
             return minimum or 0
@@ -231,6 +236,9 @@ class _Reader:
             number = float(str(value).strip())
         except (TypeError, ValueError):
             self.bad(key, value, "must be a number")
+            return low
+        if not math.isfinite(number):  # float() takes nan and inf; no comparison below would catch nan
+            self.bad(key, value, f"must be a finite number in [{low}, {high}]")
             return low
         if number < low or number > high or (low_open and number == low):
             bracket = "(" if low_open else "["
@@ -391,18 +399,59 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     return cfg
 
 
+# Namespaces whose keys something in `pulumi up` reads: ours, the Google provider's (it reads gcp:* keys
+# beyond the three we declare, e.g. gcp:impersonateServiceAccount) and the engine's (pulumi:*). Every
+# Kubernetes provider here is explicit (built from the cluster's outputs), so kubernetes:* keys, like any
+# other namespace, would be silently ignored: `verl:gpuNodes: 4` once planned 2 nodes without a word.
+READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
+MAX_SHOWN = 80
+
+
+def shown(value: object) -> str:
+    """A value as an error message shows it: escaped (repr), and cut short when long."""
+    text = repr(value)
+    if len(text) <= MAX_SHOWN:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
+    return f"{text[:MAX_SHOWN // 2]}... ({size})"
+
+
+def _invisible(key: str) -> bool:
+    """Whether a key carries characters a reader cannot see: spaces, zero-width or other format characters."""
+    return any(c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") for c in key)
+
+
+def _visible(key: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKC", key)
+                   if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
+
+
 def unknown_keys(raw: Mapping[str, str]) -> list[str]:
-    """Keys in our namespace (or one a typo away from it) that the program does not read."""
+    """Keys in our namespace (or one a typo away from it) that the program does not read, and keys in a
+    namespace nothing in `pulumi up` reads."""
     problems = []
     ours = [k.name for k in KEYS if ":" not in k.name]
+    known = {k.full for k in KEYS}
     for key in sorted(raw):
         namespace, _, name = key.partition(":")
-        if namespace == PROJECT and name not in KEYS_BY_NAME:
-            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6)
+        if key not in known and _invisible(key):
+            # Show the exact characters: a "did you mean" with an identical-looking name helps no one.
+            look_alike = _visible(key)
+            hint = (f"it looks like {look_alike} but carries invisible or space characters; retype it"
+                    if look_alike in known else "keys have no spaces or invisible characters")
+            problems.append(f"{shown(key)} (as typed, escaped) is not a known key: {hint}")
+        elif namespace == PROJECT and name not in KEYS_BY_NAME:
+            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
-            problems.append(f"{key} is not a known key: {hint}")
-        elif namespace != PROJECT and difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
+            problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
+        elif namespace != PROJECT and len(namespace) <= MAX_SHOWN and \
+                difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
             problems.append(f"{key}: namespace {namespace!r} is not this project's; did you mean {PROJECT}:{name}?")
+        elif namespace not in READ_NAMESPACES:
+            hint = f"; did you mean {PROJECT}:{name}?" if name in KEYS_BY_NAME else ""
+            problems.append(f"{shown(key)}: nothing in this program reads namespace {namespace!r} (it reads "
+                            f"{', '.join(n + ':' for n in READ_NAMESPACES)} keys), so the value would be "
+                            f"silently ignored{hint}")
     return problems
 
 
@@ -444,8 +493,8 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
         except ValueError as err:
             r.bad(key, value, f"must be an IPv4 CIDR such as 192.168.0.0/24 ({err})")
             return
-        if net.version != 4 or not net.is_private:
-            r.bad(key, value, "must be a private (RFC 1918) IPv4 range")
+        if problem := gcp_ranges.subnet_problem(net):  # GCP's valid and prohibited ranges, not is_private
+            r.bad(key, value, problem)
             return
         if net.prefixlen > max_prefix:
             r.bad(key, value, f"is too small: use a /{max_prefix} or larger")

@@ -429,7 +429,7 @@ def _hydra(value: object) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):
-        if _HYDRA_BARE.match(value) and value.lower() not in _HYDRA_LITERALS:
+        if _HYDRA_BARE.fullmatch(value) and value.lower() not in _HYDRA_LITERALS:
             return value
         if '"' in value or "\\" in value:
             raise ValueError(f"cannot pass {value!r} to Hydra unescaped")
