@@ -13,8 +13,9 @@ own public ranges (APIs and services; not checkable offline: the subnet's creati
 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 (multicast) and 255.255.255.255/32.
 
 `is_private` (Python's IANA special-purpose registry) is the wrong test both ways: it is true for
-127/8 and 169.254/16, which GCP refuses, and false for 100.64/10 and privately used public ranges,
-which GCP takes.
+127/8 and 169.254/16, which GCP refuses, and false for 100.64/10, 198.18/15 or 240/4, which GCP takes.
+Privately used public ranges are refused here (a documented divergence): whether one is inside
+Google's own netblocks cannot be told offline, and GKE would SNAT Pod traffic to them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ SPECIAL_VALID: tuple[tuple[str, str], ...] = (
     ("198.18.0.0/15", "benchmark testing (RFC 2544)"),
     ("240.0.0.0/4", "reserved for future use, class E (RFC 1112)"),
 )
+RFC1918 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+_VALID = tuple(ipaddress.ip_network(c) for c in (*RFC1918, *(c for c, _ in SPECIAL_VALID)))
 _PROHIBITED = tuple((ipaddress.ip_network(c), why) for c, why in PROHIBITED)
 
 
@@ -54,4 +57,10 @@ def subnet_problem(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str | 
         if net.overlaps(bad):
             return (f"overlaps {bad}, {why}, which GCP prohibits for subnets ({SOURCE}); use an RFC 1918 "
                     "range such as 10.0.0.0/8, or 100.64.0.0/10")
-    return None
+    if any(net.subnet_of(ok) for ok in _VALID):
+        return None
+    # A privately used public range: GCP takes it unless it is one of Google's own netblocks, which
+    # cannot be checked offline, and GKE masquerades Pod traffic to it unless SNAT is reconfigured.
+    return (f"is a public range: GCP prohibits Google's own public ranges ({SOURCE}), which cannot be told "
+            "apart offline, and the cluster would SNAT traffic to it; use a private range (RFC 1918) or one of "
+            + ", ".join(c for c, _ in SPECIAL_VALID[:1]) + ", 198.18.0.0/15, 240.0.0.0/4")

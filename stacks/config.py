@@ -19,9 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import gcp_ranges, gcsfuse, gke, naming, storage_locations
-from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
+from catalog import gcp_ranges, gcsfuse, gke, naming, storage_locations, zones
+from catalog.accelerators import (
+    ACCELERATORS,
+    Accelerator,
+    foreign_accelerator_in_name,
+    gke_reserved_cpu,
+    gke_reserved_memory_gib,
+)
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
@@ -307,6 +314,11 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 
     acc_key = r.choice("accelerator", tuple(ACCELERATORS))
     acc = ACCELERATORS.get(acc_key, ACCELERATORS["b200"])
+    vouched = r.str("zoneOffersAccelerator")
+    if vouched and vouched != zone:
+        r.bad("zoneOffersAccelerator", vouched, f"must be empty or gcp:zone ({zone}): it vouches for that one zone")
+    if acc_key in ACCELERATORS and zone and "gcp:zone" not in r.missing and not naming.zone(zone):
+        r.check("gcp:zone", zone, zones.offered_problem(acc.machine_type, zone, vouched))
     mode = r.choice("clusterMode", MODES)
     gpu_nodes = r.int("gpuNodes", minimum=1)
     capacity = Capacity(r.choice("capacity", CAPACITIES), r.str("reservation"))
@@ -564,12 +576,36 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
         # The head's pod also carries a GCS FUSE sidecar, and GKE reserves part of every node.
         r.bad("cpuMachineType", machine, f"has {vcpus} vCPUs; the Ray head requests {head_cpu} (rayHeadCpu): "
               f"use a machine with more than {head_cpu} vCPUs or lower rayHeadCpu")
+    else:
+        for problem in head_fit_problems(machine, vcpus, head_cpu, head_memory):
+            r.bad("cpuMachineType", machine, problem)
     lo = r.int("cpuNodesMin", minimum=1)
     hi = r.int("cpuNodesMax", minimum=1)
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
                          r.bool("deletionProtection"), zonal, head_cpu, head_memory)
+
+
+def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: int) -> list[str]:
+    """Whether the Ray head pod (its request plus the GCS FUSE sidecar's) fits what GKE leaves allocatable
+    on one CPU node (catalog.accelerators' GKE reservation tiers and the 100 Mi eviction threshold); a
+    head that does not fit pends until jobReadyTimeoutMinutes ends. Memory only for series in
+    catalog.zones.MEMORY_PER_VCPU_GIB."""
+    sidecar = STANDARD_SIDECAR_REQUEST
+    cpu = vcpus - gke_reserved_cpu(vcpus)
+    found = []
+    if head_cpu + sidecar.cpu > cpu:
+        found.append(f"leaves {cpu:.2f} CPU allocatable; the Ray head requests {head_cpu} (rayHeadCpu) + "
+                     f"{sidecar.cpu} for its GCS FUSE sidecar: use a larger machine or lower rayHeadCpu")
+    total = zones.memory_gib(machine, vcpus)
+    if total is not None:
+        memory = total - gke_reserved_memory_gib(total) - 0.1
+        if head_memory_gib + sidecar.memory_gib > memory:
+            found.append(f"leaves {memory:.1f} GiB allocatable of {total:g} GiB; the Ray head requests "
+                         f"{head_memory_gib} GiB (rayHeadMemoryGib) + {sidecar.memory_gib} GiB for its GCS FUSE "
+                         "sidecar: use a machine with more memory or lower rayHeadMemoryGib")
+    return found
 
 
 def _authorized_networks(r: _Reader) -> tuple[str, ...]:
