@@ -6,6 +6,7 @@ plan and the tests all run this one function.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pulumi
@@ -182,7 +183,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         "rayDashboardProxy": {"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
                               "namespace": storage.namespace, "service": ray.head_service,
                               "port": ray.dashboard_port},
-        "watchCommand": f"venv/bin/python -m tools.watch --stack {cfg.stack}",
+        # `--stack=NAME`: a stack named `-x` (the CLI accepts it) must not read as an option.
+        "watchCommand": f"venv/bin/python -m tools.watch --stack={shlex.quote(cfg.stack)}",
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:

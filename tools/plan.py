@@ -161,7 +161,15 @@ def report(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
+# replacing every `-` in the plan would mangle it and redact nothing.
+MIN_EMBEDDED_SECRET = 8
+
+
 def scrub(value: Any, secrets: list[str]) -> Any:
+    """Replace secrets by value in the plan's structured data: a string equal to a secret, or (for a
+    secret of MIN_EMBEDDED_SECRET characters or more) every occurrence inside a string."""
+    secrets = [s for s in secrets if s]
     if not secrets:
         return value
     if isinstance(value, dict):
@@ -169,8 +177,11 @@ def scrub(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, list):
         return [scrub(v, secrets) for v in value]
     if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, "[secret]")
+        if value in secrets:
+            return "[secret]"
+        for s in sorted(secrets, key=len, reverse=True):
+            if len(s) >= MIN_EMBEDDED_SECRET:
+                value = value.replace(s, "[secret]")
     return value
 
 

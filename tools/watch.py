@@ -152,7 +152,7 @@ def stack_outputs(stack: str, cwd: Path | None = None) -> dict[str, Any]:
     if not pulumi:
         raise RayJobError("the Pulumi CLI is not on PATH: install it, or pass --address http://... "
                           "(e.g. with `$(pulumi stack output dashboardCommand)` running elsewhere)")
-    done = subprocess.run([pulumi, "stack", "output", "--json", "--stack", stack], capture_output=True,
+    done = subprocess.run([pulumi, "stack", "output", "--json", f"--stack={stack}"], capture_output=True,
                           text=True, cwd=cwd, check=False)
     if done.returncode != 0:
         raise RayJobError(f"`pulumi stack output --json --stack {stack}` failed: {done.stderr.strip()}")
