@@ -183,13 +183,17 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         "rayDashboardProxy": {"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
                               "namespace": storage.namespace, "service": ray.head_service,
                               "port": ray.dashboard_port},
-        # `--stack=NAME`: a stack named `-x` (the CLI accepts it) must not read as an option.
-        "watchCommand": f"venv/bin/python -m tools.watch --stack={shlex.quote(cfg.stack)}",
+        "watchCommand": watch_command(cfg.stack),
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
         outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
     return outputs
+
+
+def watch_command(stack: str) -> str:
+    """`--stack=NAME` in one word: a stack named `-x` (the CLI accepts it) must not read as an option."""
+    return f"venv/bin/python -m tools.watch --stack={shlex.quote(stack)}"
 
 
 def cloud_logging_command(cfg: StackConfig, cluster_name: pulumi.Output[str], namespace: pulumi.Output[str],

@@ -209,6 +209,9 @@ class _Reader:
         """The value as text; a required key (no default) that is unset or empty is reported once."""
         value = self._value(key)
         text = "" if value is None else str(value).strip()
+        if key.startswith("gcp:") and text and text != str(value):
+            # The Google provider reads gcp:* keys itself, as typed: "my-project\n" is not my-project there.
+            self.bad(key, value, "has leading or trailing whitespace, which the Google provider keeps: remove it")
         if not text and KEYS_BY_NAME[key].default is None:
             self.problems.append(f"{KEYS_BY_NAME[key].full} is not set: {KEYS_BY_NAME[key].description}")
             self.missing.add(key)

@@ -7,6 +7,7 @@ subprocess, to prove the exit code and the absence of a traceback end to end.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stacks import config as stack_config
 from tests.stack_helpers import ROOT, STACK_FILES
@@ -130,6 +132,94 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("reservation-missing", yaml_case("verl-gke:capacity", "reservation"), "verl-gke:reservation"),
     ("gke-version", yaml_case("verl-gke:gkeVersion", "1.2"), "verl-gke:gkeVersion"),
 ]
+
+# Pulumi.dev.yaml's values (L4, Standard, zonal), as YAML text
+DEV = {k: json.dumps(v) if isinstance(v, str) else str(v)
+       for k, v in yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"].items()}
+PINS = {"verl-gke:grpoTensorParallelSize": "1", "verl-gke:grpoPpoMaxTokenLenPerGpu": "4096",
+        "verl-gke:grpoLogProbMaxTokenLenPerGpu": "4096"}  # what the gate asks for a model outside the catalog
+
+
+def dev_text(**changes: str | None) -> str:
+    values = {**DEV, **{k: v for k, v in changes.items() if v is not None}}
+    return "config:\n" + "".join(f"  {k}: {v}\n" for k, v in values.items() if changes.get(k, "") is not None)
+
+
+def overrides_case(*items: str) -> str:
+    return yaml_case("verl-gke:grpoExtraOverrides", "[" + ", ".join(json.dumps(i) for i in items) + "]")
+
+
+# Issue 26: configs the gate passed that then crashed the program, values GCP or the CLI would not take,
+# secrets by other roads, messages. Every one: exit 2, the key named, no traceback, nothing written.
+BAD_FILES += [
+    # --- the components' own rules, run by the gate (stacks.component_rules), and the sample quotas
+    ("uncatalogued-model-cache", dev_text(**{"verl-gke:model": "someone/big-model", **PINS}),
+     "verl-gke:model: RayClusterArgs.file_cache_gib"),
+    ("model-dotdot", dev_text(**{"verl-gke:model": "Qwen/..", **PINS}), "verl-gke:model"),
+    ("model-dot", yaml_case("verl-gke:model", "Qwen/."), "verl-gke:model"),
+    ("model-double-dash", yaml_case("verl-gke:model", "Qwen/a--b"), "the Hub refuses '--'"),
+    ("quota-gpus", dev_text(**{"verl-gke:gpuNodes": "16"}), "verl-gke:gpuNodes: quota"),
+    ("quota-cpus", dev_text(**{"verl-gke:cpuMachineType": "c2-standard-16", "verl-gke:cpuNodesMax": "100"}),
+     "verl-gke:cpuNodesMax: quota"),
+    ("quota-all-regions", stack_text(**{"verl-gke:gpuNodes": "8", "verl-gke:grpoTrainBatchSize": "512"}),
+     "GPUS-ALL-REGIONS"),
+    # --- numbers: finite, and the CLI's integer syntax
+    ("nan-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"nan"'), "verl-gke:grpoLearningRate = 'nan'"),
+    ("inf-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"inf"'), "must be a finite number"),
+    ("minus-inf-kl", yaml_case("verl-gke:grpoKlLossCoef", '"-Infinity"'), "verl-gke:grpoKlLossCoef"),
+    ("nan-memory-utilization", yaml_case("verl-gke:grpoGpuMemoryUtilization", '"NaN"'),
+     "verl-gke:grpoGpuMemoryUtilization"),
+    ("integer-trailing-newline", yaml_case("verl-gke:gpuNodes", '"2\\n"'), "verl-gke:gpuNodes"),
+    ("integer-leading-newline", yaml_case("verl-gke:rayHeadCpu", '"\\n4"'), "verl-gke:rayHeadCpu"),
+    ("project-trailing-newline", yaml_case("gcp:project", '"my-project-1\\n"'), "gcp:project"),
+    ("region-trailing-space", yaml_case("gcp:region", '"us-central1 "'), "gcp:region"),
+    # --- subnets GCP refuses (VPC "Valid IPv4 ranges" / "Prohibited IPv4 subnet ranges")
+    ("cidr-loopback", yaml_case("verl-gke:primaryCidr", "127.0.0.0/20"), "loopback"),
+    ("cidr-link-local", yaml_case("verl-gke:servicesCidr", "169.254.0.0/20"), "link-local"),
+    ("cidr-this-network", yaml_case("verl-gke:podsCidr", "0.0.0.0/14"), "the current network"),
+    ("cidr-multicast", yaml_case("verl-gke:gvnicCidr", "224.0.1.0/24"), "multicast"),
+    ("cidr-broadcast", yaml_case("verl-gke:gvnicCidr", "255.255.255.0/24"), "verl-gke:gvnicCidr"),
+    ("cidr-google-vip", yaml_case("verl-gke:primaryCidr", "199.36.153.0/24"), "Private Google Access"),
+    ("cidr-public", yaml_case("verl-gke:primaryCidr", "8.8.8.0/24"), "public range"),
+    # --- zones: must exist and offer the accelerator (catalog/zones.py)
+    ("zone-without-a4", yaml_case("gcp:zone", "us-central1-a"), "offers no a4-highgpu-8g"),
+    ("zone-that-does-not-exist", yaml_case("gcp:zone", "us-central1-z"), "gcp:zone = 'us-central1-z'"),
+    ("zone-without-a3-ultra", stack_text(**{"verl-gke:accelerator": "h200", "verl-gke:namePrefix": "verl-h200",
+                                            "gcp:zone": "us-central1-c"}), "offers no a3-ultragpu-8g"),
+    ("zone-without-l4", dev_text(**{"gcp:region": "us-south1", "gcp:zone": "us-south1-a"}),
+     "offers no g2-standard-24"),
+    ("zone-override-other-zone", yaml_case("verl-gke:zoneOffersAccelerator", "us-central1-a"),
+     "verl-gke:zoneOffersAccelerator"),
+    # --- namespaces nothing reads
+    ("namespace-verl", yaml_case("verl:gpuNodes", "4"), "namespace 'verl'"),
+    ("namespace-kubernetes", yaml_case("kubernetes:context", "my-cluster"), "namespace 'kubernetes'"),
+    ("namespace-random", yaml_case("random:seed", "1"), "namespace 'random'"),
+    ("namespace-aws", yaml_case("aws:region", "us-east-1"), "namespace 'aws'"),
+    # --- the Ray head against the CPU machine's allocatable (CPU and memory, with its sidecar)
+    ("head-memory", dev_text(**{"verl-gke:rayHeadMemoryGib": "30"}), "GiB allocatable"),
+    ("head-memory-small-machine", dev_text(**{"verl-gke:cpuMachineType": "e2-standard-4",
+                                              "verl-gke:rayHeadMemoryGib": "14"}), "verl-gke:cpuMachineType"),
+    ("head-cpu-highcpu", dev_text(**{"verl-gke:cpuMachineType": "n1-highcpu-16", "verl-gke:rayHeadMemoryGib": "14"}),
+     "leaves 11.9 GiB allocatable"),
+    ("head-cpu-allocatable", dev_text(**{"verl-gke:cpuMachineType": "e2-standard-4",
+                                         "verl-gke:rayHeadCpu": "3", "verl-gke:rayHeadMemoryGib": "4"}), "ok"),
+    # --- secrets by other roads: resolvers and credential shapes in the overrides
+    ("override-oc-env", overrides_case("trainer.run_note=${oc.env:WANDB_API_KEY}"), "${oc.env:...}"),
+    ("override-env-spaced", overrides_case("+trainer.note=${ oc.env : HF_TOKEN }"), "verl-gke:grpoExtraOverrides"),
+    ("override-legacy-env", overrides_case("+trainer.note=${env:HOME}"), "${env:...}"),
+    ("override-decode", overrides_case('+trainer.note=${oc.decode:"${oc.env:HOME}"}'), "${oc.decode:...}"),
+    ("override-wandb-key", overrides_case("+trainer.note=0123456789abcdef0123456789abcdef01234567"),
+     "W&B API key"),
+    ("override-hf-token", overrides_case("+trainer.note=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+     "Hugging Face token"),
+    ("override-private-key", overrides_case("+trainer.note=-----BEGIN RSA PRIVATE KEY-----"), "private key"),
+    # --- messages: exact characters, short
+    ("key-zero-width", yaml_case("verl-gke:gpuNodes\u200b", "2"), "'verl-gke:gpuNodes\\u200b'"),
+    ("key-trailing-space", yaml_case('"verl-gke:gpuNodes "', "2"), "'verl-gke:gpuNodes '"),
+    ("key-nbsp", yaml_case("verl-gke:gpu\u00a0Nodes", "2"), "'verl-gke:gpu\\xa0Nodes'"),
+]
+# "head-cpu-allocatable" fits (3 + 0.25 CPU of 3.92): it is the control of the three above.
+BAD_FILES = [c for c in BAD_FILES if c[0] != "head-cpu-allocatable"]
 
 # (case id, argv after the stack file's --config, text the error must contain)
 BAD_ARGS: list[tuple[str, list[str], str]] = [
