@@ -373,7 +373,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
     warnings: list[str] = []
-    if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
+    # Arithmetic only on values that parsed, and on a model id that is one (else it reports the wrong thing).
+    if len(r.problems) == parsed_so_far and gpu_nodes >= 1 and not naming.model_id(model):
         grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes)
         r.problems += derive_problems
         if not derive_problems:

@@ -350,14 +350,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit (1 if the job failed)")
     parser.add_argument("--png", type=Path, help="score curve PNG (default: <job id>-scores.png)")
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between polls (default 30)")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    # argparse drops a value that is exactly "--" (CPython argparse _get_values removes '--' from an
+    # option's arguments), and `--` is a stack name the CLI accepts: take `--stack=NAME` as written.
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--stack=")]
+    if given:
+        args.stack = given[-1]
 
     from rich.console import Console
     from rich.live import Live
+    from rich.markup import escape
 
     console = Console()
     if args.png and (problem := png_problem(args.png)):
-        console.print(f"[red]error:[/red] --png {args.png}: {problem}")
+        console.print(f"[red]error:[/red] {escape(f'--png {args.png}: {problem}')}", soft_wrap=True)
         return 2
     try:
         if args.stack:
@@ -381,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             console.print(draw(snap))
         except OSError as err:  # PngPathError, or a disk that filled up
-            console.print(f"[red]error:[/red] {err}")
+            console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
             return 2
         return exit_code(snap.status)
     try:
@@ -395,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 live.update(draw(snap))
     except OSError as err:  # the PNG's path became unwritable or not ours (PngPathError)
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
         return 2
     return exit_code(snap.status)
 
