@@ -88,7 +88,7 @@ composed: dict[str, int] = {}
 COMPOSE_PER_ACCELERATOR = 1  # composing under the mocks takes seconds: a few, not every example
 
 
-@settings(max_examples=120, deadline=None, derandomize=True,
+@settings(max_examples=120, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(configs())
 def test_every_accepted_config_plans(case):
@@ -111,6 +111,8 @@ def test_every_accepted_config_plans(case):
 
 def test_the_sweep_composed_each_accelerator():
     """The sweep above really reached the mocks for every accelerator (runs after it in file order)."""
+    if not composed:
+        pytest.skip("only meaningful after test_every_accepted_config_plans in the same session")
     assert set(composed) == set(ACCELERATORS), composed
 
 
