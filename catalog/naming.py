@@ -43,21 +43,21 @@ _UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15
 
 
 def dns_label(value: object, max_len: int = 63) -> str | None:
-    if isinstance(value, str) and _DNS_LABEL.match(value) and len(value) <= max_len:
+    if isinstance(value, str) and _DNS_LABEL.fullmatch(value) and len(value) <= max_len:
         return None
     return f"must be a DNS label: at most {max_len} lowercase letters, digits or '-', starting and ending " \
            "with a letter or digit"
 
 
 def dns_1035_label(value: object, max_len: int = 63) -> str | None:
-    if isinstance(value, str) and _DNS_1035.match(value) and len(value) <= max_len:
+    if isinstance(value, str) and _DNS_1035.fullmatch(value) and len(value) <= max_len:
         return None
     return f"must be a DNS-1035 label: at most {max_len} lowercase letters, digits or '-', starting with a " \
            "letter and not ending with '-'"
 
 
 def dns_subdomain(value: object) -> str | None:
-    if isinstance(value, str) and _DNS_SUBDOMAIN.match(value) and len(value) <= 253:
+    if isinstance(value, str) and _DNS_SUBDOMAIN.fullmatch(value) and len(value) <= 253:
         return None
     return "must be a DNS subdomain: at most 253 lowercase letters, digits, '-' or '.'"
 
@@ -71,25 +71,25 @@ def namespace(value: object) -> str | None:
 
 
 def secret_key(value: object) -> str | None:
-    if isinstance(value, str) and _SECRET_KEY.match(value):
+    if isinstance(value, str) and _SECRET_KEY.fullmatch(value):
         return None
     return "must be a Secret data key: letters, digits, '-', '_' or '.'"
 
 
 def env_var(value: object) -> str | None:
-    if isinstance(value, str) and _ENV_VAR.match(value):
+    if isinstance(value, str) and _ENV_VAR.fullmatch(value):
         return None
     return "must be an environment variable name: a letter or '_', then letters, digits or '_'"
 
 
 def project_id(value: object) -> str | None:
-    if isinstance(value, str) and _PROJECT_ID.match(value):
+    if isinstance(value, str) and _PROJECT_ID.fullmatch(value):
         return None
     return "must be a project id: 6-30 lowercase letters, digits or hyphens, starting with a letter"
 
 
 def region(value: object) -> str | None:
-    if isinstance(value, str) and _REGION.match(value):
+    if isinstance(value, str) and _REGION.fullmatch(value):
         return None
     return "must be a region such as us-central1"
 
@@ -109,7 +109,7 @@ def zone_in_region(zone: object, region_name: str) -> str | None:
 
 def bucket_prefix(value: object, max_len: int) -> str | None:
     """Cloud Storage bucket naming ("Bucket names" in the Cloud Storage docs) for `<prefix>-<suffix>`."""
-    if not (isinstance(value, str) and _DNS_LABEL.match(value) and len(value) <= max_len):
+    if not (isinstance(value, str) and _DNS_LABEL.fullmatch(value) and len(value) <= max_len):
         return f"must be 1-{max_len} lowercase letters, digits or hyphens, starting and ending with a letter " \
                "or digit"
     if value.startswith("goog") or "google" in value:
@@ -119,43 +119,58 @@ def bucket_prefix(value: object, max_len: int) -> str | None:
 
 def machine_vcpus(machine_type: str) -> int | None:
     """vCPUs of a predefined machine type such as c2-standard-16; None when not of that form."""
-    m = _MACHINE.match(machine_type)
+    m = _MACHINE.fullmatch(machine_type)
     return int(m.group(1)) if m else None
 
 
 def service_account_id(value: object) -> str | None:
-    if isinstance(value, str) and _SERVICE_ACCOUNT_ID.match(value) and 6 <= len(value) <= 30:
+    if isinstance(value, str) and _SERVICE_ACCOUNT_ID.fullmatch(value) and 6 <= len(value) <= 30:
         return None
     return "must be a service account id: 6-30 lowercase letters, digits or '-', starting with a letter"
 
 
 def gke_version(version: str) -> tuple[int, ...] | None:
     """A GKE version as a comparable tuple; None when not of the form 1.32.2-gke.1475000."""
-    m = _GKE_VERSION.match(version or "")
+    m = _GKE_VERSION.fullmatch(version or "")
     return tuple(int(g) for g in m.groups()) if m else None
 
 
 def gke_minor(version: str) -> tuple[int, int] | None:
     """(1, 33) for "1.33" or "1.33.5-gke.1080000"; None for anything else."""
-    m = _GKE_MINOR.match(version or "") or _GKE_VERSION.match(version or "")
+    m = _GKE_MINOR.fullmatch(version or "") or _GKE_VERSION.fullmatch(version or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def gke_version_pin(value: object) -> str | None:
     """A pin is a full version or a minor to take the channel's newest patch of."""
-    if isinstance(value, str) and (_GKE_VERSION.match(value) or _GKE_MINOR.match(value)):
+    if isinstance(value, str) and (_GKE_VERSION.fullmatch(value) or _GKE_MINOR.fullmatch(value)):
         return None
     return "must be a GKE version such as 1.33.5-gke.1080000, or a minor such as 1.33 (its newest patch in the channel)"
 
 
+# The Hub's own rule for a repo id (huggingface_hub utils/_validators.py validate_repo_id: REPO_ID_REGEX
+# `^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$`, no `--` or `..`, no `.git` suffix); the model id is also a
+# folder under the bucket (catalog.paths), so `..` must never be a path segment.
+MAX_MODEL_ID = 96 + 1 + 96  # a namespace is a user or organisation name; the name has at most 96 characters
+
+
 def model_id(value: object) -> str | None:
-    if isinstance(value, str) and _MODEL_ID.match(value):
-        return None
-    return "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct"
+    allowed = "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct"
+    if not isinstance(value, str):
+        return allowed
+    if len(value) > MAX_MODEL_ID:  # checked first: a huge value gets one short answer
+        return f"is {len(value)} characters long: {allowed} (a name of at most 96 characters)"
+    name = value.rsplit("/", 1)[-1]
+    if not _MODEL_ID.fullmatch(value) or len(name) > 96 or not re.fullmatch(r"\w(.*\w)?", name) \
+            or not re.fullmatch(r"\w(.*\w)?", value.split("/", 1)[0]):
+        return allowed + " (letters, digits, '-', '_' and '.'; each part starts and ends with a letter or digit)"
+    if "--" in value or ".." in value or value.endswith(".git"):
+        return allowed + " (the Hub refuses '--', '..' and a '.git' suffix)"
+    return None
 
 
 def git_ref(value: object) -> str | None:
-    if isinstance(value, str) and _GIT_REF.match(value):
+    if isinstance(value, str) and _GIT_REF.fullmatch(value):
         return None
     return "must be a git tag, branch or commit such as v0.6.1"
 
@@ -168,27 +183,27 @@ def release_tag(value: object) -> str | None:
 
 
 def repo_url(value: object) -> str | None:
-    if isinstance(value, str) and _REPO_URL.match(value):
+    if isinstance(value, str) and _REPO_URL.fullmatch(value):
         return None
     return "must be a git URL (https://, ssh://, git://, file:// or user@host:path)"
 
 
 def image_ref(value: object) -> str | None:
     """An image reference with a tag or a digest (a bare name would float to :latest)."""
-    if isinstance(value, str) and _IMAGE.match(value) and (":" in value.rsplit("/", 1)[-1] or "@" in value):
+    if isinstance(value, str) and _IMAGE.fullmatch(value) and (":" in value.rsplit("/", 1)[-1] or "@" in value):
         return None
     return "must be an image reference with a tag or digest, e.g. repo/image:tag or repo/image@sha256:..."
 
 
 def ray_version(value: object) -> str | None:
-    if isinstance(value, str) and _RAY_VERSION.match(value):
+    if isinstance(value, str) and _RAY_VERSION.fullmatch(value):
         return None
     return "must be a Ray version such as 2.49.2"
 
 
 def quantity(value: str) -> float | None:
     """A Kubernetes quantity in base units (2 -> 2.0, 500m -> 0.5, 4Gi -> 4294967296); None if malformed."""
-    m = _QUANTITY.match(value) if isinstance(value, str) else None
+    m = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
     return float(m.group(1)) * _UNITS[m.group(2)] if m else None
 
 
@@ -205,7 +220,7 @@ _BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
 
 
 def billing_account_id(value: object) -> str | None:
-    if isinstance(value, str) and _BILLING_ACCOUNT.match(value):
+    if isinstance(value, str) and _BILLING_ACCOUNT.fullmatch(value):
         return None
     return "must be a billing account id such as 012345-567890-ABCDEF (gcloud billing accounts list)"
 

@@ -6,6 +6,7 @@ GRPO recipe reads from here. Nothing else spells these paths.
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from dataclasses import dataclass
 
@@ -35,12 +36,23 @@ class BucketPaths:
     scripts_dir: str  # our scripts the Ray job runs (the run supervisor), shipped by the staging Job
 
 
+def stack_segment(stack: str) -> str:
+    """The stack name as one folder name. The CLI accepts `.` and `..` as stack names (tokens.ParseStackName
+    takes [A-Za-z0-9_.-]+), which a path would resolve (`/checkpoints/../<model>` left the bucket for the
+    pod's own disk); those two get a name of their own, every other stack keeps its name (its checkpoints
+    stay where they are)."""
+    if stack in ("", ".", ".."):
+        return f"stack-{hashlib.sha256(stack.encode()).hexdigest()[:8]}"
+    return stack
+
+
 def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k",
                  model_revision: str = "main") -> BucketPaths:
     """Paths for one stack. Every data folder is versioned (verl tag, model revision, the verl tag
     whose preprocessing script made the dataset): staging only ever writes a folder no completed
     run has read, so a reader's infinite metadata TTL and file cache never see a file change."""
     dataset_dir = posixpath.join(MOUNT, "datasets", dataset, verl_version)
+    stack = stack_segment(stack)
     return BucketPaths(
         verl_src=posixpath.join(MOUNT, "verl", verl_version),
         model_dir=posixpath.join(MOUNT, "models", model_id, model_revision),

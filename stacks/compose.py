@@ -6,6 +6,7 @@ plan and the tests all run this one function.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pulumi
@@ -13,11 +14,10 @@ import pulumi_gcp as gcp
 
 from catalog import gke
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
-from catalog.gcsfuse import HEAD_SIDECAR, file_cache_gib, staging_disk_budget, staging_sidecar
+from catalog.gcsfuse import HEAD_SIDECAR, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
-from catalog.models import largest_file_gib, weights_gib
 from catalog.nodes import cpu_boot_disk_gb
-from catalog.paths import BucketPaths, bucket_paths, gs_url
+from catalog.paths import BucketPaths, gs_url
 from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
@@ -32,7 +32,7 @@ from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, cost, grpo, keys, preflight, quotas
+from stacks import component_rules, config, cost, grpo, keys, preflight, quotas
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -61,10 +61,10 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
           wandb_api_key: pulumi.Output[str] | None = None) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     acc, cl, net = cfg.accelerator, cfg.cluster, cfg.network
-    paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
-    # Disk: the staging budget from the largest weight file; the readers' caches from the weights.
-    budget = staging_disk_budget(largest_file_gib(cfg.model))
-    cache_gib = file_cache_gib(weights_gib(cfg.model))
+    # Bucket paths; disk: the staging budget from the largest weight file, the readers' caches from
+    # the weights. The gate derives them with the same function (stacks.component_rules).
+    derived = component_rules.derive(cfg)
+    paths, budget, cache_gib = derived.paths, derived.staging, derived.cache_gib
 
     apis = ProjectApis("apis", cfg.project)
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
@@ -183,12 +183,17 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         "rayDashboardProxy": {"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
                               "namespace": storage.namespace, "service": ray.head_service,
                               "port": ray.dashboard_port},
-        "watchCommand": f"venv/bin/python -m tools.watch --stack {cfg.stack}",
+        "watchCommand": watch_command(cfg.stack),
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
         outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
     return outputs
+
+
+def watch_command(stack: str) -> str:
+    """`--stack=NAME` in one word: a stack named `-x` (the CLI accepts it) must not read as an option."""
+    return f"venv/bin/python -m tools.watch --stack={shlex.quote(stack)}"
 
 
 def cloud_logging_command(cfg: StackConfig, cluster_name: pulumi.Output[str], namespace: pulumi.Output[str],

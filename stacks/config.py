@@ -12,18 +12,27 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import gcsfuse, gke, naming, storage_locations
-from catalog.accelerators import ACCELERATORS, Accelerator, foreign_accelerator_in_name
+from catalog import gcp_ranges, gcsfuse, gke, naming, storage_locations, zones
+from catalog.accelerators import (
+    ACCELERATORS,
+    Accelerator,
+    foreign_accelerator_in_name,
+    gke_reserved_cpu,
+    gke_reserved_memory_gib,
+)
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
-from stacks import tuning
+from stacks import component_rules, tuning
 from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
 from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
@@ -36,10 +45,13 @@ class ConfigError(ValueError):
     """Bad stack configuration; the message lists every problem, one per line."""
 
     def __init__(self, problems: list[str]):
-        self.problems = problems
+        # Every problem stays readable whatever the input: a 1 MB value must not make a 3 MB message.
+        self.problems = [p if len(p) <= 2 * MAX_LINE else f"{p[:MAX_LINE]} [...] {p[-MAX_LINE:]}" for p in problems]
+        problems = self.problems
         super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(problems))
 
 
+MAX_LINE = 300  # characters kept from each end of an over-long problem line
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
@@ -185,7 +197,7 @@ class _Reader:
         self.missing: set[str] = set()
 
     def bad(self, key: str, value: object, allowed: str) -> None:
-        self.problems.append(f"{KEYS_BY_NAME[key].full} = {value!r}: {allowed}")
+        self.problems.append(f"{KEYS_BY_NAME[key].full} = {shown(value)}: {allowed}")
 
     def _value(self, key: str) -> Any:
         spec = KEYS_BY_NAME[key]
@@ -197,6 +209,9 @@ class _Reader:
         """The value as text; a required key (no default) that is unset or empty is reported once."""
         value = self._value(key)
         text = "" if value is None else str(value).strip()
+        if key.startswith("gcp:") and text and text != str(value):
+            # The Google provider reads gcp:* keys itself, as typed: "my-project\n" is not my-project there.
+            self.bad(key, value, "has leading or trailing whitespace, which the Google provider keeps: remove it")
         if not text and KEYS_BY_NAME[key].default is None:
             self.problems.append(f"{KEYS_BY_NAME[key].full} is not set: {KEYS_BY_NAME[key].description}")
             self.missing.add(key)
@@ -213,7 +228,7 @@ class _Reader:
         value = self._value(key)
         text = str(value)
         maximum = MAXIMUM[key]
-        if not _ATOI.match(text) or not -(2**63) <= int(text) < 2**63:
+        if not _ATOI.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             self.bad(key, value, f"must be an integer from {minimum if minimum is not None else 0} "
                      f"to {maximum}")
             return minimum or 0
@@ -231,6 +246,9 @@ class _Reader:
             number = float(str(value).strip())
         except (TypeError, ValueError):
             self.bad(key, value, "must be a number")
+            return low
+        if not math.isfinite(number):  # float() takes nan and inf; no comparison below would catch nan
+            self.bad(key, value, f"must be a finite number in [{low}, {high}]")
             return low
         if number < low or number > high or (low_open and number == low):
             bracket = "(" if low_open else "["
@@ -300,6 +318,11 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 
     acc_key = r.choice("accelerator", tuple(ACCELERATORS))
     acc = ACCELERATORS.get(acc_key, ACCELERATORS["b200"])
+    vouched = r.str("zoneOffersAccelerator")
+    if vouched and vouched != zone:
+        r.bad("zoneOffersAccelerator", vouched, f"must be empty or gcp:zone ({zone}): it vouches for that one zone")
+    if acc_key in ACCELERATORS and zone and "gcp:zone" not in r.missing and not naming.zone(zone):
+        r.check("gcp:zone", zone, zones.offered_problem(acc.machine_type, zone, vouched))
     mode = r.choice("clusterMode", MODES)
     gpu_nodes = r.int("gpuNodes", minimum=1)
     capacity = Capacity(r.choice("capacity", CAPACITIES), r.str("reservation"))
@@ -351,7 +374,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
     warnings: list[str] = []
-    if len(r.problems) == parsed_so_far and gpu_nodes >= 1:  # arithmetic only on values that parsed
+    # Arithmetic only on values that parsed, and on a model id that is one (else it reports the wrong thing).
+    if len(r.problems) == parsed_so_far and gpu_nodes >= 1 and not naming.model_id(model):
         grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes)
         r.problems += derive_problems
         if not derive_problems:
@@ -374,31 +398,77 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         release_gpus=r.bool("jobReleaseGpus"),
         merge_model=r.bool("jobMergeModel"),
     )
+    image_mirror = r.bool("imageMirror")
     if r.problems:
         raise ConfigError(r.problems)
-    return StackConfig(
+    cfg = StackConfig(
         stack=stack, project=project, region=region, zone=zone, accelerator=acc, gpu_nodes=gpu_nodes,
         capacity=capacity, prefix=prefix, namespace=namespace, network=network,
         cluster=cluster, bucket_location=bucket_location,
         bucket_delete_on_destroy=delete_bucket, model=model, has_hf_token=has_token,
         has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
-        warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=r.bool("imageMirror"),
+        warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=image_mirror,
     )
+    # Every component's own rules on the args this config gives it (stacks.component_rules).
+    if problems := component_rules.problems(cfg):
+        raise ConfigError(problems)
+    return cfg
+
+
+# Namespaces whose keys something in `pulumi up` reads: ours, the Google provider's (it reads gcp:* keys
+# beyond the three we declare, e.g. gcp:impersonateServiceAccount) and the engine's (pulumi:*). Every
+# Kubernetes provider here is explicit (built from the cluster's outputs), so kubernetes:* keys, like any
+# other namespace, would be silently ignored: `verl:gpuNodes: 4` once planned 2 nodes without a word.
+READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
+MAX_SHOWN = 80
+
+
+def shown(value: object) -> str:
+    """A value as an error message shows it: escaped (repr), and cut short when long."""
+    text = repr(value)
+    if len(text) <= MAX_SHOWN:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
+    return f"{text[:MAX_SHOWN // 2]}... ({size})"
+
+
+def _invisible(key: str) -> bool:
+    """Whether a key carries characters a reader cannot see: spaces, zero-width or other format characters."""
+    return any(c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") for c in key)
+
+
+def _visible(key: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKC", key)
+                   if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
 
 
 def unknown_keys(raw: Mapping[str, str]) -> list[str]:
-    """Keys in our namespace (or one a typo away from it) that the program does not read."""
+    """Keys in our namespace (or one a typo away from it) that the program does not read, and keys in a
+    namespace nothing in `pulumi up` reads."""
     problems = []
     ours = [k.name for k in KEYS if ":" not in k.name]
+    known = {k.full for k in KEYS}
     for key in sorted(raw):
         namespace, _, name = key.partition(":")
-        if namespace == PROJECT and name not in KEYS_BY_NAME:
-            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6)
+        if key not in known and _invisible(key):
+            # Show the exact characters: a "did you mean" with an identical-looking name helps no one.
+            look_alike = _visible(key)
+            hint = (f"it looks like {look_alike} but carries invisible or space characters; retype it"
+                    if look_alike in known else "keys have no spaces or invisible characters")
+            problems.append(f"{shown(key)} (as typed, escaped) is not a known key: {hint}")
+        elif namespace == PROJECT and name not in KEYS_BY_NAME:
+            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
-            problems.append(f"{key} is not a known key: {hint}")
-        elif namespace != PROJECT and difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
+            problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
+        elif namespace != PROJECT and len(namespace) <= MAX_SHOWN and \
+                difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
             problems.append(f"{key}: namespace {namespace!r} is not this project's; did you mean {PROJECT}:{name}?")
+        elif namespace not in READ_NAMESPACES:
+            hint = f"; did you mean {PROJECT}:{name}?" if name in KEYS_BY_NAME else ""
+            problems.append(f"{shown(key)}: nothing in this program reads namespace {namespace!r} (it reads "
+                            f"{', '.join(n + ':' for n in READ_NAMESPACES)} keys), so the value would be "
+                            f"silently ignored{hint}")
     return problems
 
 
@@ -440,8 +510,8 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
         except ValueError as err:
             r.bad(key, value, f"must be an IPv4 CIDR such as 192.168.0.0/24 ({err})")
             return
-        if net.version != 4 or not net.is_private:
-            r.bad(key, value, "must be a private (RFC 1918) IPv4 range")
+        if problem := gcp_ranges.subnet_problem(net):  # GCP's valid and prohibited ranges, not is_private
+            r.bad(key, value, problem)
             return
         if net.prefixlen > max_prefix:
             r.bad(key, value, f"is too small: use a /{max_prefix} or larger")
@@ -511,12 +581,36 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
         # The head's pod also carries a GCS FUSE sidecar, and GKE reserves part of every node.
         r.bad("cpuMachineType", machine, f"has {vcpus} vCPUs; the Ray head requests {head_cpu} (rayHeadCpu): "
               f"use a machine with more than {head_cpu} vCPUs or lower rayHeadCpu")
+    else:
+        for problem in head_fit_problems(machine, vcpus, head_cpu, head_memory):
+            r.bad("cpuMachineType", machine, problem)
     lo = r.int("cpuNodesMin", minimum=1)
     hi = r.int("cpuNodesMax", minimum=1)
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
                          r.bool("deletionProtection"), zonal, head_cpu, head_memory)
+
+
+def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: int) -> list[str]:
+    """Whether the Ray head pod (its request plus the GCS FUSE sidecar's) fits what GKE leaves allocatable
+    on one CPU node (catalog.accelerators' GKE reservation tiers and the 100 Mi eviction threshold); a
+    head that does not fit pends until jobReadyTimeoutMinutes ends. Memory only for series in
+    catalog.zones.MEMORY_PER_VCPU_GIB."""
+    sidecar = STANDARD_SIDECAR_REQUEST
+    cpu = vcpus - gke_reserved_cpu(vcpus)
+    found = []
+    if head_cpu + sidecar.cpu > cpu:
+        found.append(f"leaves {cpu:.2f} CPU allocatable; the Ray head requests {head_cpu} (rayHeadCpu) + "
+                     f"{sidecar.cpu} for its GCS FUSE sidecar: use a larger machine or lower rayHeadCpu")
+    total = zones.memory_gib(machine, vcpus)
+    if total is not None:
+        memory = total - gke_reserved_memory_gib(total) - 0.1
+        if head_memory_gib + sidecar.memory_gib > memory:
+            found.append(f"leaves {memory:.1f} GiB allocatable of {total:g} GiB; the Ray head requests "
+                         f"{head_memory_gib} GiB (rayHeadMemoryGib) + {sidecar.memory_gib} GiB for its GCS FUSE "
+                         "sidecar: use a machine with more memory or lower rayHeadMemoryGib")
+    return found
 
 
 def _authorized_networks(r: _Reader) -> tuple[str, ...]:

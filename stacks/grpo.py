@@ -19,6 +19,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from catalog import secret_shapes
 from catalog.accelerators import Accelerator, nccl_env
 from catalog.models import model_spec, tp_choices
 from catalog.paths import BucketPaths
@@ -362,6 +363,8 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
         m = _OVERRIDE.match(item.strip()) if isinstance(item, str) else None
         if not m or (m["op"] != "~" and not m["eq"]):
             problems.append(f"{where}: {item!r} must look like key=value, +key=value, ++key=value or ~key")
+        elif shape := secret_shapes.resolver_problem(item) or secret_shapes.credential_problem(item):
+            problems.append(f"{where}: {m['key']} {shape}")
         elif m["key"] in owned:
             problems.append(f"{where}: {item!r} overrides {m['key']}, which {owned[m['key']]}")
         elif _CREDENTIAL_KEY.search(m["key"].split(".")[-1]) or _CREDENTIAL_VALUE.search(m["value"] or ""):
@@ -429,7 +432,7 @@ def _hydra(value: object) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):
-        if _HYDRA_BARE.match(value) and value.lower() not in _HYDRA_LITERALS:
+        if _HYDRA_BARE.fullmatch(value) and value.lower() not in _HYDRA_LITERALS:
             return value
         if '"' in value or "\\" in value:
             raise ValueError(f"cannot pass {value!r} to Hydra unescaped")

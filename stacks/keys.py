@@ -34,6 +34,8 @@ KEYS: tuple[Key, ...] = (
     Key("gcp:project", "string", None, "Google Cloud project id (required)."),
     Key("gcp:region", "string", None, "Region for the cluster, subnets and bucket (required)."),
     Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),
+    Key("zoneOffersAccelerator", "string", "",
+        "Set to gcp:zone when that zone offers the accelerator but is newer than catalog/zones.py's table."),
     Key("accelerator", "string", "b200",
         "GPU profile: b200 (A4, a4-highgpu-8g), h200 (A3 Ultra) or l4 (G2, g2-standard-24: 2 x L4, no RDMA)."),
     Key("clusterMode", "string", "standard", "GKE mode: autopilot or standard."),

@@ -7,8 +7,11 @@ subprocess, to prove the exit code and the absence of a traceback end to end.
 
 from __future__ import annotations
 
+import json
 import os
+import posixpath
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stacks import config as stack_config
 from tests.stack_helpers import ROOT, STACK_FILES
@@ -184,6 +188,94 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("bool-as-list", yaml_case("verl-gke:submitJob", "[true]"), "must be of type 'boolean'"),
     ("string-as-map", yaml_case("verl-gke:model", "{name: x}"), "must be of type 'string'"),
 ]
+
+# Pulumi.dev.yaml's values (L4, Standard, zonal), as YAML text
+DEV = {k: json.dumps(v) if isinstance(v, str) else str(v)
+       for k, v in yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"].items()}
+PINS = {"verl-gke:grpoTensorParallelSize": "1", "verl-gke:grpoPpoMaxTokenLenPerGpu": "4096",
+        "verl-gke:grpoLogProbMaxTokenLenPerGpu": "4096"}  # what the gate asks for a model outside the catalog
+
+
+def dev_text(**changes: str | None) -> str:
+    values = {**DEV, **{k: v for k, v in changes.items() if v is not None}}
+    return "config:\n" + "".join(f"  {k}: {v}\n" for k, v in values.items() if changes.get(k, "") is not None)
+
+
+def overrides_case(*items: str) -> str:
+    return yaml_case("verl-gke:grpoExtraOverrides", "[" + ", ".join(json.dumps(i) for i in items) + "]")
+
+
+# Issue 26: configs the gate passed that then crashed the program, values GCP or the CLI would not take,
+# secrets by other roads, messages. Every one: exit 2, the key named, no traceback, nothing written.
+BAD_FILES += [
+    # --- the components' own rules, run by the gate (stacks.component_rules), and the sample quotas
+    ("uncatalogued-model-cache", dev_text(**{"verl-gke:model": "someone/big-model", **PINS}),
+     "verl-gke:model: RayClusterArgs.file_cache_gib"),
+    ("model-dotdot", dev_text(**{"verl-gke:model": "Qwen/..", **PINS}), "verl-gke:model"),
+    ("model-dot", yaml_case("verl-gke:model", "Qwen/."), "verl-gke:model"),
+    ("model-double-dash", yaml_case("verl-gke:model", "Qwen/a--b"), "the Hub refuses '--'"),
+    ("quota-gpus", dev_text(**{"verl-gke:gpuNodes": "16"}), "verl-gke:gpuNodes: quota"),
+    ("quota-cpus", dev_text(**{"verl-gke:cpuMachineType": "c2-standard-16", "verl-gke:cpuNodesMax": "100"}),
+     "verl-gke:cpuNodesMax: quota"),
+    ("quota-all-regions", stack_text(**{"verl-gke:gpuNodes": "8", "verl-gke:grpoTrainBatchSize": "512"}),
+     "GPUS-ALL-REGIONS"),
+    # --- numbers: finite, and the CLI's integer syntax
+    ("nan-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"nan"'), "verl-gke:grpoLearningRate = 'nan'"),
+    ("inf-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"inf"'), "must be a finite number"),
+    ("minus-inf-kl", yaml_case("verl-gke:grpoKlLossCoef", '"-Infinity"'), "verl-gke:grpoKlLossCoef"),
+    ("nan-memory-utilization", yaml_case("verl-gke:grpoGpuMemoryUtilization", '"NaN"'),
+     "verl-gke:grpoGpuMemoryUtilization"),
+    ("integer-trailing-newline", yaml_case("verl-gke:gpuNodes", '"2\\n"'), "verl-gke:gpuNodes"),
+    ("integer-leading-newline", yaml_case("verl-gke:rayHeadCpu", '"\\n4"'), "verl-gke:rayHeadCpu"),
+    ("project-trailing-newline", yaml_case("gcp:project", '"my-project-1\\n"'), "gcp:project"),
+    ("region-trailing-space", yaml_case("gcp:region", '"us-central1 "'), "gcp:region"),
+    # --- subnets GCP refuses (VPC "Valid IPv4 ranges" / "Prohibited IPv4 subnet ranges")
+    ("cidr-loopback", yaml_case("verl-gke:primaryCidr", "127.0.0.0/20"), "loopback"),
+    ("cidr-link-local", yaml_case("verl-gke:servicesCidr", "169.254.0.0/20"), "link-local"),
+    ("cidr-this-network", yaml_case("verl-gke:podsCidr", "0.0.0.0/14"), "the current network"),
+    ("cidr-multicast", yaml_case("verl-gke:gvnicCidr", "224.0.1.0/24"), "multicast"),
+    ("cidr-broadcast", yaml_case("verl-gke:gvnicCidr", "255.255.255.0/24"), "verl-gke:gvnicCidr"),
+    ("cidr-google-vip", yaml_case("verl-gke:primaryCidr", "199.36.153.0/24"), "Private Google Access"),
+    ("cidr-public", yaml_case("verl-gke:primaryCidr", "8.8.8.0/24"), "public range"),
+    # --- zones: must exist and offer the accelerator (catalog/zones.py)
+    ("zone-without-a4", yaml_case("gcp:zone", "us-central1-a"), "offers no a4-highgpu-8g"),
+    ("zone-that-does-not-exist", yaml_case("gcp:zone", "us-central1-z"), "gcp:zone = 'us-central1-z'"),
+    ("zone-without-a3-ultra", stack_text(**{"verl-gke:accelerator": "h200", "verl-gke:namePrefix": "verl-h200",
+                                            "gcp:zone": "us-central1-c"}), "offers no a3-ultragpu-8g"),
+    ("zone-without-l4", dev_text(**{"gcp:region": "us-south1", "gcp:zone": "us-south1-a"}),
+     "offers no g2-standard-24"),
+    ("zone-override-other-zone", yaml_case("verl-gke:zoneOffersAccelerator", "us-central1-a"),
+     "verl-gke:zoneOffersAccelerator"),
+    # --- namespaces nothing reads
+    ("namespace-verl", yaml_case("verl:gpuNodes", "4"), "namespace 'verl'"),
+    ("namespace-kubernetes", yaml_case("kubernetes:context", "my-cluster"), "namespace 'kubernetes'"),
+    ("namespace-random", yaml_case("random:seed", "1"), "namespace 'random'"),
+    ("namespace-aws", yaml_case("aws:region", "us-east-1"), "namespace 'aws'"),
+    # --- the Ray head against the CPU machine's allocatable (CPU and memory, with its sidecar)
+    ("head-memory", dev_text(**{"verl-gke:rayHeadMemoryGib": "30"}), "GiB allocatable"),
+    ("head-memory-small-machine", dev_text(**{"verl-gke:cpuMachineType": "e2-standard-4",
+                                              "verl-gke:rayHeadMemoryGib": "14"}), "verl-gke:cpuMachineType"),
+    ("head-cpu-highcpu", dev_text(**{"verl-gke:cpuMachineType": "n1-highcpu-16", "verl-gke:rayHeadMemoryGib": "14"}),
+     "leaves 11.9 GiB allocatable"),
+    ("head-cpu-allocatable", dev_text(**{"verl-gke:cpuMachineType": "e2-standard-4",
+                                         "verl-gke:rayHeadCpu": "3", "verl-gke:rayHeadMemoryGib": "4"}), "ok"),
+    # --- secrets by other roads: resolvers and credential shapes in the overrides
+    ("override-oc-env", overrides_case("trainer.run_note=${oc.env:WANDB_API_KEY}"), "${oc.env:...}"),
+    ("override-env-spaced", overrides_case("+trainer.note=${ oc.env : HF_TOKEN }"), "verl-gke:grpoExtraOverrides"),
+    ("override-legacy-env", overrides_case("+trainer.note=${env:HOME}"), "${env:...}"),
+    ("override-decode", overrides_case('+trainer.note=${oc.decode:"${oc.env:HOME}"}'), "${oc.decode:...}"),
+    ("override-wandb-key", overrides_case("+trainer.note=0123456789abcdef0123456789abcdef01234567"),
+     "W&B API key"),
+    ("override-hf-token", overrides_case("+trainer.note=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+     "Hugging Face token"),
+    ("override-private-key", overrides_case("+trainer.note=-----BEGIN RSA PRIVATE KEY-----"), "private key"),
+    # --- messages: exact characters, short
+    ("key-zero-width", yaml_case("verl-gke:gpuNodes\u200b", "2"), "'verl-gke:gpuNodes\\u200b'"),
+    ("key-trailing-space", yaml_case('"verl-gke:gpuNodes "', "2"), "'verl-gke:gpuNodes '"),
+    ("key-nbsp", yaml_case("verl-gke:gpu\u00a0Nodes", "2"), "'verl-gke:gpu\\xa0Nodes'"),
+]
+# "head-cpu-allocatable" fits (3 + 0.25 CPU of 3.92): it is the control of the three above.
+BAD_FILES = [c for c in BAD_FILES if c[0] != "head-cpu-allocatable"]
 
 # (case id, argv after the stack file's --config, text the error must contain)
 BAD_ARGS: list[tuple[str, list[str], str]] = [
@@ -488,3 +580,261 @@ def test_shell_config_variables_are_ignored(sandbox, capsys, monkeypatch, case):
     assert f"note: ignoring {', '.join(sorted(SHELL_CONFIG[case]))} from the shell" in text
     assert "hf_from_the_shell" not in text
     assert _plan_json(tmp_path / "env") == _plan_json(tmp_path / "plain")  # resources, sizing, price: the file's
+
+
+# --- issue 26: nothing written before the gate passes; the figures of an uncatalogued model ----------
+
+
+def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox, capsys):
+    """b200 with a model outside the catalog and the pins the gate asks for: the plan completes (the sizing
+    once raised after plan.json was written)."""
+    tmp_path, registered = sandbox
+    pins = {k: v for k, v in PINS.items()}
+    path = write_stack(tmp_path, stack_text(**{"verl-gke:model": "someone/uncatalogued-7b", **pins}))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"],
+                        capsys)
+    assert rc == 0 and "Traceback" not in text, text
+    assert "run estimate: someone/uncatalogued-7b is not in catalog/models.py" in text
+    assert (tmp_path / "out" / "plan.json").is_file()
+
+
+def test_a_failure_after_the_gate_writes_nothing(sandbox, capsys, monkeypatch):
+    """Every figure is computed before the first file is written: should one ever raise, no plan file exists."""
+    tmp_path, _ = sandbox
+    monkeypatch.setattr(plan, "price_report", lambda cfg: (_ for _ in ()).throw(ValueError("boom")))
+    path = write_stack(tmp_path, stack_text())
+    with pytest.raises(ValueError, match="boom"):
+        plan.main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert not (tmp_path / "out").exists()
+
+
+# --- issue 26: names that become paths and commands ----------------------------------------------------
+
+STACK_NAMES = [".", "..", "...", "-x", "--", "-", "_", "a.b", "-.", "..-", "x" * 100]
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_every_cli_stack_name_stays_in_its_folder(stack):
+    """Each path built from the stack name is normalised and stays under its mount: `..` once put the
+    checkpoints at /checkpoints/../<model>, on the pod's own disk."""
+    from catalog.paths import CHECKPOINT_MOUNT, MOUNT, bucket_paths
+    from tools import stack_file
+
+    stack_file.validate_stack_name(stack)  # the CLI accepts it
+    paths = bucket_paths(stack, "Qwen/Qwen2.5-0.5B-Instruct", "v0.6.1")
+    for field, base in (("checkpoint_dir", CHECKPOINT_MOUNT), ("tensorboard_dir", MOUNT + "/tensorboard"),
+                        ("merged_dir", MOUNT + "/merged")):
+        value = getattr(paths, field)
+        assert posixpath.normpath(value) == value and value.startswith(base + "/"), (field, value)
+        # exactly one folder for the stack between the base and the model's two
+        assert value.endswith("/Qwen/Qwen2.5-0.5B-Instruct") and value.count("/") == base.count("/") + 3, value
+
+
+def test_existing_stacks_keep_their_checkpoint_folders():
+    """Only `.` and `..` move: every other stack's checkpoints stay where they are."""
+    from catalog.paths import bucket_paths
+
+    for stack in ("b200", "h200", "dev", "dev-b200", "...", "-x"):
+        assert bucket_paths(stack, "m/x", "v1").checkpoint_dir == f"/checkpoints/{stack}/m/x"
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_watch_command_reads_back_the_stack_name(stack, monkeypatch):
+    """The generated watchCommand, split as a shell does and parsed by tools.watch, names the same stack."""
+    from stacks.compose import watch_command
+    from tools import watch
+
+    words = shlex.split(watch_command(stack))
+    assert words[:3] == ["venv/bin/python", "-m", "tools.watch"]
+    seen: list[str] = []
+
+    def outputs(name, cwd=None):
+        seen.append(name)
+        raise watch.RayJobError("offline")
+
+    monkeypatch.setattr(watch, "stack_outputs", outputs)
+    assert watch.main(words[3:] + ["--once"]) == 2
+    assert seen == [stack]
+
+
+def test_dash_stack_plans_with_safe_commands(sandbox, capsys):
+    """A stack named `-x`: the plan runs and every command it exports keeps the name an argument."""
+    tmp_path, _ = sandbox
+    path = write_stack(tmp_path, stack_text())
+    rc, text = run_main(["--stack=-x", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"], capsys)
+    assert rc == 0, text
+    outputs = json.loads((tmp_path / "out" / "plan.json").read_text())["outputs"]
+    assert outputs["watchCommand"] == "venv/bin/python -m tools.watch --stack=-x"
+
+
+def test_destroy_order_tool_refuses_a_path_as_stack(capsys):
+    from tools import destroy
+
+    assert destroy.main(["--stack", "../../etc/passwd"]) == 2
+    assert "--stack '../../etc/passwd'" in capsys.readouterr().err
+
+
+# --- issue 26: secrets by other roads --------------------------------------------------------------------
+
+
+RESOLVER_PROBES = ["${oc.env:CANARY_26}", "${ oc.env:CANARY_26}", "${oc.env: CANARY_26 }", "${env:CANARY_26}",
+                   '${oc.decode:"${oc.env:CANARY_26}"}', "prefix-${oc.env:CANARY_26}-suffix", "${a.b}", "plain",
+                   "$${oc.env:CANARY_26}"]
+
+
+@pytest.mark.parametrize("value", RESOLVER_PROBES)
+def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(value, monkeypatch):
+    """OmegaConf itself is the oracle: any override value whose resolution reads the environment is refused."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from stacks import grpo
+
+    monkeypatch.setenv("CANARY_26", "canary-value-26")
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create({"a": {"b": "x"}, "v": value}), resolve=True)["v"]
+    except OmegaConfBaseException:  # e.g. `env` is no longer registered in this OmegaConf
+        resolved = ""
+    _, problems = grpo._parse_extras((f"+trainer.note={value}",))
+    if "canary-value-26" in str(resolved):
+        assert problems and "resolver" in problems[0], (value, problems)
+
+
+def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
+    """hfToken: '-' typed in plain text: the plan redacts the value where it is the whole value, and leaves
+    every other '-' (us-central1, verl-b200-ray) alone."""
+    tmp_path, _ = sandbox
+    path = write_stack(tmp_path, stack_text(**{"verl-gke:hfToken": "'-'"}))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"],
+                        capsys)
+    assert rc == 0, text
+    data = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert data["outputs"]["rayCluster"] == "verl-b200-ray"
+    assert "us-central1" in json.dumps(data)
+
+
+def test_redaction_is_by_value_and_finds_long_secrets_inside_text():
+    secret = "hf_" + "A" * 34
+    data = {"a": "-", "b": ["x-y", "-"], "c": f"token={secret};", "d": {"e": secret}, "f": "us-central1"}
+    assert plan.scrub(data, ["-", secret]) == {"a": "[secret]", "b": ["x-y", "[secret]"], "c": "token=[secret];",
+                                              "d": {"e": "[secret]"}, "f": "us-central1"}
+
+
+# --- issue 26: tools.watch --png writes only its own regular files ----------------------------------------
+
+
+def _png_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    doc = tmp_path / "notes.png"
+    doc.write_text("not an image, mine")
+    link = tmp_path / "link.png"
+    link.symlink_to(doc)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    return {
+        "device": (Path("/dev/null"), "not a regular file"),
+        "folder": (folder, "not a regular file"),
+        "foreign-file": (doc, "not a PNG image"),
+        "symlink": (link, "symbolic link"),
+        "missing-folder": (tmp_path / "nowhere" / "s.png", "does not exist"),
+        "folder-is-a-file": (blocker / "s.png", "does not exist"),
+    }
+
+
+@pytest.mark.parametrize("case", ["device", "folder", "foreign-file", "symlink", "missing-folder",
+                                  "folder-is-a-file"])
+def test_watch_png_refuses_what_it_must_not_write(tmp_path, capsys, case):
+    from tools import watch
+
+    target, named = _png_cases(tmp_path)[case]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
+    rc = watch.main(["--address", "http://127.0.0.1:9", "--job", "j", "--once", "--png", str(target)])
+    text = capsys.readouterr().out
+    assert rc == 2 and named in text and f"--png {target}" in text and "Traceback" not in text, text
+    assert {p: p.read_bytes() for p in before} == before
+    assert Path("/dev/null").is_char_device()
+
+
+def test_watch_png_replaces_its_own_png_through_a_file_of_its_own(tmp_path):
+    """The plot writes a temp file it created, then renames it over the target: a PNG of an earlier run is
+    replaced, and nothing else is left behind."""
+    from tools import watch
+
+    target = tmp_path / "scores.png"
+    target.write_bytes(watch.PNG_SIGNATURE + b"old")
+    progress = watch.Progress()
+    progress.metrics = {1: {watch.TRAIN_SCORE: 0.1}, 2: {watch.TRAIN_SCORE: 0.3}}
+    assert watch.plot(progress, target, "t")
+    assert target.read_bytes().startswith(watch.PNG_SIGNATURE) and len(target.read_bytes()) > 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.png"]
+    os.remove(target)
+    target.mkdir()  # between two polls the target became a folder: a clear error, the folder untouched
+    with pytest.raises(watch.PngPathError, match="not a regular file"):
+        watch.plot(progress, target, "t")
+    assert target.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["scores.png"]
+
+
+# --- issue 26: the supervisor checks its state before training ----------------------------------------------
+
+SUPERVISE = ROOT / "components" / "scripts" / "supervise.py"
+
+
+def _supervise(state: Path, run: str = "run-x") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SUPERVISE), "--run-id", run, "--max-recoveries", "3",
+                           "--state", str(state), "--expected-gpus", "0", "--dashboard", "http://127.0.0.1:9",
+                           "--", sys.executable, "-c", "open('TRAINED', 'w')"],
+                          capture_output=True, text=True, timeout=120, cwd=state.parent if state.parent.is_dir()
+                          else None)
+
+
+@pytest.mark.parametrize("content,named", [
+    ('{"run": "run-x", "attempts": []}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"1": "x"}}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"one": {"restarts": []}}}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"1": {"restarts": {"a": 1}}}}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"0": {"restarts": []}}}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"1": {"restarts": [1]}}}', "unexpected shape"),
+    ("{not json", "cannot be read as JSON"),
+], ids=["attempts-list", "attempt-string", "attempt-key-word", "restarts-dict", "attempt-zero", "restart-int",
+        "not-json"])
+def test_supervisor_fails_before_training_on_a_bad_state_file(tmp_path, content, named):
+    state = tmp_path / "state.json"
+    state.write_text(content)
+    done = _supervise(state)
+    assert done.returncode == 1 and named in done.stdout and "FAILED before training" in done.stdout, done
+    assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "TRAINED").exists()
+    assert state.read_text() == content  # left for the user to inspect
+
+
+def test_supervisor_fails_before_training_on_an_unusable_state_folder(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    for state, named in ((blocker / "state.json", "is not writable"), (tmp_path, "is not a regular file")):
+        done = _supervise(state)
+        assert done.returncode == 1 and named in done.stdout, done
+        assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_supervisor_starts_afresh_on_another_runs_state(tmp_path):
+    """A state file of another run (or a foreign shape) is not this run's budget: training starts."""
+    state = tmp_path / "state.json"
+    state.write_text('{"run": "old-run", "attempts": "whatever"}')
+    done = _supervise(state)
+    assert done.returncode == 0 and (tmp_path / "TRAINED").exists(), done
+
+
+# --- issue 26: messages stay short and show exact characters ---------------------------------------------
+
+
+def test_a_megabyte_model_id_gets_a_short_correct_error(sandbox, capsys):
+    tmp_path, registered = sandbox
+    path = write_stack(tmp_path, yaml_case("verl-gke:model", "Qwen/" + "x" * 1_000_000))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert_refused(rc, text, "verl-gke:model", tmp_path, registered)
+    assert len(text) < 2000 and "1000005 characters" in text, len(text)
+
+
+def test_every_problem_line_is_bounded():
+    err = stack_config.ConfigError(["k = " + "y" * 100_000 + " tail"])
+    assert len(str(err)) < 1000 and err.problems[0].endswith(" tail")

@@ -152,7 +152,9 @@ def test_the_gate_names_the_key(overrides, key):
 
 def test_a_small_head_on_a_small_machine_passes_the_gate():
     raw = {"gcp:project": "p-1234567", "gcp:region": "us-central1", "gcp:zone": "us-central1-b",
-           "verl-gke:cpuMachineType": "e2-standard-4", "verl-gke:rayHeadCpu": "2"}
+           "verl-gke:cpuMachineType": "e2-standard-4", "verl-gke:rayHeadCpu": "2",
+           # e2-standard-4 has 16 GiB, ~13.3 allocatable: the default 32 GiB head would never be scheduled
+           "verl-gke:rayHeadMemoryGib": "8"}
     assert config.load(raw, "t").cluster.head_cpu == 2
 
 

@@ -160,7 +160,8 @@ def test_command_outputs_paste_into_a_shell(path):
     argv = shlex.split(commands["logsCommand"])
     assert argv[:3] == ["gcloud", "logging", "read"] and argv[3].startswith('resource.type="k8s_container"')
     assert shlex.split(commands["dashboardCommand"])[:2] == ["kubectl", "-n"]
-    assert shlex.split(commands["watchCommand"])[-2:] == ["--stack", path.stem.split(".", 1)[1]]
+    # one word, so a stack named `-x` never reads as an option
+    assert shlex.split(commands["watchCommand"])[-1] == "--stack=" + path.stem.split(".", 1)[1]
 
 
 def test_plan_shows_what_only_the_provider_knows_as_unknown(b200):

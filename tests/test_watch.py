@@ -144,7 +144,7 @@ def test_watch_through_the_api_server_proxy_from_stack_outputs(head, tmp_path, c
         bin_dir.mkdir()
         outputs = {"rayDashboardProxy": proxy.gke(), "jobId": job_id, "kubeconfig": "[secret]"}
         fake = bin_dir / "pulumi"  # stands in for the CLI: prints the outputs as `--json` does
-        fake.write_text(f"#!/bin/sh\n[ \"$1 $2 $3 $4 $5\" = 'stack output --json --stack b200' ] || exit 9\n"
+        fake.write_text(f"#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'stack output --json --stack=b200' ] || exit 9\n"
                         f"cat <<'EOF'\n{json.dumps(outputs)}\nEOF\n")
         fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
         monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")

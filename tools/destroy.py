@@ -125,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.destroy", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True)
     args = parser.parse_args(argv)
+    try:
+        plan_tool.check_stack_name(args.stack)  # the name becomes a file name: never `../x`
+    except plan_tool.UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     raw, secret_keys = plan_tool.read_stack_file(plan_tool.ROOT / f"Pulumi.{args.stack}.yaml")
     order = DestroyOrder(plan_tool.build_plan(args.stack, raw, secret_keys))
     print(describe(order, order.waves()))

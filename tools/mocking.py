@@ -177,6 +177,17 @@ MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
 }
 
 
+def sample_quota_infos(quota_ids) -> dict[str, list[dict] | str]:
+    """The sample project's quotas as stacks.quotas.findings reads them (what the mocks answer)."""
+    out: dict[str, list[dict] | str] = {}
+    for quota_id in quota_ids:
+        infos = MOCK_QUOTAS.get(quota_id)
+        out[quota_id] = (f"quota {quota_id} not found for service compute.googleapis.com" if infos is None else
+                         [{"dimensions": d, "value": None if v is None else str(v), "locations": locs}
+                          for d, v, locs in infos])
+    return out
+
+
 def quota_info(project: str, quota_id: str, infos: list[tuple[dict, int | None, list[str]]]) -> dict:
     dims = sorted({k for d, _, _ in infos for k in d} | ({"region"} if "region" in quota_id else set()))
     return {

@@ -81,7 +81,7 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
     from tools import mocking
 
     # The gate first: bad config exits 2 before the program (and the mocks) ever start.
-    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    cfg = gate(raw, stack)
     run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
                       project=stack_config.PROJECT, preview=preview)
     resources = []
@@ -100,6 +100,23 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
             **run_figures(cfg)}
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
     return scrub(plan, [raw[k] for k in secret_keys if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+
+
+def gate(raw: dict[str, str], stack: str) -> stack_config.StackConfig:
+    """The config gate (stacks.config.load: every key, every component's rules) plus the quota
+    preflight against the plan's sample project (the quotas the mocks answer): a stack that `pulumi up`
+    would stop at the quota check stops here too, with exit 2 and every problem, before the program runs."""
+    from stacks import quotas
+    from tools import mocking
+
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    wanted = quotas.needs(cfg)
+    found = quotas.findings(cfg, wanted, mocking.sample_quota_infos(n.ref.quota_id for n in wanted))
+    fatal = [f"{stack_config.KEYS_BY_NAME[f.key].full if f.key in stack_config.KEYS_BY_NAME else f.key}: "
+             f"{f.message} (the plan's sample project quotas, tools/mocking.py)" for f in found if f.fatal]
+    if fatal:
+        raise stack_config.ConfigError(fatal)
+    return cfg
 
 
 def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
@@ -156,7 +173,15 @@ def report(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
+# replacing every `-` in the plan would mangle it and redact nothing.
+MIN_EMBEDDED_SECRET = 8
+
+
 def scrub(value: Any, secrets: list[str]) -> Any:
+    """Replace secrets by value in the plan's structured data: a string equal to a secret, or (for a
+    secret of MIN_EMBEDDED_SECRET characters or more) every occurrence inside a string."""
+    secrets = [s for s in secrets if s]
     if not secrets:
         return value
     if isinstance(value, dict):
@@ -164,8 +189,11 @@ def scrub(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, list):
         return [scrub(v, secrets) for v in value]
     if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, "[secret]")
+        if value in secrets:
+            return "[secret]"
+        for s in sorted(secrets, key=len, reverse=True):
+            if len(s) >= MIN_EMBEDDED_SECRET:
+                value = value.replace(s, "[secret]")
     return value
 
 
@@ -296,9 +324,12 @@ def _ours(out: Path) -> bool:
 
 def price_report(cfg: stack_config.StackConfig) -> str:
     """The hourly price table and the run estimate from the recipe's sizing (GPU-hours, bucket GB)."""
+    from catalog.models import model_spec
     from stacks import cost, sizing
 
     table = cost.hourly(cfg)
+    if model_spec(cfg.model) is None:  # no size figures: the hourly price still holds
+        return "\n".join([cost.render_hourly(table), f"run estimate: {cfg.model} is not in catalog/models.py"])
     s = sizing.run_sizing(cfg)
     estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
     return "\n".join([cost.render_hourly(table), cost.render_run(estimate, s.gpu_hours, s.bucket_gb)])
@@ -435,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "ratio": round(crit.ratio, 3), "floor": crit.floor_why,
                                 "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
                                            "phases": s.why} for s in crit.steps]}
+        prices = price_report(cfg)  # everything is computed before the first file is written
         write(plan, out)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -454,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     print(admission_text(plan["admission"], plan["storage"]))
     from tools.critical_path import text as critical_path_text
     print(critical_path_text(crit))
-    print(price_report(cfg))
+    print(prices)
     for warning in plan.get("warnings") or []:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)

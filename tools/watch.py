@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -152,7 +153,7 @@ def stack_outputs(stack: str, cwd: Path | None = None) -> dict[str, Any]:
     if not pulumi:
         raise RayJobError("the Pulumi CLI is not on PATH: install it, or pass --address http://... "
                           "(e.g. with `$(pulumi stack output dashboardCommand)` running elsewhere)")
-    done = subprocess.run([pulumi, "stack", "output", "--json", "--stack", stack], capture_output=True,
+    done = subprocess.run([pulumi, "stack", "output", "--json", f"--stack={stack}"], capture_output=True,
                           text=True, cwd=cwd, check=False)
     if done.returncode != 0:
         raise RayJobError(f"`pulumi stack output --json --stack {stack}` failed: {done.stderr.strip()}")
@@ -282,13 +283,55 @@ def plot(progress: Progress, path: Path, title: str) -> bool:
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.png")
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)  # a viewer never sees half a file
+        png_problem(path, raise_it=True)  # checked again: the path may have changed since the start
+        # A file of our own (O_EXCL, beside the target), then one rename: a viewer never sees half a
+        # file, and nothing but a regular file is ever written or replaced.
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.png", dir=path.parent or ".")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                fig.savefig(out, format="png")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     finally:
         plt.close(fig)
     return True
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class PngPathError(OSError):
+    """--png names something the watch must not write: exit 2 with this message."""
+
+
+def png_problem(path: Path, raise_it: bool = False) -> str | None:
+    """Why the watch must not write `path`: it exists and is not a PNG file (a device, a folder, a
+    link, someone's document), or its folder is missing or not writable. None when it may."""
+    problem = None
+    if path.is_symlink():
+        problem = "is a symbolic link; name a new file"
+    elif path.exists():
+        if not path.is_file():
+            problem = "exists and is not a regular file (a device, a folder, a pipe?); name a new .png file"
+        else:
+            try:
+                with path.open("rb") as f:
+                    head = f.read(len(PNG_SIGNATURE))
+            except OSError as err:
+                head, problem = b"", f"cannot be read ({err.strerror}); name a new .png file"
+            if problem is None and head != PNG_SIGNATURE:
+                problem = "exists and is not a PNG image; the watch replaces only its own PNG: name a new file"
+    if problem is None:
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            problem = f"its folder {folder} does not exist"
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            problem = f"its folder {folder} is not writable"
+    if problem and raise_it:
+        raise PngPathError(f"--png {path}: {problem}")
+    return problem
 
 
 # ----------------------------------------------------------------------------- the command
@@ -307,12 +350,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit (1 if the job failed)")
     parser.add_argument("--png", type=Path, help="score curve PNG (default: <job id>-scores.png)")
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between polls (default 30)")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    # argparse drops a value that is exactly "--" (CPython argparse _get_values removes '--' from an
+    # option's arguments), and `--` is a stack name the CLI accepts: take `--stack=NAME` as written.
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--stack=")]
+    if given:
+        args.stack = given[-1]
 
     from rich.console import Console
     from rich.live import Live
+    from rich.markup import escape
 
     console = Console()
+    if args.png and (problem := png_problem(args.png)):
+        console.print(f"[red]error:[/red] {escape(f'--png {args.png}: {problem}')}", soft_wrap=True)
+        return 2
     try:
         if args.stack:
             target = target_from_outputs(stack_outputs(args.stack), args.stack)
@@ -332,17 +385,25 @@ def main(argv: list[str] | None = None) -> int:
         return render(s, png if plot(s.progress, png, f"{s.job_id} ({s.status})") else None)
 
     if args.once:
-        console.print(draw(snap))
+        try:
+            console.print(draw(snap))
+        except OSError as err:  # PngPathError, or a disk that filled up
+            console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
+            return 2
         return exit_code(snap.status)
-    with Live(draw(snap), console=console, refresh_per_second=1) as live:
-        while snap.status not in TERMINAL:
-            time.sleep(args.interval)
-            try:
-                snap = snapshot(target, snap.job_id)
-            except Exception as err:  # a blip (token refresh, API server): keep watching
-                console.print(f"[yellow]poll failed, retrying:[/yellow] {err}")
-                continue
-            live.update(draw(snap))
+    try:
+        with Live(draw(snap), console=console, refresh_per_second=1) as live:
+            while snap.status not in TERMINAL:
+                time.sleep(args.interval)
+                try:
+                    snap = snapshot(target, snap.job_id)
+                except Exception as err:  # a blip (token refresh, API server): keep watching
+                    console.print(f"[yellow]poll failed, retrying:[/yellow] {err}")
+                    continue
+                live.update(draw(snap))
+    except OSError as err:  # the PNG's path became unwritable or not ours (PngPathError)
+        console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
+        return 2
     return exit_code(snap.status)
 
 

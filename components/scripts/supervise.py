@@ -31,6 +31,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -95,6 +96,42 @@ class Budget:
 
     def tally(self) -> str:
         return f"recoveries used {self.used} of {self.limit}"
+
+
+def state_problem(path: str, run: str) -> str | None:
+    """What is wrong with the budget's state file or folder, before anything runs (None: usable).
+
+    Budget reads a file of another run as a fresh start; a file of this run must have the shape Budget
+    writes ({"run", "attempts": {"<n>": {"restarts": [{...}], ...}}}), and the folder must take a new file.
+    """
+    folder = os.path.dirname(path) or "."
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        return f"the state file {path} is not a regular file: remove it or pass another --state"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".state-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return f"the state folder {folder} is not writable ({err.strerror or err}): check the bucket mount"
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        return f"the state file {path} cannot be read as JSON ({err}): delete it to start this run's budget afresh"
+    if not isinstance(data, dict) or data.get("run") != run:
+        return None  # another run's (or no) budget: Budget starts afresh
+    attempts = data.get("attempts", {})
+    shape_ok = isinstance(attempts, dict) and all(
+        isinstance(k, str) and k.isdecimal() and int(k) >= 1 and isinstance(v, dict)
+        and isinstance(v.get("restarts", []), list) and all(isinstance(r, dict) for r in v.get("restarts", []))
+        for k, v in attempts.items())
+    if not shape_ok:
+        return (f"the state file {path} has an unexpected shape (attempts must map attempt numbers to "
+                "{\"restarts\": [...]}): delete it to start this run's budget afresh")
+    return None
 
 
 # ----------------------------------------------------------------------------- Ray's state API
@@ -257,6 +294,9 @@ class StoppedError(Exception):
 
 
 def run(args: argparse.Namespace, trainer: list[str]) -> int:
+    if problem := state_problem(args.state, args.run_id):
+        log(f"run {args.run_id} attempt {args.attempt}: FAILED before training, {problem}")
+        return EXIT_GIVE_UP
     budget = Budget(args.state, args.run_id, args.attempt, args.used, args.max_recoveries)
     if budget.used > budget.limit:
         budget.record(outcome="FAILED", reason="recovery budget spent before this attempt")
