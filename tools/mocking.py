@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,6 +234,9 @@ class ProgramMocks(pmocks.Mocks):
         elif t.startswith("kubernetes:"):
             meta = dict(inputs.get("metadata") or {})
             meta.setdefault("name", f"{args.name}-mock")
+            # The API server assigns a uid at creation: unknown until then (a preview of a new object).
+            meta.setdefault("uid", UNKNOWN if self.preview and t not in self.existing
+                            else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{t}/{args.name}")))
             state["metadata"] = meta
         elif t.startswith("pulumi-python:dynamic"):
             # What only the provider's create can know (which attempt, its status) is unknown in a
