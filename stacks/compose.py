@@ -31,8 +31,9 @@ from components.node_identity import NodeServiceAccount
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
+from components.stack_guard import StackGuard
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, cost, grpo, keys, preflight, quotas
+from stacks import config, cost, grpo, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -66,6 +67,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     budget = staging_disk_budget(largest_file_gib(cfg.model))
     cache_gib = file_cache_gib(weights_gib(cfg.model))
 
+    # First: its check refuses a replace-forcing change of a named singleton before any other step.
+    StackGuard("stack-guard", singletons.fixed_values(cfg))
     apis = ProjectApis("apis", cfg.project)
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
     network = RdmaNetwork("network", RdmaNetworkArgs(
@@ -103,6 +106,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
             project_id=cfg.project, opts=pulumi.InvokeOutputOptions(depends_on=[apis])).number,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
+        existing_bucket=cfg.bucket_name, adopt_key=keys.full("bucketName"),
         wandb_api_key=wandb_api_key,
         file_cache_mib=cache_gib * 1024, soft_delete_days=cfg.bucket_soft_delete_days,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))

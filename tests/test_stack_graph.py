@@ -18,7 +18,7 @@ RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 
 
 def _job(run):
-    found = [r for r in run.resources if r.type.startswith("pulumi-python:dynamic")]
+    found = [r for r in run.resources if r.type == JOB]
     assert len(found) == 1, [r.type for r in run.resources if "dynamic" in r.type]
     return found[0]
 

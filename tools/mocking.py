@@ -91,6 +91,7 @@ class Registration:
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
     replace_on_changes: list[str] = field(default_factory=list)  # property paths whose change replaces
+    import_id: str = ""  # ResourceOptions.import_: the cloud object adopted instead of created
 
 
 @dataclass
@@ -152,6 +153,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
             replace_on_changes=list(request.replaceOnChanges),
+            import_id=request.importId,
         ))
         return response
 
