@@ -19,13 +19,15 @@ def fixed_values(cfg: StackConfig) -> dict[str, dict[str, Any]]:
     values: dict[str, tuple[Any, str]] = {
         "gcp:project": (cfg.project, "every resource of the stack"),
         "gcp:region": (cfg.region, f"the networks and {cluster}"),
-        "gcp:zone": (cfg.zone, f"the GPU node pool {GPU_POOL_NAME} (its node locations)"),
         keys.full("clusterMode"): (cfg.cluster.mode, f"{cluster}: Autopilot and Standard are different clusters"),
         keys.full("zonalCluster"): (cfg.cluster.zonal, f"{cluster} (its location)"),
         keys.full("namePrefix"): (cfg.prefix, "every named resource (the cluster, networks, service accounts)"),
-        keys.full("accelerator"): (cfg.accelerator.key, f"the GPU node pool {GPU_POOL_NAME} (its machine type)"),
         keys.full("bucketLocation"): (cfg.bucket_location,
                                       "the kept bucket (a bucket's location cannot change)"),
         keys.full("bucketName"): (cfg.bucket_name, "the stack's bucket (another bucket, the old one forgotten)"),
     }
+    if not cfg.cluster.autopilot:  # Autopilot has no named GPU pool: a new zone or GPU only recreates pods
+        values["gcp:zone"] = (cfg.zone, f"the GPU node pool {GPU_POOL_NAME} (its node locations)")
+        values[keys.full("accelerator")] = (cfg.accelerator.key,
+                                            f"the GPU node pool {GPU_POOL_NAME} (its machine type)")
     return {key: {"value": value, "replaces": what} for key, (value, what) in values.items()}
