@@ -11,6 +11,13 @@ vanished job as the next attempt (`<id>-r<k>`; `read` keeps the last attempt in 
 whose cluster was recreated does not start over at attempt 1), stop the job on delete. Values still
 unknown at preview are never judged, and every call is capped to the deadline it serves.
 
+Refresh and delete know three answers (components.ray_presence): present, absent (Ray or the API
+server says so) or unknown; unknown fails the call and the state stays. Delete succeeds only for a
+job seen stopped or finished, or absent. A job adopted from the head must be ours (a digest in its
+metadata, or its entrypoint). Create is all or nothing: a worker group it scaled up goes back to 0
+when the cluster is not ready in time or the submission fails. The job follows its RayCluster:
+`cluster_uid` is a replace key (absent in an old state: no change).
+
 Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
 supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
 reported, not resubmitted. Before waiting for the GPUs, `scale` brings the RayCluster's worker group
