@@ -156,3 +156,22 @@ def test_destroy_prints_the_kept_bucket_and_how_to_adopt_it():
         server._drain.join(timeout=30)
     assert server.stderr_lines == [kept_message("verl-data-0a1b2c3d", keys.full("bucketName"))]
     assert f"pulumi config set {keys.full('bucketName')} verl-data-0a1b2c3d" in server.stderr_lines[0]
+
+
+def dependents_pass_inputs(job, replaced_urn: str) -> dict:
+    """The engine's dependents pass for one dependent (step_generator.go L3325-3333): every input with a
+    property dependency on the replaced resource becomes one unknown value; the rest stay as they are."""
+    return {k: (rpc.UNKNOWN if replaced_urn in job.property_dependencies.get(k, []) else v)
+            for k, v in job.raw_inputs.items() if k != "__provider"}
+
+
+def test_a_replaced_raycluster_replaces_the_job_in_the_dependents_pass(run):
+    job, raycluster = run.one(JOB), run.one(RAYCLUSTER)
+    olds = {k: v for k, v in job.raw_inputs.items() if k != "__provider"}
+    news = dependents_pass_inputs(job, raycluster.urn)
+    assert [k for k in news if news[k] == rpc.UNKNOWN] == ["cluster_uid"]  # nothing else follows the cluster
+    with ProviderServer() as server:
+        assert list(server.diff("grpo", olds, news).replaces) == ["cluster_uid"]
+        # an RDMA network or the namespace replaced too: whatever else turns unknown, the diff does not crash
+        every = {k: rpc.UNKNOWN for k in olds}
+        assert "cluster_uid" in server.diff("grpo", olds, every).replaces
