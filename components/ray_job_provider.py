@@ -461,7 +461,6 @@ class RayJobProvider(dyn.ResourceProvider):
         Anything else fails, and the job stays in the state (a replacement is never submitted beside it)."""
         inputs = with_defaults(props)
         job_id = props.get("job_id") or id_
-        deadline = time.monotonic() + inputs["stop_timeout_s"]
         with Dashboard(inputs) as dash:
             seen = look(dash, inputs, job_id, inputs["probe_window_s"])
             if seen.state == ABSENT:
@@ -472,6 +471,7 @@ class RayJobProvider(dyn.ResourceProvider):
                     return
                 raise RayJobError(unknown_message("stop", job_id, dash.url, seen.why, inputs["probe_window_s"]))
             status = seen.job.get("status")
+            deadline = time.monotonic() + inputs["stop_timeout_s"]  # from the moment we know what to stop
             step, stop_sent, last = 0, False, ""
             while status not in TERMINAL:
                 try:

@@ -144,6 +144,18 @@ def test_delete_never_forgets_a_running_job(head, front, server, running, fault)
     assert status_on(head, job_id) == "STOPPED"
 
 
+def test_a_stop_not_finished_by_the_deadline_fails_the_delete(head, front, server):
+    """Half done: the stop was accepted, the job is not seen stopped in time. It ignores SIGTERM, so Ray
+    kills it only after its stop grace period (ray-project/ray job_manager: SIGTERM, then SIGKILL)."""
+    job_id, outs = server.create(props(front.address, "stubborn", entrypoint="trap '' TERM; sleep 600"))
+    wait_status(head.address, job_id, {"RUNNING"})
+    with pytest.raises(ProviderCallError, match="after the stop request") as failed:
+        server.delete(job_id, {**outs, "stop_timeout_s": 0.5})
+    assert "stays in the state" in str(failed.value)
+    server.delete(job_id, outs)  # the next destroy sees it stopped
+    assert status_on(head, job_id) == "STOPPED"
+
+
 # ----------------------------------------------------------------------------- the API server's word
 
 
