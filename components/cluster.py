@@ -200,9 +200,11 @@ class GkeCluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.cluster.endpoint, self.ca_certificate).apply(lambda a: kubeconfig(*a)))
         self.provider = k8s.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig,
-            # After the cluster is gone, `pulumi destroy` drops its objects from state instead of failing.
-            delete_unreachable=True,
+            f"{name}-k8s", kubeconfig=self.kubeconfig, cluster_identifier=cluster_identifier(args),
+            # No deleteUnreachable: with it, one refresh that cannot reach the API server (an expired
+            # login, an address outside the authorized networks, a control-plane upgrade) drops every
+            # Kubernetes object from the state. A cluster already gone is destroyed with
+            # PULUMI_K8S_DELETE_UNREACHABLE=true (README "Destroy").
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
         # Deleted by `pulumi destroy` before the GPU pool and the cluster (it depends on both). Its
         # DaemonSet runs on GPU nodes only: it waits for the GPU pool, not the CPU pool.
@@ -271,6 +273,18 @@ class GkeCluster(pulumi.ComponentResource):
                 additional_node_network_configs=extra_networks) if extra_networks else None,
             node_config=node_config,
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=GPU_POOL_IGNORE_CHANGES))
+
+
+def cluster_identifier(args: GkeClusterArgs) -> str:
+    """Which cluster the Kubernetes provider talks to, for pulumi-kubernetes' `clusterIdentifier` (4.16.0,
+    panic fixed in 4.17.1: its CHANGELOG.md). With it set, DiffConfig replaces the provider (and every
+    object it manages) only when this string changes, not when the kubeconfig does (a new endpoint, a
+    rotated CA, a kubeconfig unknown at preview): pulumi/pulumi-kubernetes provider/pkg/provider/provider.go
+    `DiffConfig`, commit 94977969d641. Adding it to an existing provider is not a replacement there
+    either, as long as the kubeconfig does not change in the same `up`. Built from what names the
+    cluster and what replaces it (project, location, name, mode), all known at preview."""
+    mode = "autopilot" if args.autopilot else "standard"
+    return f"projects/{args.project}/locations/{args.location or args.region}/clusters/{args.name}/{mode}"
 
 
 def _node_locations(args: GkeClusterArgs) -> list[str] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import sys
 import tempfile
 import time
 from typing import Any, Self, TypedDict
@@ -27,6 +28,7 @@ READY_POLL_CAP_S = 2.0  # a poll is three small GETs: cheap even through the API
 FOLLOW_POLL_CAP_S = 10.0
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30
+PROGRESS_EVERY_S = 60.0  # a line on the console about once a minute while waiting for the GPUs
 REPORT_BUDGET_S = 10  # the Pods/events report added to a readiness timeout: two small GETs
 EVENTS_PER_POD = 3  # the newest few: what the scheduler and the autoscaler last said
 
@@ -61,9 +63,17 @@ class DashboardError(RayJobError):
         return self.tls or self.status in (401, 403)
 
     @property
-    def gone(self) -> bool:
-        """The job or the cluster does not exist: Ray's or Kubernetes' 404, no endpoints, no listener."""
+    def transient(self) -> bool:
+        """Worth another try: no answer, a 404 from a proxy that lost its endpoints, a 502/503/504.
+        Never a reason to call a job gone (components.ray_presence decides that)."""
         return not self.fatal and (self.status is None or self.status in (404, 502, 503, 504))
+
+    @property
+    def job_missing(self) -> bool:
+        """Ray's own answer for a job id it does not know: 404 "Job <id> does not exist" (ray-project/ray
+        python/ray/dashboard/modules/job/job_head.py `get_job_info`/`stop_job`, commit 017deaf1a528).
+        Alone it proves nothing (a stray 404 can say anything): ray_presence also asks the health endpoint."""
+        return self.status == 404 and "does not exist" in self.detail
 
 
 def _gke_parts(gke: dict[str, Any]) -> tuple[str, str, str, int]:
@@ -273,16 +283,31 @@ class Dashboard:
                   deadline=deadline)
 
 
-def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> list[dict[str, Any]]:
+def progress(text: str) -> None:
+    """One line on the provider's stderr. Since Pulumi CLI 3.146.0 the engine passes a dynamic provider's
+    stdout/stderr through to the console line by line (pulumi/pulumi#18253, sdk/go/common/resource/plugin/
+    plugin.go `isDynamicPluginBinary`); `pulumi.log` from a provider does not reach it (#18249)."""
+    print(f"[verl-gke] {text}", file=sys.stderr, flush=True)
+
+
+def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float,
+                     progress_every_s: float = PROGRESS_EVERY_S, what: str = "the Ray job") -> list[dict[str, Any]]:
     """Poll until the dashboard is healthy, the GPUs have joined, the head's job agent answers and the
     Jobs API lists the jobs. Every call is capped to the time left before the deadline.
 
     Returns the jobs on the head (to pick the attempt from). At the deadline: what was missing, where.
+    Every `progress_every_s` it prints how many GPUs have joined (the wait can last an hour).
     """
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_note = started + progress_every_s
     missing = "nothing polled yet"
     step = 0
     while True:
+        if time.monotonic() >= next_note:
+            next_note = time.monotonic() + progress_every_s
+            progress(f"waiting for {what} at {dash.url}: {missing} ({time.monotonic() - started:.0f}s of "
+                     f"{timeout_s:g}s)")
         try:
             dash.call("GET", "/api/gcs_healthz", timeout=10, deadline=deadline)
             gpus, nodes, head = dash.nodes(deadline)
@@ -291,6 +316,7 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float) -> l
             elif head is None:
                 missing = "no alive head node in the state API"
             else:
+                missing = f"all {gpus:g} of {expected_gpus} GPUs joined; the head's job agent is not serving yet"
                 try:
                     dash.agent_ready(head, deadline)
                 except DashboardError as err:
@@ -382,7 +408,7 @@ def submit(dash: Dashboard, job_id: str, inputs: dict[str, Any], deadline: float
             if "already exists" in err.detail:
                 return "adopted"  # an earlier or concurrent create got there first
             # Right after the head is up the job agent may not be registered yet.
-            transient = err.gone or "No available agent" in err.detail
+            transient = err.transient or "No available agent" in err.detail
             if err.fatal or not transient or not pause(step, deadline, READY_POLL_CAP_S):
                 raise RayJobError(f"submitting Ray job {job_id} failed: {err}") from None
         step += 1
@@ -406,23 +432,3 @@ def follow(dash: Dashboard, job_id: str, timeout_s: float) -> dict[str, Any]:
                 f"{timeout_s:g}s; it keeps running and the next `pulumi up` adopts it"
             )
         step += 1
-
-
-def probe(inputs: dict[str, Any], job_id: str, tries: int = 3) -> tuple[str, str]:
-    """(status, message) of a job, GONE when it or its cluster no longer exists."""
-    with Dashboard(inputs) as dash:
-        step = 0
-        while True:
-            try:
-                job = dash.job(job_id)
-                return job.get("status", "UNKNOWN"), job.get("message") or ""
-            except DashboardError as err:
-                if not err.gone:
-                    raise  # TLS, auth, a broken head: not a reason to resubmit
-                step += 1
-                # A 404 is Ray's or Kubernetes' definite answer; no answer at all may be a blip.
-                if err.status == 404 or step >= tries:
-                    return GONE, f"job {job_id} or its Ray cluster is gone: {err}"
-                time.sleep(2.0 * step)
-
-

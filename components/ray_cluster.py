@@ -288,6 +288,7 @@ class RayCluster(pulumi.ComponentResource):
     head_service: str  # headless, reachable inside the cluster or via the API server's service proxy
     dashboard_port: int
     expected_gpus: int  # GPUs Ray must report before the job can start
+    uid: pulumi.Output[str]  # new with every replacement: a job that takes it as an input follows the cluster
 
     def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
         args.validate()
@@ -310,6 +311,7 @@ class RayCluster(pulumi.ComponentResource):
         self.head_service = head_service(args.name)
         self.dashboard_port = DASHBOARD_PORT
         self.expected_gpus = args.gpu_nodes * acc.gpus_per_node
+        self.uid = self.cluster.metadata.apply(lambda m: (m or {}).get("uid") if isinstance(m, dict) else m.uid)
         self.register_outputs({
             "name": self.name, "namespace": self.namespace, "head_service": self.head_service,
             "dashboard_port": self.dashboard_port, "expected_gpus": self.expected_gpus,

@@ -43,6 +43,8 @@ class RayJobArgs:
     # {namespace, name, group, index, replicas}.
     scale: pulumi.Input[dict[str, Any]] | None = None
     logs_hint: pulumi.Input[str] = DEFAULTS["logs_hint"]  # where the logs outlive the pods; in failures
+    # The RayCluster's uid (a property dependency): a replaced RayCluster replaces the job in the same `up`.
+    cluster_uid: pulumi.Input[str] | None = None
 
 
 class RayJob(dyn.Resource, module="verl-gke", name="RayJob"):

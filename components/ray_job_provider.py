@@ -11,6 +11,13 @@ vanished job as the next attempt (`<id>-r<k>`; `read` keeps the last attempt in 
 whose cluster was recreated does not start over at attempt 1), stop the job on delete. Values still
 unknown at preview are never judged, and every call is capped to the deadline it serves.
 
+Refresh and delete know three answers (components.ray_presence): present, absent (Ray or the API
+server says so) or unknown; unknown fails the call and the state stays. Delete succeeds only for a
+job seen stopped or finished, or absent. A job adopted from the head must be ours (a digest in its
+metadata, or its entrypoint). Create is all or nothing: a worker group it scaled up goes back to 0
+when the cluster is not ready in time or the submission fails. The job follows its RayCluster:
+`cluster_uid` is a replace key (absent in an old state: no change).
+
 Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
 supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
 reported, not resubmitted. Before waiting for the GPUs, `scale` brings the RayCluster's worker group
@@ -19,6 +26,7 @@ back to its size (the supervisor scales it to 0 when a run ends).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -26,7 +34,9 @@ from typing import Any
 import pulumi.dynamic as dyn
 
 from components.ray_client import (
+    ACTIVE,
     GONE,
+    PROGRESS_EVERY_S,
     READY_POLL_CAP_S,
     TERMINAL,
     Dashboard,
@@ -35,13 +45,21 @@ from components.ray_client import (
     base_url,
     follow,
     pause,
-    probe,
+    progress,
     submit,
     tail,
     target_key,
     wait_until_ready,
 )
-from components.ray_recovery import budget_left, scale_up, supervisor_note, used_by, with_attempt_env
+from components.ray_presence import (
+    ABSENT,
+    PRESENT,
+    PROBE_WINDOW_S,
+    look,
+    unknown_message,
+    unreachable_is_gone,
+)
+from components.ray_recovery import budget_left, scale_to, scale_up, supervisor_note, used_by, with_attempt_env
 
 RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
 
@@ -62,6 +80,13 @@ DEFAULTS: dict[str, Any] = {
     # {namespace, name, group, index, replicas}: the RayCluster worker group to scale back up (gke only).
     "scale": None,
     "logs_hint": "",  # a command that reads the job's logs where they outlive the pods; in failures
+    # The RayCluster's uid: a property dependency, so a replaced RayCluster replaces (resubmits) the job
+    # in the same `up`. Absent from an older state: no change (never a restart for the upgrade itself).
+    "cluster_uid": None,
+    # How long refresh and delete keep asking before the answer is "unknown" (components.ray_presence).
+    "probe_window_s": PROBE_WINDOW_S,
+    "progress_every_s": PROGRESS_EVERY_S,  # a console line while waiting for the GPUs
+    "release_timeout_s": 60,  # scaling the worker group back to 0 after a failed create
 }
 INPUT_KEYS = ("submission_id", "entrypoint", *DEFAULTS)
 INT_KEYS = (
@@ -73,10 +98,13 @@ INT_KEYS = (
     "attempt",
     "max_recoveries",
     "recoveries",
+    "release_timeout_s",
 )
 OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url", "recoveries")
 # What makes a different job. The target is compared without the CA, so a CA rotation is no restart.
 REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
+FOLLOWS_KEY = "cluster_uid"  # replaces when it changes; absent on either side is no change
+DIGEST_KEY = "verl_gke_digest"  # in the submitted job's metadata: what makes a job on the head ours
 
 SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LAST_JOB_KEY = "last_job_id"  # the newest attempt state knows of, kept in the inputs by `read`
@@ -148,7 +176,8 @@ def validate_inputs(inputs: dict[str, Any]) -> list[tuple[str, str]]:
     for key in ("expected_gpus", "log_tail_lines"):
         if key in known and not (isinstance(known[key], int) and known[key] >= 0):
             bad.append((key, f"{known[key]!r} must be an integer >= 0"))
-    for key in ("ready_timeout_s", "completion_timeout_s", "stop_timeout_s"):
+    for key in ("ready_timeout_s", "completion_timeout_s", "stop_timeout_s", "probe_window_s", "progress_every_s",
+                "release_timeout_s"):
         if key in known and not (isinstance(known[key], (int, float)) and known[key] > 0):
             bad.append((key, f"{known[key]!r} must be a number of seconds > 0"))
     if "max_recoveries" in known and not (isinstance(known["max_recoveries"], int)
@@ -208,21 +237,48 @@ def pick_attempt(
     return newest["submission_id"], number, newest
 
 
+def _target_replaces(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`address`/`gke` when the job would live on another Ray cluster. A value not known yet (the whole
+    `gke` input, or which service it names) counts as another cluster; an unknown CA alone does not."""
+    gke = new.get("gke")
+    if _is_unknown(new.get("address")) or (_is_unknown(gke) and not isinstance(gke, dict)):
+        return [k for k in ("address", "gke") if _is_unknown(new.get(k))]
+    if isinstance(gke, dict):
+        known_parts = {k: v for k, v in gke.items() if k != "ca_certificate"}
+        if _is_unknown(known_parts):
+            return ["gke"]
+        if _is_unknown(gke.get("ca_certificate")):
+            new = {**new, "gke": {**gke, "ca_certificate": ""}}
+    if target_key(old) == target_key(new):
+        return []
+    return [k for k in ("address", "gke") if old.get(k) != new.get(k)]
+
+
 def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-    """Replace for a different job or cluster, or to resubmit a dead job; update in place otherwise."""
+    """Replace for a different job or cluster, or to resubmit a dead job; update in place otherwise.
+
+    Any input may arrive wholly unknown: the engine's dependents pass (pulumi/pulumi
+    pkg/resource/deploy/step_generator.go `calculateDependentReplacements`, commit 1b5949891b3c) turns
+    every input that has a property dependency on a resource being replaced into one unknown value and
+    asks this diff; a replace key not known yet replaces.
+    """
     old, new = with_defaults(olds), with_defaults(news)
-    replaces = [k for k in REPLACE_KEYS if old.get(k) != new.get(k)]
-    if target_key(old) != target_key(new):
-        replaces += [k for k in ("address", "gke") if old.get(k) != new.get(k)]
+    replaces = [k for k in REPLACE_KEYS if _is_unknown(new.get(k)) or old.get(k) != new.get(k)]
+    replaces += _target_replaces(old, new)
+    # The RayCluster the job runs on: replaced cluster, replaced job. Absent on either side (a state from
+    # before this input) is no change: the upgrade itself never restarts a run.
+    if old.get(FOLLOWS_KEY) is not None and new.get(FOLLOWS_KEY) is not None and (
+            _is_unknown(new[FOLLOWS_KEY]) or old[FOLLOWS_KEY] != new[FOLLOWS_KEY]):
+        replaces.append(FOLLOWS_KEY)
     # After `pulumi up --refresh` finds the job dead (spot preemption): a new attempt resumes training.
     # ... while the run's recovery budget lasts: a run that used it up stays as it is until its inputs change.
-    if (old.get("status") in RESUBMIT_ON and new.get("resubmit_on_failure")
-            and budget_left(old.get("recoveries"), old.get("attempt"), new["max_recoveries"])):
+    cap = new.get("max_recoveries")
+    if (old.get("status") in RESUBMIT_ON and new.get("resubmit_on_failure") is not False
+            and (_is_unknown(cap) or budget_left(old.get("recoveries"), old.get("attempt"), cap))):
         replaces.append("status")
-    changed = bool(replaces) or any(old.get(k) != new.get(k) for k in INPUT_KEYS)
+    changed = bool(replaces) or any(_is_unknown(new.get(k)) or old.get(k) != new.get(k) for k in INPUT_KEYS)
     # Stop the old job before the new one needs the same GPUs.
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
-
 
 
 def _message(ray_message: str | None, note: str) -> str:
@@ -248,41 +304,82 @@ class RayJobProvider(dyn.ResourceProvider):
         return diff_inputs(olds, news)
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        """All or nothing: when the cluster is not ready in time or the submission fails, the worker group
+        this create scaled up goes back to 0 before the error is raised (the engine records nothing for
+        a failed create, so nothing else would ever scale it down)."""
         inputs = with_defaults(props)
         problems = validate_inputs(inputs)
         if problems:
             raise RayJobError("; ".join(f"{prop}: {reason}" for prop, reason in problems))
         base = inputs["submission_id"]
         with Dashboard(inputs) as dash:
-            started = time.monotonic()
-            deadline = started + inputs["ready_timeout_s"]
-            if inputs["scale"]:
-                # The run supervisor released the GPUs when the last run ended: bring them back first.
-                scale_up(dash, inputs["scale"], deadline)
-            jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"])
-            job_id, attempt, adopted, used, note = self._choose(dash, jobs, base, inputs)
-            if adopted is None:
-                runtime_env = with_attempt_env(inputs["runtime_env"], base, attempt, used, inputs["max_recoveries"])
-                # The agent was part of readiness; a short window still covers a head that restarts it.
-                submit(dash, job_id, {**inputs, "runtime_env": runtime_env},
-                       max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
-            job = dash.job(job_id, deadline=max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
-            if inputs["wait_for_completion"]:
-                job = follow(dash, job_id, inputs["completion_timeout_s"])
-                used, note = used_by(dash, job, attempt)
-                if job.get("status") in ("FAILED", "STOPPED"):
-                    raise RayJobError(self._failure(dash, job_id, job, inputs["log_tail_lines"],
-                                                    inputs["logs_hint"]))
-            outs = {
-                **inputs,
-                "job_id": job_id,
-                "attempt": attempt,
-                "status": job.get("status"),
-                "message": _message(job.get("message"), note),
-                "dashboard_url": dash.url,
-                "recoveries": used,
-            }
-        return dyn.CreateResult(job_id, outs)
+            scaled = False
+            try:
+                if inputs["scale"]:
+                    # The run supervisor released the GPUs when the last run ended: bring them back first.
+                    scale_up(dash, inputs["scale"], time.monotonic() + inputs["ready_timeout_s"])
+                    scaled = True
+                outs = self._submit_or_adopt(dash, base, inputs)
+            except RayJobError as err:
+                if not scaled:
+                    raise
+                raise RayJobError(f"{err}\n{self._release(dash, base, inputs)}") from None
+        return dyn.CreateResult(outs["job_id"], outs)
+
+    def _submit_or_adopt(self, dash: Dashboard, base: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        started = time.monotonic()
+        deadline = started + inputs["ready_timeout_s"]
+        jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"],
+                                progress_every_s=inputs["progress_every_s"], what=f"Ray job {base}")
+        job_id, attempt, adopted, used, note = self._choose(dash, jobs, base, inputs)
+        if adopted is not None:
+            check_ours(adopted, inputs, dash.url)
+        else:
+            runtime_env = with_attempt_env(inputs["runtime_env"], base, attempt, used, inputs["max_recoveries"])
+            # The agent was part of readiness; a short window still covers a head that restarts it.
+            outcome = submit(dash, job_id, {**inputs, "runtime_env": runtime_env,
+                                            "metadata": {**inputs["metadata"], DIGEST_KEY: digest(inputs)}},
+                             max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
+        job = dash.job(job_id, deadline=max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
+        if adopted is None and outcome == "adopted":
+            check_ours(job, inputs, dash.url)  # another create got there first: it must be the same run
+        if inputs["wait_for_completion"]:
+            job = follow(dash, job_id, inputs["completion_timeout_s"])
+            used, note = used_by(dash, job, attempt)
+            if job.get("status") in ("FAILED", "STOPPED"):
+                raise RayJobError(self._failure(dash, job_id, job, inputs["log_tail_lines"], inputs["logs_hint"]))
+        return {
+            **inputs,
+            "job_id": job_id,
+            "attempt": attempt,
+            "status": job.get("status"),
+            "message": _message(job.get("message"), note),
+            "dashboard_url": dash.url,
+            "recoveries": used,
+        }
+
+    @staticmethod
+    def _release(dash: Dashboard, base: str, inputs: dict[str, Any]) -> str:
+        """Scale the worker group back to 0 after a failed create, unless an attempt of this run is live on
+        the head (a create after lost state must not take the GPUs from a running job). Never raises."""
+        scale = inputs["scale"]
+        where = f"RayCluster {scale['namespace']}/{scale['name']} group {scale['group']}"
+        deadline = time.monotonic() + inputs["release_timeout_s"]
+        try:
+            live = [j["submission_id"] for j in dash.jobs(deadline)
+                    if attempt_number(j.get("submission_id"), base) and j.get("status") in ACTIVE]
+        except DashboardError:
+            live = []  # the head does not answer: nothing of ours can be running usefully on it
+        if live:
+            return f"left {where} at {scale['replicas']} replicas: {', '.join(live)} of this run is still running"
+        try:
+            scale_to(dash, scale, 0, deadline)
+        except RayJobError as err:
+            patch = json.dumps([{"op": "replace", "value": 0,
+                                 "path": f"/spec/workerGroupSpecs/{int(scale.get('index') or 0)}/replicas"}])
+            return (f"could NOT scale {where} back to 0 ({err}); its GPU nodes keep billing until you run: "
+                    f"kubectl -n {scale['namespace']} patch raycluster {scale['name']} --type json -p '{patch}'")
+        return f"scaled {where} back to 0 replicas: this failed create leaves no GPU node billing"
 
     @staticmethod
     def _choose(dash: Dashboard, jobs: list[dict[str, Any]], base: str, inputs: dict[str, Any]):
@@ -323,20 +420,30 @@ class RayJobProvider(dyn.ResourceProvider):
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        """Present: its status. Absent (Ray or the API server says so): GONE. Unknown: refresh fails and the
+        state stays as it was (components.ray_presence)."""
         outs = {k: v for k, v in props.items() if not k.startswith("__")}
         if not outs.get("address") and not outs.get("gke"):
             raise RayJobError(f"cannot read Ray job {id_}: no `address` or `gke` in its state")
         job_id = outs.get("job_id") or id_
         inputs = with_defaults(outs)
-        status, message = probe(inputs, job_id)
         recoveries, note = outs.get("recoveries"), ""
-        if status != GONE:
-            try:
-                with Dashboard(inputs) as dash:
+        with Dashboard(inputs) as dash:
+            seen = look(dash, inputs, job_id, inputs["probe_window_s"])
+            if seen.state == PRESENT:
+                status, message = seen.job.get("status", "UNKNOWN"), seen.job.get("message") or ""
+                try:
                     used, note = supervisor_note(dash.logs(job_id))
-                recoveries = max(used or 0, int(outs.get("attempt") or 1) - 1)
-            except DashboardError:
-                pass  # the count from the last look stays
+                    recoveries = max(used or 0, int(outs.get("attempt") or 1) - 1)
+                except DashboardError:
+                    pass  # the count from the last look stays
+            elif seen.state == ABSENT:
+                status, message = GONE, f"job {job_id} is gone: {seen.why}"
+            elif unreachable_is_gone():
+                status, message = GONE, f"job {job_id} unreachable, taken as gone ({seen.why})"
+                progress(f"Ray job {job_id}: {message}")
+            else:
+                raise RayJobError(unknown_message("refresh", job_id, dash.url, seen.why, inputs["probe_window_s"]))
         # The inputs keep the attempt, so a resubmission after GONE is the next attempt, not attempt 1
         # (check carries it from the old inputs into the new ones; create reads it).
         kept = {k: outs[k] for k in (*INPUT_KEYS, LAST_JOB_KEY) if k in outs} | {LAST_JOB_KEY: job_id}
@@ -350,31 +457,69 @@ class RayJobProvider(dyn.ResourceProvider):
         return dyn.UpdateResult({**new, **kept, "dashboard_url": base_url(new)})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
+        """Succeeds only when the job is seen stopped or finished, or Ray or the API server says it is gone.
+        Anything else fails, and the job stays in the state (a replacement is never submitted beside it)."""
         inputs = with_defaults(props)
         job_id = props.get("job_id") or id_
-        deadline = time.monotonic() + inputs["stop_timeout_s"]
         with Dashboard(inputs) as dash:
-            try:
-                if dash.job(job_id, deadline=deadline).get("status") in TERMINAL:
+            seen = look(dash, inputs, job_id, inputs["probe_window_s"])
+            if seen.state == ABSENT:
+                return
+            if seen.state != PRESENT:
+                if unreachable_is_gone():
+                    progress(f"Ray job {job_id}: unreachable, forgotten without stopping it ({seen.why})")
                     return
-                dash.call("POST", f"/api/jobs/{job_id}/stop", deadline=deadline)
-            except DashboardError as err:
-                if err.gone:
-                    return  # the job or the cluster is already gone: nothing left to stop
-                raise
-            step, status = 0, "unknown"
-            while True:
+                raise RayJobError(unknown_message("stop", job_id, dash.url, seen.why, inputs["probe_window_s"]))
+            status = seen.job.get("status")
+            deadline = time.monotonic() + inputs["stop_timeout_s"]  # from the moment we know what to stop
+            step, stop_sent, last = 0, False, ""
+            while status not in TERMINAL:
                 try:
+                    if not stop_sent:
+                        dash.call("POST", f"/api/jobs/{job_id}/stop", deadline=deadline)
+                        stop_sent = True
                     status = dash.job(job_id, deadline=deadline).get("status")
                     if status in TERMINAL:
                         return
                 except DashboardError as err:
-                    if err.gone:
+                    if err.fatal:
+                        raise
+                    last = str(err)
+                    if err.job_missing and look(dash, inputs, job_id, inputs["probe_window_s"]).state == ABSENT:
                         return
-                    raise
                 if not pause(step, deadline, READY_POLL_CAP_S):
-                    waited = inputs["stop_timeout_s"]
-                    raise RayJobError(f"Ray job {job_id} at {dash.url} still {status} {waited}s after stop")
+                    raise RayJobError(
+                        f"Ray job {job_id} at {dash.url} is still {status} {inputs['stop_timeout_s']:g}s after "
+                        f"{'the stop request' if stop_sent else 'trying to stop it'} (last error: {last or 'none'}); "
+                        "it stays in the state: retry `pulumi up`/`pulumi destroy`")
                 step += 1
 
 
+# ----------------------------------------------------------------------------- whose job it is
+
+
+def digest(inputs: dict[str, Any]) -> str:
+    """What makes a job on the head this run: its entrypoint and runtime env (without the per-attempt vars)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps([inputs["entrypoint"], inputs.get("runtime_env") or {}],
+                                     sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_ours(job: dict[str, Any], inputs: dict[str, Any], url: str) -> None:
+    """A job found on the head under our submission id is adopted only when it is ours: the digest in its
+    metadata (jobs this provider submitted), else its entrypoint (jobs from before the digest)."""
+    theirs = (job.get("metadata") or {}).get(DIGEST_KEY)
+    mine = digest(inputs)
+    if theirs == mine or (theirs is None and job.get("entrypoint") == inputs["entrypoint"]):
+        return
+
+    def short(text: Any) -> str:
+        text = str(text)
+        return text if len(text) <= 200 else text[:200] + "..."
+
+    raise RayJobError(
+        f"Ray job {job.get('submission_id')} at {url} is not this stack's run, not adopted: its entrypoint is "
+        f"{short(job.get('entrypoint'))!r} (digest {theirs}), ours is {short(inputs['entrypoint'])!r} (digest {mine}). "
+        "Stop or delete that job on the head (`ray job stop`/`ray job delete`), or change the submission id."
+    )

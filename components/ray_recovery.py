@@ -62,14 +62,14 @@ def budget_left(used: int | None, attempt: int | None, max_recoveries: int) -> b
     return (used if used is not None else max((attempt or 1) - 1, 0)) < max_recoveries
 
 
-def scale_up(dash: Dashboard, scale: dict[str, Any], deadline: float | None = None) -> str:
-    """Set the RayCluster's worker group back to `replicas` (and minReplicas: KubeRay clamps to it).
+def scale_to(dash: Dashboard, scale: dict[str, Any], replicas: int, deadline: float | None = None) -> str:
+    """Set the RayCluster's worker group to `replicas` (and minReplicas: KubeRay clamps to it).
 
     A JSON patch that first tests the group's name at `index`, so a reordered spec fails loudly
     instead of scaling another group. Returns what was done, for the log.
     """
     path = RAYCLUSTER_PATH.format(namespace=scale["namespace"], name=scale["name"]) + "?fieldManager=verl-gke-job"
-    index, replicas = int(scale.get("index") or 0), int(scale["replicas"])
+    index = int(scale.get("index") or 0)
     patch = [
         {"op": "test", "path": f"/spec/workerGroupSpecs/{index}/groupName", "value": scale["group"]},
         {"op": "replace", "path": f"/spec/workerGroupSpecs/{index}/minReplicas", "value": replicas},
@@ -80,6 +80,11 @@ def scale_up(dash: Dashboard, scale: dict[str, Any], deadline: float | None = No
     except DashboardError as err:
         raise RayJobError(
             f"could not scale RayCluster {scale['namespace']}/{scale['name']} group {scale['group']} "
-            f"to {replicas} replicas before waiting for its GPUs: {err}"
+            f"to {replicas} replicas: {err}"
         ) from None
     return f"{scale['name']}/{scale['group']} scaled to {replicas}"
+
+
+def scale_up(dash: Dashboard, scale: dict[str, Any], deadline: float | None = None) -> str:
+    """Back to the run's size before waiting for the GPUs (the supervisor scaled it to 0 when a run ended)."""
+    return scale_to(dash, scale, int(scale["replicas"]), deadline)

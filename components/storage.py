@@ -30,6 +30,7 @@ from catalog.gcsfuse import (
     reader_mount_options,
     writer_mount_options,
 )
+from components.stack_guard import BucketKeeper
 
 # Static provisioning: the class only pairs the PV with its PVC, so it must not name a real
 # StorageClass (a provisioner would otherwise try to create a volume for the claim).
@@ -56,6 +57,9 @@ class TrainingStorageArgs:
     # False: `pulumi destroy` leaves the bucket (weights, checkpoints) in place and forgets it.
     # True: destroy deletes it with all its objects. Takes effect on the `pulumi up` after a change.
     delete_on_destroy: bool = False
+    # An existing bucket to adopt (imported) instead of creating `<bucket_prefix>-<8 hex>`.
+    existing_bucket: str = ""
+    adopt_key: str = "bucketName"  # the config key that names a bucket to adopt, for destroy's message
     # Three PVs on the one bucket, one per kind of job (catalog.gcsfuse): the reader (training),
     # the writer (staging; the head reads verl's source through it) and the checkpoints.
     pv_name: str = "training-bucket-pv"
@@ -81,6 +85,7 @@ class TrainingStorageArgs:
             "project_id": naming.project_id(self.project_id),
             "location": None if self.location else "must be a Cloud Storage location such as us-central1",
             "bucket_prefix": naming.bucket_prefix(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
+            "existing_bucket": naming.bucket_prefix(self.existing_bucket, 63) if self.existing_bucket else None,
             "namespace": naming.namespace(self.namespace),
             "ksa_name": naming.dns_label(self.ksa_name),
             **{f: naming.dns_subdomain(getattr(self, f)) for f in (
@@ -128,11 +133,23 @@ class TrainingStorage(pulumi.ComponentResource):
         super().__init__("verl-gke:storage:TrainingStorage", name, None, opts)
         k8s_opts = pulumi.ResourceOptions(parent=self)
 
-        suffix = random.RandomId(f"{name}-bucket-suffix", byte_length=naming.BUCKET_SUFFIX_BYTES,
-                                 opts=pulumi.ResourceOptions(parent=self))
+        retain = pulumi.ResourceOptions(parent=self, retain_on_delete=not args.delete_on_destroy)
+        if args.existing_bucket:
+            # Pulumi has no create-or-adopt: the bucket is imported. The engine imports only when the state has
+            # no bucket here or one with another id (pulumi/pulumi pkg/resource/deploy/step_generator.go
+            # `isImport`, commit 1b5949891b3c): naming the stack's own bucket is a no-op. An absent bucket
+            # fails the preview ("resource '<name>' does not exist", step.go); settings that differ are
+            # updated in place; a replace of an imported resource is refused by the engine.
+            bucket_name: pulumi.Input[str] = args.existing_bucket
+            retain = pulumi.ResourceOptions.merge(retain, pulumi.ResourceOptions(import_=args.existing_bucket))
+        else:
+            # The random suffix is in the state: an existing stack keeps its bucket name.
+            suffix = random.RandomId(f"{name}-bucket-suffix", byte_length=naming.BUCKET_SUFFIX_BYTES,
+                                     opts=pulumi.ResourceOptions(parent=self))
+            bucket_name = pulumi.Output.concat(args.bucket_prefix, "-", suffix.hex)
         self.bucket = gcp.storage.Bucket(
             f"{name}-bucket",
-            name=pulumi.Output.concat(args.bucket_prefix, "-", suffix.hex),
+            name=bucket_name,
             project=args.project_id,
             location=args.location,
             uniform_bucket_level_access=True,  # required by the hierarchical namespace
@@ -141,8 +158,11 @@ class TrainingStorage(pulumi.ComponentResource):
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
                 retention_duration_seconds=args.soft_delete_days * 86400),
             force_destroy=args.delete_on_destroy,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.delete_on_destroy))
+            opts=retain)
         self.bucket_name = self.bucket.name
+        # `pulumi destroy` prints the kept bucket's name and how to adopt it next time.
+        BucketKeeper(f"{name}-bucket-keeper", self.bucket.name, kept=not args.delete_on_destroy,
+                     adopt_key=args.adopt_key, opts=pulumi.ResourceOptions(parent=self))
 
         if args.namespace == "default":
             self.namespace = pulumi.Output.from_input(args.namespace)

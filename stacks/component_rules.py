@@ -124,6 +124,7 @@ def problems(cfg) -> list[str]:
     found += _run("TrainingStorageArgs", TrainingStorageArgs(
         project_id=cfg.project, project_number="1", location=cfg.bucket_location, bucket_prefix=cfg.name("data"),
         namespace=cfg.namespace, ksa_name=cfg.name("ray"), delete_on_destroy=cfg.bucket_delete_on_destroy,
+        existing_bucket=cfg.bucket_name, adopt_key=full("bucketName"),
         file_cache_mib=d.cache_gib * 1024, soft_delete_days=cfg.bucket_soft_delete_days).validate)
     network = ClusterNetwork(network=STANDIN, subnet=STANDIN, pods_range_name="pods", services_range_name="services",
                              nics=tuple(_standin_nics(acc.rdma_nics)))

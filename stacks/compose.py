@@ -31,8 +31,9 @@ from components.node_identity import NodeServiceAccount
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
+from components.stack_guard import StackGuard
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import component_rules, config, cost, grpo, keys, preflight, quotas
+from stacks import component_rules, config, cost, grpo, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -66,7 +67,11 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     derived = component_rules.derive(cfg)
     paths, budget, cache_gib = derived.paths, derived.staging, derived.cache_gib
 
-    apis = ProjectApis("apis", cfg.project)
+    # First: its check refuses a replace-forcing change of a named singleton before any other step.
+    # Registration order alone does not order steps (registrations race); everything else waits on
+    # the project APIs, and they wait on the guard.
+    guard = StackGuard("stack-guard", singletons.fixed_values(cfg))
+    apis = ProjectApis("apis", cfg.project, opts=pulumi.ResourceOptions(depends_on=[guard]))
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
     network = RdmaNetwork("network", RdmaNetworkArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
@@ -103,6 +108,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
             project_id=cfg.project, opts=pulumi.InvokeOutputOptions(depends_on=[apis])).number,
         location=cfg.bucket_location, bucket_prefix=cfg.name("data"), namespace=cfg.namespace,
         ksa_name=cfg.name("ray"), hf_token=hf_token, delete_on_destroy=cfg.bucket_delete_on_destroy,
+        existing_bucket=cfg.bucket_name, adopt_key=keys.full("bucketName"),
         wandb_api_key=wandb_api_key,
         file_cache_mib=cache_gib * 1024, soft_delete_days=cfg.bucket_soft_delete_days,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
@@ -279,7 +285,7 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
              "namespace": storage.namespace, "service": ray.head_service, "port": ray.dashboard_port},
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
-        max_recoveries=cfg.job.max_recoveries, logs_hint=logs_command,
+        max_recoveries=cfg.job.max_recoveries, logs_hint=logs_command, cluster_uid=ray.uid,
         # The supervisor released the GPUs when the last run ended: the next submission brings them back.
         scale={"namespace": storage.namespace, "name": ray.name, "group": WORKER_GROUP, "index": 0,
                "replicas": cfg.gpu_nodes},

@@ -173,6 +173,7 @@ class StackConfig:
     warnings: tuple[str, ...] = ()  # runs, but slower than it should (printed by the plan and `pulumi up`)
     bucket_soft_delete_days: int = 0
     image_mirror: bool = True
+    bucket_name: str = ""  # an existing bucket to adopt (import); empty: the stack's own
 
     @property
     def total_gpus(self) -> int:
@@ -368,6 +369,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         # The bucket defaults to the cluster's region: it must be a location Cloud Storage offers.
         r.check("gcp:region", region, storage_locations.bucket_location(region))
     bucket_location = bucket_location or region
+    bucket_name = r.str("bucketName")
+    if bucket_name:
+        r.check("bucketName", bucket_name, naming.bucket_prefix(bucket_name, 63))
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     soft_delete = r.int("bucketSoftDeleteDays")
     r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
@@ -409,6 +413,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
         warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=image_mirror,
+        bucket_name=bucket_name,
     )
     # Every component's own rules on the args this config gives it (stacks.component_rules).
     if problems := component_rules.problems(cfg):

@@ -71,6 +71,9 @@ KEYS: tuple[Key, ...] = (
     Key("rayHeadMemoryGib", "integer", 32, "Memory (GiB) the Ray head requests."),
     Key("deletionProtection", "boolean", False, "GKE deletion protection (true blocks pulumi destroy)."),
     Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
+    Key("bucketName", "string", "",
+        "An existing bucket to adopt (imported), e.g. the one a destroyed stack kept: `pulumi destroy` prints "
+        "its name. Empty: the stack's own bucket, <namePrefix>-data-<random> (the suffix is kept in state)."),
     Key("bucketDeleteOnDestroy", "boolean", False,
         "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
     Key("billingAccount", "string", "",

@@ -34,7 +34,7 @@ def test_a_new_accelerator_row_composes_a_full_stack(x100, mode):
     (group,) = spec["workerGroupSpecs"]
     limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "4"
-    job = next(r for r in run.resources if r.type.startswith("pulumi-python:dynamic"))
+    job = next(r for r in run.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob")
     assert job.inputs["runtime_env"]["env_vars"]["NCCL_TUNER_CONFIG_PATH"] == x100.nccl_tuner_file
     assert "trainer.n_gpus_per_node=4" in job.inputs["entrypoint"]
     if mode == "standard":

@@ -192,7 +192,9 @@ def test_kubernetes_resources_use_the_cluster_provider():
     for r in k8s:
         assert r.provider.startswith(provider.urn + "::"), f"{r.name} does not use the explicit provider"
     assert provider.inputs["kubeconfig"] == mocking.SECRET
-    assert provider.inputs["deleteUnreachable"] in (True, "true")
+    # No deleteUnreachable: one refresh that cannot reach the cluster must not empty the state (issue 21);
+    # a clusterIdentifier instead, so a changed kubeconfig does not replace every object
+    assert "deleteUnreachable" not in provider.inputs and provider.inputs["clusterIdentifier"]
     kubeconfig = json.loads(provider.raw_inputs["kubeconfig"])
     assert kubeconfig["users"][0]["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
     assert kubeconfig["clusters"][0]["cluster"]["server"] == f"https://{mocking.MOCK_ENDPOINT}"

@@ -65,7 +65,7 @@ def test_raycluster_awaits_the_head_in_pulumi_kubernetes_syntax(path):
 def test_await_timeout_follows_job_ready_timeout_minutes():
     run = run_config({"jobReadyTimeoutMinutes": 25})
     assert run.one(RAYCLUSTER).inputs["metadata"]["annotations"][AWAIT["timeout_annotation"]] == "1500"
-    assert [r for r in run.resources if "dynamic" in r.type][0].inputs["ready_timeout_s"] == 1500
+    assert run.one("pulumi-python:dynamic/verl-gke:RayJob").inputs["ready_timeout_s"] == 1500
 
 
 def test_requirements_allow_only_pulumi_kubernetes_that_honours_wait_for():
@@ -93,7 +93,7 @@ def test_staging_runs_in_parallel_with_the_ray_cluster(b200):
         return seen
 
     assert not ancestors(b200.one(DATA_JOB)) & ray_urns
-    job = [r for r in b200.resources if "dynamic" in r.type][0]
+    job = [r for r in b200.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0]
     assert ray.urn in job.depends_on  # the GRPO job still follows the cluster (and its head)
 
 
@@ -103,7 +103,7 @@ def test_tensorboard_dir_on_the_bucket_per_stack_and_model(b200):
     assert paths.tensorboard_dir == f"{MOUNT}/tensorboard/b200/{cfg.model}"
     assert bucket_paths("h200", cfg.model, "x").tensorboard_dir != paths.tensorboard_dir
     assert bucket_paths("b200", "Qwen/Other", "x").tensorboard_dir != paths.tensorboard_dir
-    job = [r for r in b200.resources if "dynamic" in r.type][0].inputs
+    job = [r for r in b200.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0].inputs
     assert job["runtime_env"]["env_vars"]["TENSORBOARD_DIR"] == paths.tensorboard_dir
     # The supervisor wraps verl's trainer: pick the Hydra overrides (dotted key=value) out of the command.
     overrides = dict(o.split("=", 1) for o in shlex.split(job["entrypoint"])

@@ -124,13 +124,13 @@ def test_release_access_is_one_raycluster_get_and_patch(run):
     assert binding["roleRef"]["kind"] == "Role"
     off = run_config({"jobReleaseGpus": False})
     assert not off.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-    job = [r for r in off.resources if r.type.startswith("pulumi-python:dynamic")][0].inputs
+    job = [r for r in off.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0].inputs
     assert "--release-raycluster" not in job["entrypoint"]
 
 
 def test_merge_off_has_no_merged_model_output():
     off = run_config({"jobMergeModel": False})
-    job = [r for r in off.resources if r.type.startswith("pulumi-python:dynamic")][0].inputs
+    job = [r for r in off.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0].inputs
     assert "--merge-to" not in job["entrypoint"] and "mergedModel" not in off.outputs
 
 

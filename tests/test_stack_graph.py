@@ -18,7 +18,7 @@ RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 
 
 def _job(run):
-    found = [r for r in run.resources if r.type.startswith("pulumi-python:dynamic")]
+    found = [r for r in run.resources if r.type == JOB]
     assert len(found) == 1, [r.type for r in run.resources if "dynamic" in r.type]
     return found[0]
 
@@ -170,5 +170,5 @@ def test_no_secret_in_plain_text_anywhere():
 
 def test_submit_job_false_registers_no_job():
     run = run_config({"submitJob": "false"})
-    assert not [r for r in run.resources if r.type.startswith("pulumi-python:dynamic")]
+    assert not run.of_type(JOB)
     assert "jobId" not in run.outputs

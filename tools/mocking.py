@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class Registration:
     inputs: dict[str, Any]
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
     replace_on_changes: list[str] = field(default_factory=list)  # property paths whose change replaces
+    import_id: str = ""  # ResourceOptions.import_: the cloud object adopted instead of created
 
 
 @dataclass
@@ -153,6 +155,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             inputs=plain(wire),
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
             replace_on_changes=list(request.replaceOnChanges),
+            import_id=request.importId,
         ))
         return response
 
@@ -246,6 +249,9 @@ class ProgramMocks(pmocks.Mocks):
         elif t.startswith("kubernetes:"):
             meta = dict(inputs.get("metadata") or {})
             meta.setdefault("name", f"{args.name}-mock")
+            # The API server assigns a uid at creation: unknown until then (a preview of a new object).
+            meta.setdefault("uid", UNKNOWN if self.preview and t not in self.existing
+                            else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{t}/{args.name}")))
             state["metadata"] = meta
         elif t.startswith("pulumi-python:dynamic"):
             # What only the provider's create can know (which attempt, its status) is unknown in a

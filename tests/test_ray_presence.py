@@ -1,0 +1,308 @@
+"""Refresh, replace and destroy of the Ray job as the engine runs them (issue 21), through Pulumi's own
+provider server over gRPC, against a real local Ray head behind a front that injects faults.
+
+Fault table of the job provider's remote calls (components.ray_presence):
+  a 503 front (blip or lasting) ...... refresh fails / retries through a blip; delete fails; never GONE
+  a stray 404 (not Ray's) ............ unknown: refresh and delete fail
+  a slow answer (past the window) .... unknown
+  a refused connection ............... unknown; the escape hatch env var takes it as gone
+  Ray's 404 with a healthy dashboard . absent: GONE; delete succeeds
+  RayCluster NotFound (API server) ... absent, even with the dashboard gone
+  RayCluster present, no dashboard ... unknown
+  a whole input unknown (engine) ..... diff replaces for a replace key, never crashes
+  a foreign job under our id ......... create refuses to adopt it, naming both entrypoints
+  readiness timeout / failed submit .. the worker group goes back to 0 and the error says so
+Window sizes are seconds here (inputs); the defaults are sized for a loaded machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+import requests
+from pulumi.runtime import rpc
+from pulumi.runtime.proto.provider_pb2 import DiffResponse
+
+from components.ray_client import GONE
+from components.ray_presence import UNREACHABLE_IS_GONE_ENV
+from tests.fault_front import FaultFront
+from tests.kuberay_fixture import FakeKubeRay
+from tests.provider_grpc import ProviderCallError, ProviderServer
+from tests.ray_fixtures import free_port, head_node, point_ray_env_nowhere, wait_status
+
+WINDOW_S = 3  # probe window for the "unknown" cases: a few polls, then a clear failure
+READY_S = 180
+
+
+@pytest.fixture(scope="module")
+def head():
+    yield from head_node(gpus=2)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ProviderServer(env={"CLOUDSDK_AUTH_ACCESS_TOKEN": "tok"}) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def bogus_ray_address(monkeypatch):
+    point_ray_env_nowhere(monkeypatch)
+
+
+@pytest.fixture
+def front(head):
+    with FaultFront(head.address) as f:
+        yield f
+
+
+def new_id(tag: str) -> str:
+    return f"p-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def props(address: str | None, tag: str, **overrides) -> dict:
+    return {"submission_id": new_id(tag), "entrypoint": "sleep 600", "expected_gpus": 1,
+            "ready_timeout_s": READY_S, "address": address, "probe_window_s": WINDOW_S, "stop_timeout_s": 60,
+            **overrides}
+
+
+def status_on(head, job_id: str) -> str:
+    return requests.get(f"{head.address}/api/jobs/{job_id}", timeout=10).json()["status"]
+
+
+@pytest.fixture
+def running(head, front, server):
+    """A job RUNNING on the head, created through the front; stopped afterwards whatever the test did."""
+    job_id, outs = server.create(props(front.address, "run"))
+    wait_status(head.address, job_id, {"RUNNING"})
+    yield job_id, outs
+    requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+
+
+# ----------------------------------------------------------------------------- refresh: never GONE from a fault
+
+
+@pytest.mark.parametrize("fault", ["503", "404", "slow", "refused"])
+def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, front, server, running, fault):
+    job_id, outs = running
+    front.mode(fault, delay_s=WINDOW_S + 3)
+    with pytest.raises(ProviderCallError) as failed:
+        server.read(job_id, outs)
+    text = str(failed.value)
+    assert "no definite answer" in text and front.address in text and UNREACHABLE_IS_GONE_ENV in text
+    # ... and the next `up` sees the old state, not GONE: nothing to replace
+    front.mode("pass")
+    assert server.read(job_id, outs)[1]["status"] == "RUNNING"
+    assert status_on(head, job_id) == "RUNNING"
+
+
+def test_a_short_503_blip_is_ridden_out(head, front, server, running):
+    job_id, outs = running
+    front.mode("503", count=2)
+    _, refreshed, _ = server.read(job_id, outs)
+    assert refreshed["status"] == "RUNNING"
+    on_job = [f for _, path, f in front.seen if path == f"/api/jobs/{job_id}"]
+    assert on_job[-3:] == ["503", "503", "pass"]
+
+
+def test_rays_own_404_on_a_healthy_dashboard_is_gone(head, front, server):
+    never = props(front.address, "never")
+    _, outs, inputs = server.read(never["submission_id"], {**never, "job_id": never["submission_id"]})
+    assert outs["status"] == GONE and "does not exist" in outs["message"]
+    # the dashboard's 404 alone is not enough: the same 404 with its health endpoint failing is unknown
+    front.mode("503", only="gcs_healthz")
+    with pytest.raises(ProviderCallError, match="no definite answer"):
+        server.read(never["submission_id"], {**never, "job_id": never["submission_id"]})
+
+
+def test_escape_hatch_takes_an_unreachable_job_as_gone():
+    dead = f"http://127.0.0.1:{free_port()}"
+    p = props(dead, "hatch")
+    state = {**p, "job_id": p["submission_id"], "status": "RUNNING"}
+    with ProviderServer(env={UNREACHABLE_IS_GONE_ENV: "true"}) as hatch:
+        assert hatch.read(p["submission_id"], state)[1]["status"] == GONE
+        hatch.delete(p["submission_id"], state)  # forgotten, as asked
+        assert any("unreachable" in line for line in hatch.stderr_lines)
+
+
+# ----------------------------------------------------------------------------- delete: only when seen stopped
+
+
+@pytest.mark.parametrize("fault", ["503", "404", "refused"])
+def test_delete_never_forgets_a_running_job(head, front, server, running, fault):
+    job_id, outs = running
+    front.mode(fault)
+    with pytest.raises(ProviderCallError, match="no definite answer") as failed:
+        server.delete(job_id, outs)
+    assert "stays in the state" in str(failed.value)
+    assert status_on(head, job_id) == "RUNNING"
+    front.mode("pass")
+    server.delete(job_id, outs)
+    assert status_on(head, job_id) == "STOPPED"
+
+
+def test_a_stop_not_finished_by_the_deadline_fails_the_delete(head, front, server):
+    """Half done: the stop was accepted, the job is not seen stopped in time. It ignores SIGTERM, so Ray
+    kills it only after its stop grace period (ray-project/ray job_manager: SIGTERM, then SIGKILL)."""
+    job_id, outs = server.create(props(front.address, "stubborn", entrypoint="trap '' TERM; sleep 600"))
+    wait_status(head.address, job_id, {"RUNNING"})
+    with pytest.raises(ProviderCallError, match="after the stop request") as failed:
+        server.delete(job_id, {**outs, "stop_timeout_s": 0.5})
+    assert "stays in the state" in str(failed.value)
+    server.delete(job_id, outs)  # the next destroy sees it stopped
+    assert status_on(head, job_id) == "STOPPED"
+
+
+# ----------------------------------------------------------------------------- the API server's word
+
+
+class Kube(FakeKubeRay):
+    """The API server with one RayCluster, no KubeRay reconciler (no worker nodes started), and a switch
+    that makes the head service answer 503 (no endpoints) and the RayCluster NotFound."""
+
+    def __init__(self, head, token: str, name: str):
+        super().__init__(head, token, name=name, group="gpu-group", replicas=0, gpus_per_worker=1)
+        self.raycluster_deleted = False
+        self.service_down = False
+        self.reject_submit = False
+
+    def _reconcile_loop(self) -> None:
+        self._stop.wait()
+
+    def _handler(self):
+        base = super()._handler()
+        kube = self
+
+        class Handler(base):
+            def do_GET(self) -> None:  # noqa: N802
+                path = self.path.split("?", 1)[0]
+                if kube.raycluster_deleted and path == kube.path:
+                    kube.seen_paths.append(self.path)
+                    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                            "message": f'rayclusters.ray.io "{kube.name}" not found', "code": 404,
+                            "details": {"name": kube.name, "group": "ray.io", "kind": "rayclusters"}}
+                    return self._reply(404, json.dumps(body).encode())
+                if kube.service_down and path.startswith(kube.prefix):
+                    return self._status(503, "ServiceUnavailable", "no endpoints available for service")
+                super().do_GET()
+
+            def do_POST(self) -> None:  # noqa: N802
+                if kube.reject_submit and self.path.split("?", 1)[0] == kube.prefix + "/api/jobs/":
+                    return self._status(500, "InternalError", "the dashboard failed the submission")
+                self.do_GET() if kube.service_down else super().do_POST()
+
+        return Handler
+
+
+def test_raycluster_gone_per_the_api_server_is_gone_and_present_is_unknown(head, server):
+    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
+        p = props(None, "kube", gke=kube.gke())
+        job_id, outs = server.create(p)
+        kube.service_down = True  # the head is being recreated: no endpoints behind the service
+        with pytest.raises(ProviderCallError, match="no definite answer"):
+            server.read(job_id, outs)
+        with pytest.raises(ProviderCallError, match="no definite answer"):
+            server.delete(job_id, outs)
+        kube.raycluster_deleted = True
+        _, refreshed, _ = server.read(job_id, outs)
+        assert refreshed["status"] == GONE and "API server says RayCluster" in refreshed["message"]
+        server.delete(job_id, outs)
+        requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+
+
+def test_a_stray_404_from_the_api_server_is_not_a_deleted_raycluster(head, server):
+    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
+        # another RayCluster's service: the API server's 404s for it are generic, not a NotFound naming it
+        p = props(None, "stray", gke=kube.gke(service="rc-elsewhere-head-svc"))
+        with pytest.raises(ProviderCallError, match="no definite answer"):
+            server.read(p["submission_id"], {**p, "job_id": p["submission_id"]})
+
+
+# ----------------------------------------------------------------------------- create: whose job, all or nothing
+
+
+def test_a_foreign_job_under_our_id_is_not_adopted(head, front, server):
+    p = props(front.address, "foreign", entrypoint="echo ours")
+    sid = p["submission_id"]
+    requests.post(f"{head.address}/api/jobs/", json={"entrypoint": "echo theirs", "submission_id": sid},
+                  timeout=30).raise_for_status()
+    with pytest.raises(ProviderCallError) as refused:
+        server.create(p)
+    text = str(refused.value)
+    assert "not this stack's run" in text and "'echo theirs'" in text and "'echo ours'" in text
+    # our own job (submitted by the provider: digest in its metadata) is adopted as before
+    mine = props(front.address, "mine", entrypoint="echo mine")
+    first, _ = server.create(mine)
+    again, outs = server.create(mine)
+    assert again == first and outs["attempt"] == 1
+
+
+def scale(kube: Kube, replicas: int = 1) -> dict:
+    return {"namespace": kube.namespace, "name": kube.name, "group": "gpu-group", "index": 0, "replicas": replicas}
+
+
+def test_a_create_that_times_out_scales_the_gpus_back_to_zero(head, server):
+    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
+        p = props(None, "allornothing", gke=kube.gke(), scale=scale(kube), expected_gpus=1000, ready_timeout_s=4)
+        with pytest.raises(ProviderCallError) as failed:
+            server.create(p)
+        text = str(failed.value)
+        assert "not ready after 4s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
+        replicas = [op["value"] for patch in kube.patches for op in patch if op["path"].endswith("/replicas")]
+        assert replicas == [1, 0] and kube.replicas == 0
+
+
+def test_a_failed_submission_scales_the_gpus_back_to_zero(head, server):
+    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
+        kube.reject_submit = True
+        p = props(None, "badsubmit", gke=kube.gke(), scale=scale(kube), expected_gpus=0)
+        with pytest.raises(ProviderCallError) as failed:
+            server.create(p)
+        assert "submitting Ray job" in str(failed.value) and "back to 0 replicas" in str(failed.value)
+        assert kube.replicas == 0
+
+
+# ----------------------------------------------------------------------------- diff: whole unknowns
+
+
+OLD = {"submission_id": "s", "entrypoint": "e", "expected_gpus": 2, "job_id": "s", "attempt": 1,
+       "status": "RUNNING", "cluster_uid": "uid-1",
+       "gke": {"endpoint": "1.2.3.4", "ca_certificate": "A", "namespace": "ray", "service": "rc-head-svc",
+               "port": 8265}}
+SOME = DiffResponse.DIFF_SOME
+NEW = {k: v for k, v in OLD.items() if k not in ("job_id", "attempt", "status")}
+
+
+def test_diff_over_the_wire_with_whole_unknown_inputs(server):
+    for key in NEW:  # each input entirely unknown, as the engine's dependents pass sends it
+        resp = server.diff("s", OLD, {**NEW, key: rpc.UNKNOWN})
+        assert resp.changes == SOME, key
+    assert set(server.diff("s", OLD, {**NEW, "gke": rpc.UNKNOWN}).replaces) == {"gke"}
+    assert set(server.diff("s", OLD, {**NEW, "cluster_uid": rpc.UNKNOWN}).replaces) == {"cluster_uid"}
+    assert set(server.diff("s", OLD, {**NEW, "cluster_uid": "uid-2"}).replaces) == {"cluster_uid"}
+    # a rotated CA not known yet is not another cluster
+    ca_unknown = server.diff("s", OLD, {**NEW, "gke": {**NEW["gke"], "ca_certificate": rpc.UNKNOWN}})
+    assert list(ca_unknown.replaces) == []
+    same = server.diff("s", OLD, NEW)
+    assert same.changes == DiffResponse.DIFF_NONE and list(same.replaces) == []
+
+
+def test_an_old_state_without_the_cluster_uid_does_not_replace_the_job(server):
+    old = {k: v for k, v in OLD.items() if k != "cluster_uid"}
+    for value in ("uid-1", rpc.UNKNOWN):
+        assert list(server.diff("s", old, {**NEW, "cluster_uid": value}).replaces) == []
+
+
+# ----------------------------------------------------------------------------- progress during the wait
+
+
+def test_progress_lines_reach_the_providers_stderr(head, front, server):
+    before = len(server.stderr_lines)
+    with pytest.raises(ProviderCallError):
+        server.create(props(front.address, "progress", expected_gpus=1000, ready_timeout_s=5, progress_every_s=1))
+    time.sleep(0.5)  # the stderr reader thread
+    lines = [ln for ln in server.stderr_lines[before:] if ln.startswith("[verl-gke] waiting for Ray job")]
+    assert lines and any("of 1000 GPUs" in ln for ln in lines), server.stderr_lines[before:]
