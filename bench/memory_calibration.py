@@ -1,6 +1,17 @@
-"""Calibrate a per-GPU memory model for one verl-style FSDP actor training step.
+"""Calibrate the per-GPU memory model (stacks/memory.py) on verl's own FSDP2 training path.
 
-Three modes:
+verl's path (the default, --path fsdp2; run_case_fsdp2 says which verl v0.6.1 code each piece follows):
+
+  driver     PYTORCH_CUDA_ALLOC_CONF is set by the driver; on the GPU machine:
+             python memory_calibration.py --driver --models 0.5B,1.5B,3B --out t1.json --jsonl t1.jsonl
+             (one case per process: FSDP2 fully_shard on one rank, bf16 params / fp32 reduce, packed
+             rows, log-prob and entropy as verl computes them, zero_grad() as verl calls it)
+  merge      python -m bench.memory_calibration --merge t1.jsonl ... --out bench/memory_calibration_fsdp2.json
+  fit check  python -m bench.memory_calibration --fit --json bench/memory_calibration_fsdp2.json
+             (every case within -5 % / +15 % of its reserved peak; bench/memory_calibration_fit.txt)
+
+The first table (--path plain, bench/memory_calibration.json, bench/memory_calibration_plain_fit.txt)
+measured a plain fp32 loop with an fp32 log-softmax; its modes are kept to reproduce it:
 
   one case   python bench/memory_calibration.py --model 7B --tokens 8192 [--optim foreach|fused]
              Builds Qwen2.5-<model> from its published config with RANDOM weights
@@ -646,6 +657,60 @@ def fit(json_path: str, capacity_gib: float = 139.8) -> dict:
     return dict(k, worst=worst)
 
 
+def fit_fsdp2(json_path: str) -> dict:
+    """Check stacks.memory against the FSDP2 table: every case within -5 % / +15 % of its RESERVED peak.
+
+    The reserved peak is what the caching allocator takes from the GPU, so it is what runs out; the
+    allocated peak is printed next to it. Run from the repository root: python -m bench.memory_calibration
+    --fit --json bench/memory_calibration_fsdp2.json
+    """
+    from catalog.models import MODELS
+    from stacks import memory
+
+    with open(json_path) as f:
+        table = json.load(f)
+    print(f"{table.get('gpu')}, torch {table.get('torch')}, transformers {table.get('transformers')}, "
+          f"{table.get('date')}; fit checked on the reserved peak (GiB)")
+    print(f"{'model':>5} {'T':>6} {'entropy':<12} {'optim':<7} | {'upd alloc':>9} {'reserved':>8} {'model':>7} "
+          f"{'resid':>6} | {'lp alloc':>8} {'reserved':>8} {'model':>7} {'resid':>6}")
+    lo, hi = 0.0, 0.0
+    for r in table["cases"]:
+        if r.get("status") != "ok":
+            print(f"{r['model']:>5} {r['tokens']:>6} {r.get('status')}")
+            continue
+        spec = MODELS[f"Qwen/Qwen2.5-{r['model'][:-1]}B"]
+        eager = not r["entropy_compiled"]
+        step = memory.OPTIMIZER_STEP_BYTES if r["optim"] == "foreach" else 0.0
+        upd = memory.update_peak_bytes(spec, r["tokens"], 1, optimizer_step=step, entropy_eager=eager and r["entropy"])
+        lp = memory.logprob_peak_bytes(spec, r["tokens"], 1, entropy_eager=eager)
+        ru, rl = upd / r["update2_peak_reserved"] - 1, lp / r["logprob_peak_reserved"] - 1
+        lo, hi = min(lo, ru, rl), max(hi, ru, rl)
+        ent = ("on" if r["entropy"] else "off") + (" eager" if eager else "")
+        print(f"{r['model']:>5} {r['tokens']:>6} {ent:<12} {r['optim']:<7} | "
+              f"{r['update2_peak_allocated'] / GiB:9.2f} {r['update2_peak_reserved'] / GiB:8.2f} {upd / GiB:7.2f} "
+              f"{ru * 100:+5.1f}% | {r['logprob_peak_allocated'] / GiB:8.2f} {r['logprob_peak_reserved'] / GiB:8.2f} "
+              f"{lp / GiB:7.2f} {rl * 100:+5.1f}%")
+    ok = lo >= -0.05 and hi <= 0.15
+    print(f"worst: {lo * 100:+.1f}% under, {hi * 100:+.1f}% over the reserved peak "
+          f"({'PASS' if ok else 'FAIL'}: allowed -5 % / +15 %)")
+    return dict(under=lo, over=hi, ok=ok)
+
+
+def merge_runs(jsonl_paths: list[str], out_path: str) -> None:
+    """One table from the driver's JSONL files (the device runs were split to fit their time limit)."""
+    cases = [json.loads(line) for p in jsonl_paths for line in open(p) if line.strip()]
+    first = next(c for c in cases if c.get("status") == "ok")
+    table = dict(description=("Per-GPU peaks (bytes) of verl v0.6.1's FSDP2 actor on one rank: update step "
+                              f"({MICRO_BATCHES} packed micro-batches of T tokens, entropy on/off, compiled or "
+                              "eager) and the forward-only old-log-prob pass (entropy always); see "
+                              "run_case_fsdp2. update2_* is the steady-state step (AdamW state present)."),
+                 gpu=first.get("gpu"), gpu_total_bytes=first.get("gpu_total_bytes"), torch=first.get("torch"),
+                 transformers=first.get("transformers"), alloc_conf=first.get("alloc_conf"),
+                 date=time.strftime("%Y-%m-%d", time.gmtime()), configs=QWEN25_CONFIGS, cases=cases)
+    with open(out_path, "w") as f:
+        json.dump(table, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=list(QWEN25_CONFIGS))
@@ -667,10 +732,16 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--case-timeout-s", type=float, default=180.0)
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--merge", nargs="+", help="JSONL files of driver runs to merge into --out")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    if args.fit:
-        fit(args.json or args.out)
+    if args.merge:
+        merge_runs(args.merge, args.out)
+    elif args.fit:
+        path = args.json or args.out
+        with open(path) as f:
+            fsdp2 = any(c.get("path") == "fsdp2" for c in json.load(f)["cases"])
+        fit_fsdp2(path) if fsdp2 else fit(path)
     elif args.driver:
         driver(args.out, args.budget_s, args.case_timeout_s, args.jsonl, args.tiny, args.path,
                [m for m in args.models.split(",") if m], args.eager_only, args.tokens_min)
