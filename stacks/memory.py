@@ -74,7 +74,7 @@ RESERVED_BASE_GIB = 0.5
 CALIBRATED_MAX_PARAMS = 7_615_616_512  # Qwen2.5-7B, the largest model measured
 # Run-to-run headroom on the torch phases. The fit is on the reserved peak, so fragmentation is in the
 # model already; this covers multi-rank effects one rank cannot show (NCCL streams' allocations).
-FRAGMENTATION = 0.05
+FRAGMENTATION = 0.10
 # Outside PyTorch's allocator on every GPU: CUDA context, NCCL buffers, cuBLAS workspaces (~1.5 GiB,
 # an estimate) and vLLM's CUDA graphs, which stay through training (best_practices.rst: "not
 # bounded by gpu_memory_utilization"; vLLM logs ~1-2 GiB for its default capture sizes): an estimate.
