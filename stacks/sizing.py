@@ -29,7 +29,10 @@ The step time is a simple model, labelled an estimate everywhere it is shown. Pe
                crosses each node boundary once per ring; NCCL runs one ring per NIC (rail), so a
                node's NICs carry 1/G of its GPUs' collective bytes and the bus bandwidth is
                NICs x per-NIC bandwidth, capped by NVLink's. The HSDP all-reduce runs G rings at once,
-               one per rail, each at one NIC's bandwidth.
+               one per rail, each at one NIC's bandwidth. Per-NIC bandwidth is the achieved ~45 GB/s of a
+               400 Gb/s RoCE NIC (catalog.accelerators network_gbps, issue #13's figure): no nccl-tests
+               bus-bandwidth measurement for A4 / A3 Ultra was found to cite, so 8 x 45 = 360 GB/s is
+               derived, not measured (busbw as nccl-tests defines it: NVIDIA/nccl-tests doc/PERFORMANCE.md).
   overlap      ASSUMPTION: none. Collectives are charged after compute (an upper bound: FSDP2 does
                prefetch the next unit's all-gather during compute); both layouts are compared under
                the same assumption.

@@ -49,6 +49,8 @@ class LayoutOption:
     logprob_peak_gib: float
     step_seconds: float  # ESTIMATE (stacks.sizing)
     checkpoint_gb: float
+    internode_share: float  # of each FSDP collective and of the fp32 weight sync, what the NICs carry
+    collective_s: float  # one update micro-batch's gathers, reduce-scatter and HSDP all-reduce (ESTIMATE)
     ppo_max_token_len_per_gpu: int
     log_prob_max_token_len_per_gpu: int
     tensor_parallel_size: int
@@ -85,10 +87,12 @@ def _derive(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> 
     g = _token_budgets(g, spec, acc, world)
     b = memory.breakdown(spec, memory_inputs(g, acc, world))
     lay = sizing.layout(acc, nnodes, g.fsdp_size)
+    c = sizing.collectives(spec, acc, lay)
     option = LayoutOption(
         name=lay.name, fsdp_size=g.fsdp_size, fits=b.fits, update_peak_gib=round(b.update_peak, 1),
         logprob_peak_gib=round(b.logprob_peak, 1), step_seconds=round(sizing.step_time(g, spec, acc, nnodes).total, 1),
         checkpoint_gb=round(sizing.CHECKPOINT_BYTES_PER_PARAM * spec.params * lay.replicas / sizing.GB, 1),
+        internode_share=round(c.internode_share, 3), collective_s=round(2 * c.gather_s + c.reduce_s + c.replica_s, 2),
         ppo_max_token_len_per_gpu=g.ppo_max_token_len_per_gpu,
         log_prob_max_token_len_per_gpu=g.log_prob_max_token_len_per_gpu, tensor_parallel_size=g.tensor_parallel_size)
     return g, option

@@ -161,7 +161,10 @@ def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
             f"step {o['step_seconds']} s, "
             f"update peak {o['update_peak_gib']} GiB, log-prob peak {o['logprob_peak_gib']} GiB, budgets "
             f"{o['ppo_max_token_len_per_gpu']}/{o['log_prob_max_token_len_per_gpu']}, TP {o['tensor_parallel_size']}, "
-            f"checkpoint {o['checkpoint_gb']} GB  {'fits' if o['fits'] else 'DOES NOT FIT'}")
+            f"checkpoint {o['checkpoint_gb']} GB, collectives {o['collective_s']} s per update micro-batch "
+            f"({o['internode_share']:.3g} of the shard group's bytes on the NICs"
+            f"{', the replica all-reduce all on them' if o['name'].startswith('HSDP') else ''})  "
+            f"{'fits' if o['fits'] else 'DOES NOT FIT'}")
     return lines
 
 
