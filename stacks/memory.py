@@ -13,6 +13,10 @@ verl/third_party/vllm/__init__.py, verl/workers/fsdp_workers.py rollout_mode/tra
             flight, the logits of the forward token budget.
   update    forward + backward + AdamW on the training token budget.
 
+verl paths below are read at v0.6.1 = volcengine/verl@d62da4950573d7a4b7ef2362337952e7ab59e78d
+(VERL_COMMIT): workers/fsdp_workers.py, workers/actor/dp_actor.py, utils/fsdp_utils.py,
+utils/torch_functional.py, trainer/config/actor/actor.yaml.
+
 Training terms are CALIBRATED on verl's own FSDP2 training path re-implemented on one H200
 (bench/memory_calibration.py run_case_fsdp2; table bench/memory_calibration_fsdp2.json; 0.5B-7B,
 three or four token budgets each, entropy on and off). The fit check uses the RESERVED peak: it is

@@ -46,15 +46,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from catalog.accelerators import Accelerator
 from catalog.models import ModelSpec, model_spec
 from stacks import memory
 from stacks.grpo import GSM8K_TRAIN_ROWS, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_TOKENS, GrpoSettings
-
-if TYPE_CHECKING:
-    from stacks.config import StackConfig
 
 GB = 1e9
 MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
@@ -273,7 +270,17 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
     )
 
 
-def run_sizing(cfg: StackConfig) -> RunSizing:
+class SizedStack(Protocol):
+    """What run_sizing reads of a stacks.config.StackConfig (not imported: stacks.tuning, which
+    stacks.config imports, uses this module for the layout choice)."""
+
+    model: str
+    grpo: GrpoSettings
+    accelerator: Accelerator
+    gpu_nodes: int
+
+
+def run_sizing(cfg: SizedStack) -> RunSizing:
     """The stack's run sizing (its model must be in catalog/models.py)."""
     spec = model_spec(cfg.model)
     if spec is None:
