@@ -1,6 +1,17 @@
-"""Calibrate a per-GPU memory model for one verl-style FSDP actor training step.
+"""Calibrate the per-GPU memory model (stacks/memory.py) on verl's own FSDP2 training path.
 
-Three modes:
+verl's path (the default, --path fsdp2; run_case_fsdp2 says which verl v0.6.1 code each piece follows):
+
+  driver     PYTORCH_CUDA_ALLOC_CONF is set by the driver; on the GPU machine:
+             python memory_calibration.py --driver --models 0.5B,1.5B,3B --out t1.json --jsonl t1.jsonl
+             (one case per process: FSDP2 fully_shard on one rank, bf16 params / fp32 reduce, packed
+             rows, log-prob and entropy as verl computes them, zero_grad() as verl calls it)
+  merge      python -m bench.memory_calibration --merge t1.jsonl ... --out bench/memory_calibration_fsdp2.json
+  fit check  python -m bench.memory_calibration --fit --json bench/memory_calibration_fsdp2.json
+             (every case within -5 % / +15 % of its reserved peak; bench/memory_calibration_fit.txt)
+
+The first table (--path plain, bench/memory_calibration.json, bench/memory_calibration_plain_fit.txt)
+measured a plain fp32 loop with an fp32 log-softmax; its modes are kept to reproduce it:
 
   one case   python bench/memory_calibration.py --model 7B --tokens 8192 [--optim foreach|fused]
              Builds Qwen2.5-<model> from its published config with RANDOM weights
@@ -89,6 +100,16 @@ CASES = [
     # Second run (7B only fits with the fused optimizer on one 140 GiB GPU): two more token budgets.
     ("7B", 2048, "fused"), ("7B", 16384, "fused"),
 ]
+# verl's path (run_case_fsdp2): (model, tokens, entropy, optimizer, entropy compiled). 7B runs the fused
+# AdamW: 16 bytes/param of state plus foreach's 4-byte transient does not fit 140 GiB on one GPU; the
+# foreach transient is measured on the smaller models. Three or more token budgets per model.
+CASES_FSDP2 = [
+    (m, t, e, "fused" if m == "7B" else "foreach", True)
+    for m, budgets in (("0.5B", (4096, 16384, 32768)), ("1.5B", (4096, 16384, 32768)),
+                       ("3B", (4096, 12288, 24576)), ("7B", (2048, 4096, 8192, 12288)))
+    for t in budgets for e in (False, True)
+] + [(m, t, True, "fused" if m == "7B" else "foreach", False)  # actor.use_torch_compile=false: eager entropy
+       for m, t in (("0.5B", 8192), ("0.5B", 32768), ("1.5B", 16384), ("3B", 12288), ("7B", 4096))]
 
 
 def param_count(cfg: dict) -> int:
@@ -220,24 +241,271 @@ def run_case(model_name: str, tokens: int, optim_impl: str, steps: int = 2, tiny
 
 
 # ---------------------------------------------------------------------------
+# verl's own training path, re-implemented (runs on the GPU, one rank)
+# ---------------------------------------------------------------------------
+# What each piece follows, in verl v0.6.1 (d62da4950573d7a4b7ef2362337952e7ab59e78d):
+#   model      fp32 (fsdp_workers.py _build_model_optimizer: "create model in fp32" for the actor),
+#              gradient checkpointing with use_reentrant=False (same function), sdpa in place of
+#              flash_attention_2 (flash-attn is not on the calibration GPU; both are O(T) in memory).
+#   sharding   fully_shard on every decoder layer and on the embedding when untied, then the root
+#              (utils/fsdp_utils.py apply_fsdp2), MixedPrecisionPolicy(param_dtype=bf16,
+#              reduce_dtype=fp32, cast_forward_inputs=True), reshard_after_forward=True (fsdp_workers.py
+#              fsdp2 branch, engine/fsdp.yaml default); world size 1.
+#   rows       one packed row of T tokens per micro-batch, as use_remove_padding makes it
+#              (dp_actor.py _forward_micro_batch: unpad_input -> (1, total_nnz)); positions run 0..T-1
+#              so sdpa takes its causal kernel: flash-attn varlen over the packed sequences keeps the
+#              same O(T) memory, while packed position_ids would make transformers build a T x T mask.
+#   log-prob   bf16 logits (1, T, V) divided by the temperature in place, then flash-attn's
+#              cross_entropy_loss with inplace_backward = not calculate_entropy (torch_functional.py
+#              logprobs_from_logits); where flash-attn is missing, _FlashCrossEntropy below keeps its
+#              memory behaviour (fp32 lse per token, bf16 gradient written into the logits in place).
+#   entropy    torch.compile(entropy_from_logits, dynamic=True) on the logits when entropy_coeff != 0
+#              in the update, always in the old-log-prob pass (fsdp_workers.py compute_log_prob:
+#              calculate_entropy=True); actor.use_torch_compile defaults to true (actor.yaml).
+#   update     zero_grad() before each mini-batch and after the update (dp_actor.py update_policy),
+#              MICRO_BATCHES micro-batches accumulate gradients, clip_grad_norm_, AdamW step
+#              (torch.optim.AdamW with torch's default implementation choice, fused for 7B: see CASES).
+#   allocator  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as verl sets it for training
+#              (fsdp_workers.py trainer mode: set_expandable_segments(True)).
+MICRO_BATCHES = 2  # per optimizer step: the second one runs with the first one's gradients live
+ENTROPY_COEFF = 0.001
+KL_COEF = 0.001
+
+
+def _flash_cross_entropy():
+    """flash-attn's triton cross_entropy_loss if present, else a torch twin with its memory footprint."""
+    import torch
+
+    try:  # verl's logprobs_from_logits_flash_attn
+        from flash_attn.ops.triton.cross_entropy import cross_entropy_loss
+
+        def ce(logits, labels, inplace_backward):
+            return cross_entropy_loss(logits, labels, inplace_backward=inplace_backward)[0], "flash_attn"
+        return ce
+    except Exception:  # noqa: BLE001 - any import failure means: use the twin
+        pass
+    rows = 256  # rows per chunk: the fp32 transient of a chunk stays small, as in the triton kernel
+
+    class _FlashCrossEntropy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, labels, inplace_backward):
+            lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+            for s in range(0, logits.shape[0], rows):
+                lse[s:s + rows] = torch.logsumexp(logits[s:s + rows].float(), dim=-1)
+            loss = lse - logits.gather(1, labels.unsqueeze(1)).squeeze(1).float()
+            ctx.save_for_backward(logits, lse, labels)
+            ctx.inplace_backward = inplace_backward
+            return loss
+
+        @staticmethod
+        def backward(ctx, grad_loss):
+            logits, lse, labels = ctx.saved_tensors
+            grad = logits if ctx.inplace_backward else torch.empty_like(logits)
+            for s in range(0, logits.shape[0], rows):
+                p = torch.exp(logits[s:s + rows].float() - lse[s:s + rows, None])
+                idx = torch.arange(p.shape[0], device=p.device)
+                p[idx, labels[s:s + rows]] -= 1.0
+                grad[s:s + rows] = (p * grad_loss[s:s + rows, None]).to(grad.dtype)
+            return grad, None, None
+
+    def ce(logits, labels, inplace_backward):
+        return _FlashCrossEntropy.apply(logits, labels, inplace_backward), "torch twin of flash_attn cross_entropy"
+    return ce
+
+
+def entropy_from_logits(logits):
+    """verl/utils/torch_functional.py entropy_from_logits (v0.6.1), the function verl compiles."""
+    import torch
+
+    pd = torch.nn.functional.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)
+
+
+def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str, steps: int = 2,
+                   tiny: bool = False, compile_entropy: bool = True) -> dict:
+    import torch
+    import torch.distributed as dist
+    import transformers
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+
+    cfg = {k: QWEN25_CONFIGS[model_name][k] for k in ARCH_KEYS}
+    if tiny:
+        cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=1000)
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
+    mesh = init_device_mesh(dev.type, (1,), mesh_dim_names=("fsdp",))
+    res = dict(path="fsdp2", model=model_name, tokens=tokens, entropy=entropy, optim=optim_impl, world_size=1,
+               micro_batches=MICRO_BATCHES, status="ok", torch=torch.__version__,
+               transformers=transformers.__version__, alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+               hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_hidden_layers"],
+               intermediate_size=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
+               tie_word_embeddings=cfg["tie_word_embeddings"], entropy_compiled=compile_entropy)
+    if cuda:
+        res["gpu"] = torch.cuda.get_device_name(0)
+        res["gpu_total_bytes"] = torch.cuda.get_device_properties(0).total_memory
+
+    def mark():
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
+    def peaks(prefix: str) -> None:
+        if cuda:
+            torch.cuda.synchronize()
+            res[prefix + "_peak_allocated"] = torch.cuda.max_memory_allocated()
+            res[prefix + "_peak_reserved"] = torch.cuda.max_memory_reserved()
+
+    hf_cfg = Qwen2Config(**cfg, rms_norm_eps=1e-6, hidden_act="silu", use_cache=False, use_sliding_window=False,
+                         attn_implementation="sdpa")
+    hf_cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    ce = _flash_cross_entropy()
+    ent_fn = torch.compile(entropy_from_logits, dynamic=True) if compile_entropy else entropy_from_logits
+    try:
+        with torch.device(dev):
+            model = Qwen2ForCausalLM(hf_cfg).to(torch.float32)
+        model.config.use_cache = False
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        res["n_params"] = sum(p.numel() for p in model.parameters())
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
+        kw = dict(mesh=mesh, mp_policy=mp, reshard_after_forward=True)
+        layer_cls = type(model.model.layers[0])
+        for m in list(model.modules()):
+            if isinstance(m, layer_cls) or (isinstance(m, torch.nn.Embedding) and not cfg["tie_word_embeddings"]):
+                fully_shard(m, **kw)
+        fully_shard(model, **kw)
+        okw = dict(lr=1e-6, betas=(0.9, 0.999), weight_decay=1e-2)
+        if optim_impl == "fused":
+            okw["fused"] = True
+        opt = torch.optim.AdamW(model.parameters(), **okw)
+        res["alloc_static_bytes"] = torch.cuda.memory_allocated() if cuda else 0
+
+        g = torch.Generator(device="cpu").manual_seed(1)
+
+        def batch():
+            ids = torch.randint(0, cfg["vocab_size"], (1, tokens), generator=g).to(dev)
+            labels = torch.roll(ids, shifts=-1, dims=1).squeeze(0)  # input_ids_rmpad_rolled
+            pos = torch.arange(tokens, device=dev).unsqueeze(0)
+            return ids, labels, pos
+
+        def forward(ids, labels, pos, calc_entropy: bool):
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                out = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False)
+                logits = out.logits.squeeze(0)
+                logits.div_(1.0)  # temperature, in place as verl does
+                nll, impl = ce(logits, labels, not calc_entropy)
+                res["logprob_impl"] = impl
+                res["logits_dtype"] = str(logits.dtype)
+                ent = ent_fn(logits) if calc_entropy else None
+            return -nll, ent
+
+        def update_step() -> None:
+            model.train()
+            opt.zero_grad()
+            for _ in range(MICRO_BATCHES):
+                ids, labels, pos = batch()
+                log_prob, ent = forward(ids, labels, pos, entropy)
+                old = log_prob.detach()
+                adv = torch.randn_like(old)
+                ratio = torch.exp(log_prob - old)
+                pg = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.28)).mean()
+                kl = (torch.exp(old - log_prob) - (old - log_prob) - 1).mean()  # low_var_kl against a "ref"
+                loss = pg + KL_COEF * kl
+                if ent is not None:
+                    loss = loss - ENTROPY_COEFF * ent.mean()
+                (loss / MICRO_BATCHES).backward()
+                del log_prob, ent, loss, ratio, pg, kl
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            opt.step()
+            opt.zero_grad()
+
+        def logprob_pass() -> None:
+            model.eval()
+            with torch.no_grad():
+                ids, labels, pos = batch()
+                forward(ids, labels, pos, True)  # compute_log_prob: calculate_entropy=True
+
+        t0 = time.time()
+        mark()
+        update_step()  # the first step creates AdamW's state
+        peaks("update1")
+        res["update1_seconds"] = round(time.time() - t0, 2)
+        mark()
+        t0 = time.time()
+        logprob_pass()
+        peaks("logprob")
+        res["logprob_seconds"] = round(time.time() - t0, 2)
+        for step in range(2, steps + 1):
+            mark()
+            t0 = time.time()
+            update_step()
+            peaks(f"update{step}")
+            res[f"update{step}_seconds"] = round(time.time() - t0, 2)
+        res["optim_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
+                                       for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
+        res["peak_allocated"] = max(res[f"update{k}_peak_allocated"] for k in range(1, steps + 1)) if cuda else 0
+        res["peak_reserved"] = max(res[f"update{k}_peak_reserved"] for k in range(1, steps + 1)) if cuda else 0
+    except torch.cuda.OutOfMemoryError as e:
+        res["status"] = "OOM"
+        res["error"] = str(e).splitlines()[0][:400]
+        if cuda:
+            res["peak_allocated_at_oom"] = torch.cuda.max_memory_allocated()
+            res["peak_reserved_at_oom"] = torch.cuda.max_memory_reserved()
+    dist.destroy_process_group()
+    return res
+
+
+# ---------------------------------------------------------------------------
 # Driver: one subprocess per case
 # ---------------------------------------------------------------------------
-def driver(out_path: str, budget_s: float, per_case_timeout: float, jsonl_path: str | None, tiny: bool) -> None:
+def _case_cmd(case: tuple, path: str, tiny: bool) -> tuple[list[str], dict]:
+    here = os.path.abspath(__file__)
+    if path == "plain":
+        model_name, tokens, optim_impl = case
+        ident = dict(path="plain", model=model_name, tokens=tokens, optim=optim_impl)
+        args = ["--model", model_name, "--tokens", str(tokens), "--optim", optim_impl]
+    else:
+        model_name, tokens, entropy, optim_impl, compiled = case
+        ident = dict(path="fsdp2", model=model_name, tokens=tokens, entropy=entropy, optim=optim_impl,
+                     entropy_compiled=compiled)
+        args = ["--path", "fsdp2", "--model", model_name, "--tokens", str(tokens), "--optim", optim_impl,
+                "--entropy", str(int(entropy))] + ([] if compiled else ["--eager-entropy"])
+    return [sys.executable, here, *args] + (["--tiny"] if tiny else []), ident
+
+
+def driver(out_path: str, budget_s: float, per_case_timeout: float, jsonl_path: str | None, tiny: bool,
+           path: str = "fsdp2", models: list[str] | None = None, eager_only: bool = False,
+           tokens_min: int = 0) -> None:
     rows = []
     t_start = time.time()
-    for model_name, tokens, optim_impl in CASES:
-        if tiny and tokens > 2048:
+    cases = CASES if path == "plain" else [c for c in CASES_FSDP2 if not eager_only or not c[4]]
+    env = dict(os.environ)
+    if path == "fsdp2":  # verl turns expandable segments on for training (fsdp_workers.py trainer mode)
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    for case in cases:
+        cmd, ident = _case_cmd(case, path, tiny)
+        if (models and ident["model"] not in models) or (tiny and ident["tokens"] > 4096) \
+                or ident["tokens"] < tokens_min:
             continue
         elapsed = time.time() - t_start
         if elapsed > budget_s:
-            rows.append(dict(model=model_name, tokens=tokens, optim=optim_impl, status="skipped_budget"))
-            print(f"SKIP {model_name} T={tokens} {optim_impl}: budget spent", flush=True)
+            rows.append(dict(ident, status="skipped_budget"))
+            print(f"SKIP {ident}: budget spent", flush=True)
             continue
-        cmd = [sys.executable, os.path.abspath(__file__), "--model", model_name, "--tokens", str(tokens),
-               "--optim", optim_impl] + (["--tiny"] if tiny else [])
         t0 = time.time()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True,
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env,
                                timeout=min(per_case_timeout, max(30.0, budget_s + 60 - elapsed)))
             line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if line is not None:
@@ -245,27 +513,32 @@ def driver(out_path: str, budget_s: float, per_case_timeout: float, jsonl_path: 
             else:
                 tail = (p.stderr or p.stdout)[-1500:]
                 status = "OOM" if "OutOfMemory" in tail or "out of memory" in tail else "failed"
-                row = dict(model=model_name, tokens=tokens, optim=optim_impl, status=status,
-                           returncode=p.returncode, error=tail)
+                row = dict(ident, status=status, returncode=p.returncode, error=tail)
         except subprocess.TimeoutExpired:
-            row = dict(model=model_name, tokens=tokens, optim=optim_impl, status="timeout")
+            row = dict(ident, status="timeout")
         row["wall_s"] = round(time.time() - t0, 1)
         rows.append(row)
         if jsonl_path:
             with open(jsonl_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
-        pk = row.get("peak_allocated")
-        print(f"CASE {model_name:>4} T={tokens:>6} {optim_impl:<7} {row['status']:<6} "
-              f"peak={pk / GiB if pk else float('nan'):8.2f} GiB  wall={row['wall_s']}s", flush=True)
-    table = dict(
-        description="Per-GPU peak memory of one verl-style FSDP actor step, world size 1, "
-                    "fp32 master weights, bf16 autocast, grad checkpointing, sdpa, AdamW, "
-                    "one packed row of T tokens, fp32 log_softmax+gather loss. Bytes.",
-        configs=QWEN25_CONFIGS,
-        command=" ".join([os.path.basename(sys.executable)] + sys.argv),
-        env={k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF",)},
-        cases=rows,
-    )
+        pk, pr = row.get("peak_allocated"), row.get("peak_reserved")
+        lp = row.get("logprob_peak_allocated")
+        print(f"CASE {ident} {row['status']:<6} alloc={pk / GiB if pk else float('nan'):7.2f} "
+              f"reserved={pr / GiB if pr else float('nan'):7.2f} logprob={lp / GiB if lp else float('nan'):7.2f} "
+              f"GiB wall={row['wall_s']}s {row.get('error', '')[-300:] if row['status'] != 'ok' else ''}",
+              flush=True)
+    if path == "plain":
+        description = ("Per-GPU peak memory of one verl-style FSDP actor step, world size 1, "
+                       "fp32 master weights, bf16 autocast, grad checkpointing, sdpa, AdamW, "
+                       "one packed row of T tokens, fp32 log_softmax+gather loss. Bytes.")
+    else:
+        description = ("Per-GPU peaks (bytes) of verl v0.6.1's FSDP2 actor on one rank: update step "
+                       f"({MICRO_BATCHES} packed micro-batches of T tokens, entropy on/off) and the "
+                       "forward-only old-log-prob pass (entropy always), see run_case_fsdp2.")
+    table = dict(description=description, configs=QWEN25_CONFIGS,
+                 command=" ".join([os.path.basename(sys.executable)] + sys.argv),
+                 env={"PYTORCH_CUDA_ALLOC_CONF": env.get("PYTORCH_CUDA_ALLOC_CONF")},
+                 date=time.strftime("%Y-%m-%d", time.gmtime()), cases=rows)
     with open(out_path, "w") as f:
         json.dump(table, f, indent=1)
     print(f"wrote {out_path} ({len(rows)} cases, {time.time() - t_start:.0f}s)", flush=True)
@@ -384,6 +657,60 @@ def fit(json_path: str, capacity_gib: float = 139.8) -> dict:
     return dict(k, worst=worst)
 
 
+def fit_fsdp2(json_path: str) -> dict:
+    """Check stacks.memory against the FSDP2 table: every case within -5 % / +15 % of its RESERVED peak.
+
+    The reserved peak is what the caching allocator takes from the GPU, so it is what runs out; the
+    allocated peak is printed next to it. Run from the repository root: python -m bench.memory_calibration
+    --fit --json bench/memory_calibration_fsdp2.json
+    """
+    from catalog.models import MODELS
+    from stacks import memory
+
+    with open(json_path) as f:
+        table = json.load(f)
+    print(f"{table.get('gpu')}, torch {table.get('torch')}, transformers {table.get('transformers')}, "
+          f"{table.get('date')}; fit checked on the reserved peak (GiB)")
+    print(f"{'model':>5} {'T':>6} {'entropy':<12} {'optim':<7} | {'upd alloc':>9} {'reserved':>8} {'model':>7} "
+          f"{'resid':>6} | {'lp alloc':>8} {'reserved':>8} {'model':>7} {'resid':>6}")
+    lo, hi = 0.0, 0.0
+    for r in table["cases"]:
+        if r.get("status") != "ok":
+            print(f"{r['model']:>5} {r['tokens']:>6} {r.get('status')}")
+            continue
+        spec = MODELS[f"Qwen/Qwen2.5-{r['model'][:-1]}B"]
+        eager = not r["entropy_compiled"]
+        step = memory.OPTIMIZER_STEP_BYTES if r["optim"] == "foreach" else 0.0
+        upd = memory.update_peak_bytes(spec, r["tokens"], 1, optimizer_step=step, entropy_eager=eager and r["entropy"])
+        lp = memory.logprob_peak_bytes(spec, r["tokens"], 1, entropy_eager=eager)
+        ru, rl = upd / r["update2_peak_reserved"] - 1, lp / r["logprob_peak_reserved"] - 1
+        lo, hi = min(lo, ru, rl), max(hi, ru, rl)
+        ent = ("on" if r["entropy"] else "off") + (" eager" if eager else "")
+        print(f"{r['model']:>5} {r['tokens']:>6} {ent:<12} {r['optim']:<7} | "
+              f"{r['update2_peak_allocated'] / GiB:9.2f} {r['update2_peak_reserved'] / GiB:8.2f} {upd / GiB:7.2f} "
+              f"{ru * 100:+5.1f}% | {r['logprob_peak_allocated'] / GiB:8.2f} {r['logprob_peak_reserved'] / GiB:8.2f} "
+              f"{lp / GiB:7.2f} {rl * 100:+5.1f}%")
+    ok = lo >= -0.05 and hi <= 0.15
+    print(f"worst: {lo * 100:+.1f}% under, {hi * 100:+.1f}% over the reserved peak "
+          f"({'PASS' if ok else 'FAIL'}: allowed -5 % / +15 %)")
+    return dict(under=lo, over=hi, ok=ok)
+
+
+def merge_runs(jsonl_paths: list[str], out_path: str) -> None:
+    """One table from the driver's JSONL files (the device runs were split to fit their time limit)."""
+    cases = [json.loads(line) for p in jsonl_paths for line in open(p) if line.strip()]
+    first = next(c for c in cases if c.get("status") == "ok")
+    table = dict(description=("Per-GPU peaks (bytes) of verl v0.6.1's FSDP2 actor on one rank: update step "
+                              f"({MICRO_BATCHES} packed micro-batches of T tokens, entropy on/off, compiled or "
+                              "eager) and the forward-only old-log-prob pass (entropy always); see "
+                              "run_case_fsdp2. update2_* is the steady-state step (AdamW state present)."),
+                 gpu=first.get("gpu"), gpu_total_bytes=first.get("gpu_total_bytes"), torch=first.get("torch"),
+                 transformers=first.get("transformers"), alloc_conf=first.get("alloc_conf"),
+                 date=time.strftime("%Y-%m-%d", time.gmtime()), configs=QWEN25_CONFIGS, cases=cases)
+    with open(out_path, "w") as f:
+        json.dump(table, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=list(QWEN25_CONFIGS))
@@ -391,6 +718,13 @@ def main() -> None:
     ap.add_argument("--optim", choices=["foreach", "fused"], default="foreach")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="toy dimensions, for a CPU logic test")
+    ap.add_argument("--path", choices=["plain", "fsdp2"], default="fsdp2",
+                    help="fsdp2: verl's training path (run_case_fsdp2); plain: the first table's loop")
+    ap.add_argument("--entropy", type=int, choices=[0, 1], default=0)
+    ap.add_argument("--eager-entropy", action="store_true", help="actor.use_torch_compile=false")
+    ap.add_argument("--models", default="", help="driver: comma-separated subset of the models")
+    ap.add_argument("--eager-only", action="store_true", help="driver: only the eager-entropy cases")
+    ap.add_argument("--tokens-min", type=int, default=0, help="driver: skip the smaller token budgets")
     ap.add_argument("--driver", action="store_true")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "memory_calibration.json"))
@@ -398,16 +732,27 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--case-timeout-s", type=float, default=180.0)
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--merge", nargs="+", help="JSONL files of driver runs to merge into --out")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    if args.fit:
-        fit(args.json or args.out)
+    if args.merge:
+        merge_runs(args.merge, args.out)
+    elif args.fit:
+        path = args.json or args.out
+        with open(path) as f:
+            fsdp2 = any(c.get("path") == "fsdp2" for c in json.load(f)["cases"])
+        fit_fsdp2(path) if fsdp2 else fit(path)
     elif args.driver:
-        driver(args.out, args.budget_s, args.case_timeout_s, args.jsonl, args.tiny)
+        driver(args.out, args.budget_s, args.case_timeout_s, args.jsonl, args.tiny, args.path,
+               [m for m in args.models.split(",") if m], args.eager_only, args.tokens_min)
     else:
         if not args.model or not args.tokens:
             ap.error("--model and --tokens are required in one-case mode")
-        res = run_case(args.model, args.tokens, args.optim, args.steps, args.tiny)
+        if args.path == "fsdp2":
+            res = run_case_fsdp2(args.model, args.tokens, bool(args.entropy), args.optim, args.steps, args.tiny,
+                                 not args.eager_entropy)
+        else:
+            res = run_case(args.model, args.tokens, args.optim, args.steps, args.tiny)
         print("RESULT " + json.dumps(res), flush=True)
 
 

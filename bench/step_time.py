@@ -3,9 +3,10 @@
     venv/bin/python -m bench.step_time
 
 "old" is each stack with the recipe's previous defaults (no remove-padding, no dynamic batch size,
-micro-batches 16 / 8 / 4, TP 8, one update per step, reference on the GPU) applied where the stack
-file does not set a value itself; "new" is the stack as shipped. Times come from the throughput
-model in stacks/sizing.py: ESTIMATES, not measurements.
+micro-batches 16 / 8 / 4, TP 8, one update per step) applied where the stack file does not set a
+value itself; "new" is the stack as shipped. Under each stack, every layout the recipe weighed (full
+FSDP, and on several nodes HSDP), with its modelled step time and memory peaks side by side. Times
+come from the throughput model in stacks/sizing.py: ESTIMATES, not measurements.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from stacks import config, sizing
 ROOT = Path(__file__).resolve().parent.parent
 # The recipe's defaults before issue #13 (stacks/keys.py at commit 21f2aac) for the keys it changed.
 OLD_DEFAULTS = {"grpoPpoMiniBatchSize": "256", "grpoTensorParallelSize": "8", "grpoValBeforeTrain": "false",
-                "grpoUseRemovePadding": "false", "grpoUseDynamicBsz": "false", "grpoRefParamOffload": "false"}
+                "grpoUseRemovePadding": "false", "grpoUseDynamicBsz": "false"}
 PHASES = ("generation", "weight_sync", "old_log_prob", "reference", "update", "overhead")
 
 
@@ -75,7 +76,14 @@ def main() -> int:
         unused = () if g_old.use_dynamic_bsz else ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu")
         changed = {f.name: (getattr(g_old, f.name), getattr(g_new, f.name)) for f in dataclasses.fields(g_new)
                    if getattr(g_old, f.name) != getattr(g_new, f.name) and f.name not in unused}
-        print("  settings old -> new: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) + "\n")
+        print("  settings old -> new: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()
+                                                   if k != "layout_options"))
+        for o in g_new.layout_options:  # every layout stacks.tuning weighed, derived in full
+            print(f"  layout {o.name:<9} fsdp_size {o.fsdp_size:>3}: step {o.step_seconds:6.1f} s, peak update "
+                  f"{o.update_peak_gib:6.1f} GiB / log-prob {o.logprob_peak_gib:6.1f} GiB, checkpoint "
+                  f"{o.checkpoint_gb:6.1f} GB, {'fits' if o.fits else 'does not fit'}"
+                  f"{'  <- chosen' if o.chosen else ''}")
+        print()
     for stack, new, err in refused:
         print(f"{stack}: {new.model} on {new.gpu_nodes} x {new.accelerator.gpus_per_node} {new.accelerator.key}")
         print(f"  the old recipe is refused on this stack, no comparison: {err.problems[0]}\n")

@@ -163,8 +163,10 @@ ACCELERATORS: dict[str, Accelerator] = {
         vcpus=224,
         memory_gb=3968,
         local_ssds=32,
-        # GCP A4: 8 x B200, 1,440 GB HBM3e (180 GB per GPU); read as decimal GB, a lower bound.
-        gpu_memory_gib=180e9 / GiB,
+        # What CUDA reports for one B200: "Total Global Memory: 178.35 GB" (pytorch/ao#4002, a B200's
+        # device query; the GiB figure nvidia-smi's 183359 MiB, NVIDIA/TensorRT-LLM#10278, also gives
+        # after the same ~0.4 % driver reserve as the H200's 143771 MiB -> 139.80 GiB measured here).
+        gpu_memory_gib=178.35,
         # NVIDIA HGX B200 datasheet: 2.25 PFLOPS dense BF16 (4.5 sparse), 8 TB/s HBM3e, NVLink 5 1.8 TB/s
         # (both directions: 900 GB/s each way).
         bf16_tflops=2250.0, hbm_tbps=8.0, nvlink_gbps=900.0,
@@ -184,7 +186,8 @@ ACCELERATORS: dict[str, Accelerator] = {
         vcpus=224,
         memory_gb=2952,
         local_ssds=32,
-        # Measured on an H200 in this project: torch "total capacity of 139.80 GiB" (bench/memory_calibration.json).
+        # Measured on an H200 in this project: torch total_memory 150109880320 B = 139.80 GiB, nvidia-smi
+        # 143771 MiB (bench/memory_calibration_fsdp2.json gpu_total_bytes).
         gpu_memory_gib=139.8,
         # NVIDIA H200 SXM datasheet: 1,979 TFLOPS BF16 with sparsity (989 dense), 4.8 TB/s, NVLink 900 GB/s
         # (both directions: 450 GB/s each way).

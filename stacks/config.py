@@ -91,6 +91,7 @@ _BOUNDS: dict[str, tuple[int, str]] = {
     "grpoTestFreq": (1_000_000, "steps; more is a typo"),
     "grpoMaxCheckpointsToKeep": (1000, "checkpoints; more is a typo"),
     "grpoPpoMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
+    "grpoFsdpSize": (4096, "GPUs in one FSDP shard group; more is a typo"),
     "grpoLogProbMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
     "budgetMonthly": (10**9, "a monthly budget; more is a typo"),
 }
@@ -387,6 +388,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             found = preflight(grpo, accelerator=acc, **shape)
             r.problems += found
             warnings = [] if found else grpo_warnings(grpo, accelerator=acc, **shape)
+    warnings += _ignored_keys(r)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
     if "wandb" in grpo.logger and not has_wandb_key:
         # Without a key wandb.init fails in the TaskRunner, after every GPU has loaded the model.
@@ -446,6 +448,17 @@ def _invisible(key: str) -> bool:
 def _visible(key: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKC", key)
                    if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
+
+
+def _ignored_keys(r: _Reader) -> list[str]:
+    """Keys older stack files may set that no longer change anything: a warning, not an error, so
+    those stacks keep loading (refusing them would block `pulumi up` on a live stack)."""
+    offload = r.choice("grpoRefParamOffload", ("auto", "true", "false")).lower()
+    if offload == "auto":
+        return []
+    return [f"{KEYS_BY_NAME['grpoRefParamOffload'].full} = {offload}: ignored. verl 0.6.1 always keeps the reference "
+            "model on the host (fsdp_workers.py: CPUOffloadPolicy for every role but the actor) and never "
+            "reads ref.fsdp_config.param_offload; remove the key"]
 
 
 def unknown_keys(raw: Mapping[str, str]) -> list[str]:
@@ -662,8 +675,7 @@ def _grpo(r: _Reader) -> GrpoSettings:
         use_dynamic_bsz=r.bool("grpoUseDynamicBsz"),
         ppo_max_token_len_per_gpu=r.int("grpoPpoMaxTokenLenPerGpu", minimum=0),
         log_prob_max_token_len_per_gpu=r.int("grpoLogProbMaxTokenLenPerGpu", minimum=0),
-        ref_param_offload={"auto": None, "true": True, "false": False}.get(
-            r.choice("grpoRefParamOffload", ("auto", "true", "false")).lower()),
+        fsdp_size=r.int("grpoFsdpSize", minimum=-1),
         max_checkpoints_to_keep=r.int("grpoMaxCheckpointsToKeep", minimum=1),
         total_training_steps=r.int("grpoTotalTrainingSteps", minimum=0),
     )

@@ -55,7 +55,11 @@ class GrpoSettings:
     use_dynamic_bsz: bool = True
     ppo_max_token_len_per_gpu: int = 0
     log_prob_max_token_len_per_gpu: int = 0
-    ref_param_offload: bool | None = None
+    # actor.fsdp_config.fsdp_size: 0 = derived by stacks.tuning (the faster layout that fits), -1 =
+    # shard over every GPU (full FSDP), n = shard within groups of n GPUs and replicate across them (HSDP).
+    fsdp_size: int = 0
+    # stacks.tuning's derivation of each layout it weighed (tuning.LayoutOption), for the plan; not a setting.
+    layout_options: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
     max_checkpoints_to_keep: int = 2
     total_training_steps: int = 0  # 0: verl's default (null), every epoch runs
 
@@ -106,7 +110,9 @@ _FROM_SETTINGS = {
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "ppo_max_token_len_per_gpu",
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.ref.fsdp_config.param_offload": "ref_param_offload",
+    # The reference shares the actor's device mesh (fsdp_workers.py: one create_device_mesh from
+    # actor.fsdp_config.fsdp_size); its param_offload is never read (it is always CPU-offloaded).
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size": "fsdp_size",
     "trainer.max_actor_ckpt_to_keep": "max_checkpoints_to_keep",
 }
 _FIXED = {
@@ -131,6 +137,7 @@ _MAX_TOKENS = "actor_rollout_ref.rollout.max_num_batched_tokens"
 _CHUNKED = "actor_rollout_ref.rollout.enable_chunked_prefill"
 _MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
 _MAX_SEQS = "actor_rollout_ref.rollout.max_num_seqs"
+_COMPILE = "actor_rollout_ref.actor.use_torch_compile"  # false: the entropy runs eager (stacks.memory)
 ROLLOUT_MAX_NUM_SEQS = 1024  # verl rollout.yaml default
 
 # Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
@@ -234,6 +241,13 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
         bad("tensor_parallel_size", tp, f"vLLM cannot shard {model} ({spec.attention_heads} attention / "
             f"{spec.kv_heads} KV heads): use one of {', '.join(str(t) for t in choices)}")
 
+    # fsdp_workers.py create_device_mesh: fsdp_size < 0 or >= world shards over all GPUs, else the
+    # (world // fsdp_size, fsdp_size) mesh, which init_device_mesh builds only when it divides.
+    fs = g.fsdp_size
+    if fs == 0 or fs < -1 or (0 < fs < world and world % fs):
+        bad("fsdp_size", fs, f"-1 (shard over all {world} GPUs) or a divisor of {world} "
+            f"(HSDP: {gpus_per_node} = one node per shard group); 0 = derive")
+
     # vllm_rollout_spmd.py: with chunked prefill, max_num_batched_tokens must cover the max model length.
     limit = _extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, problems)
     model_len = _extra_int(extras, _MAX_MODEL_LEN, g.max_prompt_length + g.max_response_length, problems)
@@ -276,6 +290,7 @@ def tokens_per_sequence(g: GrpoSettings) -> int:
 
 def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.MemoryInputs:
     """The memory model's view of the settings (every auto value already derived by stacks.tuning)."""
+    extras = _parse_extras(g.extra_overrides)[0]
     per_seq = tokens_per_sequence(g)
     if g.use_dynamic_bsz:
         train, logprob = g.ppo_max_token_len_per_gpu, g.log_prob_max_token_len_per_gpu
@@ -285,8 +300,10 @@ def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.Memor
     return memory.MemoryInputs(
         world=world, gpu_gib=acc.gpu_memory_gib, tp=g.tensor_parallel_size,
         gpu_memory_utilization=g.gpu_memory_utilization, train_tokens=train, logprob_tokens=logprob,
-        ref_on_gpu=g.kl_loss_coef > 0 and not g.ref_param_offload,
-        rollout_sequences=g.train_batch_size * g.rollout_n, max_model_len=sequence_tokens(g))
+        ref_loaded=g.kl_loss_coef > 0,
+        rollout_sequences=g.train_batch_size * g.rollout_n, max_model_len=sequence_tokens(g),
+        fsdp_size=g.fsdp_size, entropy_in_update=g.entropy_coeff != 0,
+        entropy_eager=extras.get(_COMPILE, "true").strip().lower() == "false")
 
 
 def memory_breakdown(g: GrpoSettings, spec, acc: Accelerator, world: int,
@@ -306,32 +323,36 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
     extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
     headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
     problems = []
+    layout = f"FSDP over {b.shard} GPUs ({_field_key('fsdp_size')} = {g.fsdp_size})"
     if not b.update_fits:
         field = "ppo_max_token_len_per_gpu" if g.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"
+        entropy = (f" + eager entropy {b.train_entropy:.1f} ({_COMPILE}=false with "
+                   f"{_field_key('entropy_coeff')} = {g.entropy_coeff!r})" if b.train_entropy else "")
         problems.append(
             f"{_field_key(field)} = {getattr(g, field)!r}: the actor update needs {b.update_peak:.1f} GiB per GPU"
-            f"{extra} ({headroom}: {b.update_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}: "
+            f"{extra} ({headroom}: {b.update_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "
             f"weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam {b.adam_state:.1f} + "
-            f"reference {b.ref_weights:.1f} + FSDP buffers {b.fsdp_gather:.1f} + activations "
-            f"{b.train_activations:.1f} + logits {b.train_logits:.1f}; lower it (0 = derive) or add {_key('gpuNodes')}")
+            f"activations {b.train_activations:.1f} + logits {b.train_logits:.1f}{entropy}; lower it "
+            f"(0 = derive), add {_key('gpuNodes')}, or shard wider ({_field_key('fsdp_size')} = -1)")
     if not b.logprob_fits:
         field = "log_prob_max_token_len_per_gpu" if g.use_dynamic_bsz else "log_prob_micro_batch_size_per_gpu"
+        entropy = f" + eager entropy {b.logprob_entropy:.1f} ({_COMPILE}=false)" if b.logprob_entropy else ""
         problems.append(
             f"{_field_key(field)} = {getattr(g, field)!r}: the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
-            f"{extra} ({headroom}: {b.logprob_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}: logits "
-            f"{b.logprob_logits:.1f} + MLP {b.logprob_mlp:.1f} on top of the shards; lower it (0 = derive)")
+            f"{extra} ({headroom}: {b.logprob_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "
+            f"logits {b.logprob_logits:.1f}{entropy} + units in flight {b.logprob_units:.1f} on top of the "
+            f"shards; lower it (0 = derive)")
     if not b.rollout_fits:
-        ref = f" or set {_field_key('ref_param_offload')} = true" if b.ref_weights else ""
         if b.kv_cache <= 0:
             why = (f"vLLM's pool of {b.vllm_pool:.1f} GiB leaves no KV cache after its weights "
                    f"{b.vllm_weights:.1f} and activations {b.vllm_activations:.1f}: raise it or "
                    f"{_field_key('tensor_parallel_size')}")
         else:
-            why = (f"the rollout needs {b.rollout_resident:.1f} GiB of resident actor state (weights + Adam"
-                   f"{' + reference' if b.ref_weights else ''}) + the vLLM pool {b.vllm_pool:.1f} + "
+            why = (f"the rollout needs {b.rollout_resident:.1f} GiB of resident actor state (weights + Adam) "
+                   f"+ the vLLM pool {b.vllm_pool:.1f} + "
                    f"{memory.NON_TORCH_GIB:.1f} outside PyTorch = "
                    f"{b.rollout_resident + b.vllm_pool + memory.NON_TORCH_GIB:.1f} GiB of {b.gpu_gib:.1f} on "
-                   f"{acc.key}: lower it{ref}, or add {_key('gpuNodes')}")
+                   f"{acc.key}: lower it, or add {_key('gpuNodes')}")
         problems.append(f"{_field_key('gpu_memory_utilization')} = {g.gpu_memory_utilization!r}: {why}")
     return problems
 

@@ -143,8 +143,12 @@ KEYS: tuple[Key, ...] = (
         "actor.ppo_max_token_len_per_gpu; 0 = the largest multiple of prompt+response <= 32768 that fits."),
     Key("grpoLogProbMaxTokenLenPerGpu", "integer", 0,
         "rollout/ref log_prob_max_token_len_per_gpu; 0 = up to 2x the update budget, as memory allows."),
+    # Kept so existing stack files still load: verl 0.6.1 always CPU-offloads the reference and never
+    # reads ref.fsdp_config.param_offload (fsdp_workers.py), so any value is ignored with a warning.
     Key("grpoRefParamOffload", "string", "auto",
-        "ref.fsdp_config.param_offload: true, false or auto (on above 7B or when memory is tight)."),
+        "Ignored (warns when set): verl 0.6.1 always keeps the reference model on the host."),
+    Key("grpoFsdpSize", "integer", 0,
+        "actor.fsdp_config.fsdp_size: -1 = shard over all GPUs, n = HSDP groups of n; 0 = the faster that fits."),
     Key("grpoMaxCheckpointsToKeep", "integer", 2, "trainer.max_actor_ckpt_to_keep (older checkpoints deleted)."),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}

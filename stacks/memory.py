@@ -5,22 +5,53 @@ weights and KV cache before training and wakes them for the rollout: sleep level
 verl/third_party/vllm/__init__.py, verl/workers/fsdp_workers.py rollout_mode/trainer_mode):
 
   rollout   actor fp32 weights + Adam state stay resident (dp_actor.py update_policy ends with
-            zero_grad, so no gradients), the reference if not offloaded, and the vLLM pool of
+            zero_grad, so no gradients; the reference lives on the host), and the vLLM pool of
             gpu_memory_utilization x GPU memory (vLLM >= 0.7 reads it as a fraction of the TOTAL:
             docs/perf/perf_tuning.rst) holding its bf16 weights under TP, its activation peak and
             the KV cache; CUDA graphs sit outside the pool (docs/perf/best_practices.rst).
-  log-prob  forward only (old log-prob, reference): the static shards, one layer gathered, the
-            logits of the forward token budget.
+  log-prob  forward only (old log-prob with entropy, reference): the static shards, the units in
+            flight, the logits of the forward token budget.
   update    forward + backward + AdamW on the training token budget.
 
-Training terms are CALIBRATED (bench/memory_calibration.py on an H200, Qwen2.5 0.5B-7B, table in
-bench/memory_calibration.json, worst residual 2.8 %): the update peak is max(A, B) with
-    A = P (16 + t) / W               fp32 weights 4 + grads 4 + Adam m, v 8, + t for the optimizer
-                                     step (torch foreach AdamW: one fp32 buffer, t = 4)
-    B = 12 P / W + a T h L + c T V   before the grads exist: checkpointed residual stream (a) and
-                                     the logits with their fp32 log-softmax and gradient (c)
-vLLM terms are ANALYTICAL (formulas cited where used). Models above the calibrated 7.6 B
-parameters are extrapolations of the same formula: `extrapolated` says so.
+verl paths below are read at v0.6.1 = volcengine/verl@d62da4950573d7a4b7ef2362337952e7ab59e78d
+(VERL_COMMIT): workers/fsdp_workers.py, workers/actor/dp_actor.py, utils/fsdp_utils.py,
+utils/torch_functional.py, trainer/config/actor/actor.yaml.
+
+Training terms are CALIBRATED on verl's own FSDP2 training path re-implemented on one H200
+(bench/memory_calibration.py run_case_fsdp2; table bench/memory_calibration_fsdp2.json; 0.5B-7B,
+three or four token budgets each, entropy on and off). The fit check uses the RESERVED peak: it is
+what the caching allocator holds from the GPU, so it is what runs out (allocated sits 1-4 % below it
+with expandable segments, which verl turns on for training). Every measured case is predicted
+between 1.4 % under and 7.6 % over (bench/memory_calibration_fit.txt). With S the FSDP shard group
+(all GPUs, or fsdp_size under HSDP), P the parameters, U the largest FSDP unit (a decoder layer or
+the embedding / lm_head), T the micro-batch tokens on this GPU, h hidden, L layers, V vocab:
+
+  update    max of   (16 + t) P / S                  AdamW's step: fp32 weights 4 + grads 4 + m, v 8,
+                                                     foreach's transient t = 4 (fused: 0)
+                     16 P / S + 12 U                  end of backward: a unit's bf16 params and grads,
+                                                     their fp32 copy and the reduce-scatter output
+                     16 P / S + 2 U + a T h L + c T V  the second micro-batch's lm_head backward, with
+                                                     the first one's gradients live (a = 2: bf16
+                                                     checkpointed layer inputs; c = 8: the bf16 logits,
+                                                     their gradient and the two copies autograd's
+                                                     CopySlices makes for verl's in-place logits.div_
+                                                     on a view, dp_actor.py _forward_micro_batch)
+                     + e_u T V with eager entropy     (actor.use_torch_compile=false: fp32 softmax kept)
+  log-prob  12 P / S + 4 U + 2 T V (+ e_l T V eager)  forward only; the old-log-prob pass always
+                                                     computes the entropy (fsdp_workers.py compute_log_prob)
+  then x 1.02 + 0.5 GiB (reserved over allocated, fitted).
+
+Entropy through torch.compile (verl's default, actor.yaml use_torch_compile: true) was measured to add
+nothing to either peak: the fused kernel keeps no fp32 copy and the CopySlices peak comes later.
+Eager entropy (use_torch_compile=false) adds 20.5 bytes per token x vocab to the update and 12 to the
+log-prob pass (measured).
+
+The reference model is always CPU-offloaded by verl 0.6.1 under FSDP and FSDP2 (fsdp_workers.py
+_build_model_optimizer: `cpu_offload = None if role == "actor" else CPUOffloadPolicy(pin_memory=True)`;
+compute_ref_log_prob never reads ref.fsdp_config.param_offload): it costs no resident GPU memory, only
+its units copied in during its own pass. Units are per verl's apply_fsdp2 (utils/fsdp_utils.py).
+vLLM terms are ANALYTICAL (formulas cited where used). Models above the calibrated 7.6 B parameters
+are extrapolations of the same formula: `extrapolated` says so.
 """
 
 from __future__ import annotations
@@ -30,16 +61,24 @@ from dataclasses import asdict, dataclass
 from catalog.models import ModelSpec
 
 GiB = 1024**3
-# bench/memory_calibration.json, fitted by `python bench/memory_calibration.py --fit`.
-ACT_BYTES = 4.63  # a: bytes per token x hidden x layer (checkpointed layer inputs, fp32)
-LOGIT_BYTES = 12.18  # c: bytes per token x vocab (bf16 logits, fp32 log-softmax, its gradient)
-OPTIMIZER_STEP_BYTES = 4.0  # t: torch AdamW foreach (verl's build_optimizer uses torch's default)
+# verl v0.6.1, the code the formulas above were read from.
+VERL_COMMIT = "d62da4950573d7a4b7ef2362337952e7ab59e78d"
+# Fitted on bench/memory_calibration_fsdp2.json by `python -m bench.memory_calibration --fit`.
+OPTIMIZER_STEP_BYTES = 4.0  # t: torch AdamW foreach (verl's build_optimizer keeps torch's default)
+UNIT_BWD_BYTES = 12.0  # end of backward, per parameter of the largest unit
+UNIT_LOGITS_BYTES = 2.0  # the root unit (lm_head) unsharded in bf16 during its backward
+ACT_BYTES = 2.0  # a: bytes per token x hidden x layer (bf16 checkpointed layer inputs)
+LOGIT_BYTES = 8.0  # c: bytes per token x vocab in the update (see the docstring)
+ENTROPY_EAGER_UPDATE_BYTES = 20.5  # e_u, measured with actor.use_torch_compile=false
+UNIT_FORWARD_BYTES = 4.0  # forward only: two bf16 units in flight (the current one and the prefetched)
+LOGPROB_LOGIT_BYTES = 2.0  # bf16 logits of the forward-only pass
+ENTROPY_EAGER_LOGPROB_BYTES = 12.0  # e_l
+RESERVED_RATIO = 1.02  # reserved over allocated (fitted, expandable segments)
+RESERVED_BASE_GIB = 0.5
 CALIBRATED_MAX_PARAMS = 7_615_616_512  # Qwen2.5-7B, the largest model measured
-# The allocator's slack: without expandable segments the measured reserved/allocated ratio was
-# 1.02-1.37 and 7B at 16384 tokens died with 21 GiB reserved but free at 121 GiB demanded
-# (bench/memory_calibration_fit.txt). verl turns expandable segments on for training
-# (workers/sharding_manager/fsdp_vllm.py), so 15 % headroom on the torch phases is what we keep.
-FRAGMENTATION = 0.15
+# Run-to-run headroom on the torch phases. The fit is on the reserved peak, so fragmentation is in the
+# model already; this covers multi-rank effects one rank cannot show (NCCL streams' allocations).
+FRAGMENTATION = 0.10
 # Outside PyTorch's allocator on every GPU: CUDA context, NCCL buffers, cuBLAS workspaces (~1.5 GiB,
 # an estimate) and vLLM's CUDA graphs, which stay through training (best_practices.rst: "not
 # bounded by gpu_memory_utilization"; vLLM logs ~1-2 GiB for its default capture sizes): an estimate.
@@ -52,37 +91,47 @@ VLLM_NON_TORCH_GIB = 0.5
 class MemoryInputs:
     """What the memory depends on; the recipe fills it from the stack (stacks.grpo.memory_inputs)."""
 
-    world: int  # GPUs in the run (FSDP shards over all of them)
+    world: int  # GPUs in the run
     gpu_gib: float  # PyTorch-visible capacity of one GPU
     tp: int  # vLLM tensor-parallel size
     gpu_memory_utilization: float
     train_tokens: int  # tokens in one update micro-batch on one GPU
     logprob_tokens: int  # tokens in one forward-only micro-batch on one GPU
-    ref_on_gpu: bool  # the reference model is loaded (KL loss) and not offloaded
+    ref_loaded: bool  # a reference model exists (KL loss); always CPU-offloaded by verl
     rollout_sequences: int  # train batch x n: sequences vLLM generates per step
     max_model_len: int  # prompt + response
     max_num_batched_tokens: int = 8192  # verl rollout.yaml default
     max_num_seqs: int = 1024  # verl rollout.yaml default
+    fsdp_size: int = -1  # actor.fsdp_config.fsdp_size: -1 (or >= world) shards over all GPUs, else HSDP
+    entropy_in_update: bool = False  # actor.entropy_coeff != 0
+    entropy_eager: bool = False  # actor.use_torch_compile=false: entropy_from_logits runs uncompiled
+
+    @property
+    def shard(self) -> int:
+        """GPUs one FSDP shard group spans (verl fsdp_workers.py create_device_mesh)."""
+        return self.world if self.fsdp_size < 1 or self.fsdp_size >= self.world else self.fsdp_size
 
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """GiB per GPU unless named otherwise."""
+    """GiB per GPU unless named otherwise; the phase peaks are reserved-memory predictions."""
 
     gpu_gib: float
-    # static FSDP shards (divided by the world size)
+    shard: int  # GPUs the static terms are divided by
+    # static FSDP shards (divided by the shard group)
     actor_weights: float  # fp32 master weights (fsdp_config.model_dtype fp32)
     actor_grads: float  # fp32, only during the update
     adam_state: float  # fp32 exp_avg + exp_avg_sq
     optimizer_step: float  # foreach AdamW's transient buffer
-    ref_weights: float  # fp32 (engine/fsdp.yaml model_dtype) when on the GPU, else 0
-    fsdp_gather: float  # unsharded units in flight (bf16 params of 2 units, fp32 grads of 1)
+    fsdp_gather: float  # largest unit's unsharded buffers at the end of its backward
     # token-budget terms
-    train_activations: float  # a T h L (checkpointed), T = train_tokens
+    train_activations: float  # a T h L, T = train_tokens
     train_logits: float  # c T V
-    logprob_logits: float  # c T V at the forward budget (upper bound: c includes the gradient)
-    logprob_mlp: float  # one layer's bf16 MLP intermediates at the forward budget
-    # phase peaks (torch phases before the fragmentation headroom)
+    train_entropy: float  # eager entropy in the update (0 when compiled or entropy_coeff = 0)
+    logprob_logits: float  # bf16 logits at the forward budget
+    logprob_entropy: float  # eager entropy in the old-log-prob pass
+    logprob_units: float  # units in flight in a forward-only pass (the reference's copied-in shards too)
+    # phase peaks (reserved, before the run-to-run headroom)
     update_peak: float
     logprob_peak: float
     rollout_resident: float  # what training leaves on the GPU while vLLM runs
@@ -112,13 +161,35 @@ class MemoryBreakdown:
         return out
 
 
-def update_peak_bytes(spec: ModelSpec, tokens: int, world: int = 1, optimizer_step: float = OPTIMIZER_STEP_BYTES,
-                      act: float = ACT_BYTES, logit: float = LOGIT_BYTES) -> float:
-    """The calibrated training-step peak (bytes) of one GPU, FSDP buffers and reference excluded."""
-    p = spec.params
-    a_phase = p * (16 + optimizer_step) / world
-    b_phase = 12 * p / world + act * tokens * spec.hidden * spec.layers + logit * tokens * spec.vocab
-    return max(a_phase, b_phase)
+def largest_unit(spec: ModelSpec) -> int:
+    """Parameters of the largest FSDP unit: a decoder layer, or the embedding / lm_head (verl's
+    apply_fsdp2 wraps each layer, the embedding when untied, and the root holding lm_head)."""
+    return max(spec.layer_params, spec.vocab * spec.hidden)
+
+
+def _reserved(allocated: float) -> float:
+    return allocated * RESERVED_RATIO + RESERVED_BASE_GIB * GiB
+
+
+def update_peak_bytes(spec: ModelSpec, tokens: int, shard: int = 1, *, optimizer_step: float = OPTIMIZER_STEP_BYTES,
+                      entropy_eager: bool = False) -> float:
+    """The calibrated update peak (reserved bytes) of one GPU: the module docstring's formula."""
+    p, u = spec.params, largest_unit(spec)
+    static = 16 * p / shard
+    logits = (LOGIT_BYTES + (ENTROPY_EAGER_UPDATE_BYTES if entropy_eager else 0.0)) * tokens * spec.vocab
+    return _reserved(max(static + optimizer_step * p / shard, static + UNIT_BWD_BYTES * u,
+                         static + UNIT_LOGITS_BYTES * u + ACT_BYTES * tokens * spec.hidden * spec.layers + logits))
+
+
+def logprob_peak_bytes(spec: ModelSpec, tokens: int, shard: int = 1, *, entropy_eager: bool = False,
+                       reference: bool = False) -> float:
+    """The calibrated forward-only peak (reserved bytes): the actor's old-log-prob pass (entropy always),
+    or with `reference` the reference's pass (no entropy; its fp32 shard of each unit in flight is
+    copied in from the host: 2 units x 4 bytes / shard, analytical)."""
+    p, u = spec.params, largest_unit(spec)
+    units = UNIT_FORWARD_BYTES * u + (2 * 4 * u / shard if reference else 0.0)
+    per_token = LOGPROB_LOGIT_BYTES + (ENTROPY_EAGER_LOGPROB_BYTES if entropy_eager and not reference else 0.0)
+    return _reserved(12 * p / shard + units + per_token * tokens * spec.vocab)
 
 
 def kv_bytes_per_token(spec: ModelSpec, tp: int) -> int:
@@ -140,25 +211,26 @@ def vllm_activation_bytes(spec: ModelSpec, tp: int, batched_tokens: int, max_num
 
 
 def breakdown(spec: ModelSpec, m: MemoryInputs) -> MemoryBreakdown:
-    p, w, g = spec.params, m.world, GiB
-    weights, grads, adam = 4 * p / w / g, 4 * p / w / g, 8 * p / w / g
-    step = OPTIMIZER_STEP_BYTES * p / w / g
-    ref = 4 * p / w / g if m.ref_on_gpu else 0.0
-    # FSDP unshards one unit at a time and prefetches the next: two units of bf16 params; the
-    # backward adds one unit's fp32 gradients before the reduce-scatter. The embedding / lm_head
-    # unit is the largest for the smaller models. Nothing to gather on one GPU.
-    unit = max(spec.layer_params, spec.vocab * spec.hidden)
-    gather = (2 * 2 * unit + 4 * spec.layer_params) / g if w > 1 else 0.0
-
+    p, s, g = spec.params, m.shard, GiB
+    u = largest_unit(spec)
+    weights, grads, adam = 4 * p / s / g, 4 * p / s / g, 8 * p / s / g
+    step = OPTIMIZER_STEP_BYTES * p / s / g
+    eager_update = m.entropy_in_update and m.entropy_eager
     act = ACT_BYTES * m.train_tokens * spec.hidden * spec.layers / g
     logits = LOGIT_BYTES * m.train_tokens * spec.vocab / g
-    update = update_peak_bytes(spec, m.train_tokens, w) / g + ref + gather
-    lp_logits = LOGIT_BYTES * m.logprob_tokens * spec.vocab / g
-    lp_mlp = 3 * 2 * m.logprob_tokens * spec.intermediate / g
-    logprob = weights + adam + ref + gather + lp_logits + lp_mlp
+    train_entropy = ENTROPY_EAGER_UPDATE_BYTES * m.train_tokens * spec.vocab / g if eager_update else 0.0
+    update = update_peak_bytes(spec, m.train_tokens, s, entropy_eager=eager_update) / g
+    lp_logits = LOGPROB_LOGIT_BYTES * m.logprob_tokens * spec.vocab / g
+    lp_entropy = ENTROPY_EAGER_LOGPROB_BYTES * m.logprob_tokens * spec.vocab / g if m.entropy_eager else 0.0
+    logprob = logprob_peak_bytes(spec, m.logprob_tokens, s, entropy_eager=m.entropy_eager) / g
+    units = UNIT_FORWARD_BYTES * u / g
+    if m.ref_loaded:
+        ref_pass = logprob_peak_bytes(spec, m.logprob_tokens, s, reference=True) / g
+        if ref_pass > logprob:
+            logprob, units = ref_pass, units + 2 * 4 * u / s / g
     torch_budget = m.gpu_gib - NON_TORCH_GIB
 
-    resident = weights + adam + ref
+    resident = weights + adam
     pool = m.gpu_memory_utilization * m.gpu_gib
     vweights = 2 * p / m.tp / g  # embedding and lm_head are vocab-parallel: everything splits by TP
     vact = vllm_activation_bytes(spec, m.tp, m.max_num_batched_tokens, m.max_num_seqs) / g
@@ -171,9 +243,10 @@ def breakdown(spec: ModelSpec, m: MemoryInputs) -> MemoryBreakdown:
     per_replica = -(-m.rollout_sequences // replicas)
     needed = min(per_replica, m.max_num_seqs) * m.max_model_len
     return MemoryBreakdown(
-        gpu_gib=m.gpu_gib, actor_weights=weights, actor_grads=grads, adam_state=adam, optimizer_step=step,
-        ref_weights=ref, fsdp_gather=gather, train_activations=act, train_logits=logits,
-        logprob_logits=lp_logits, logprob_mlp=lp_mlp, update_peak=update, logprob_peak=logprob,
+        gpu_gib=m.gpu_gib, shard=s, actor_weights=weights, actor_grads=grads, adam_state=adam, optimizer_step=step,
+        fsdp_gather=UNIT_BWD_BYTES * u / g, train_activations=act, train_logits=logits,
+        train_entropy=train_entropy, logprob_logits=lp_logits, logprob_entropy=lp_entropy, logprob_units=units,
+        update_peak=update, logprob_peak=logprob,
         rollout_resident=resident, vllm_pool=pool, vllm_weights=vweights, vllm_activations=vact,
         kv_cache=kv, kv_bytes_per_token=per_token, kv_tokens=kv_tokens, kv_tokens_needed=needed,
         torch_budget=torch_budget,

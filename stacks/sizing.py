@@ -12,32 +12,46 @@ The step time is a simple model, labelled an estimate everywhere it is shown. Pe
                all-reduce latency per TP collective; the batch waits for its longest response, so
                there are max_response_length iterations), plus the TP all-reduce traffic (two per
                layer per token) over NVLink and the KV-cache reads.
-  weight sync  the actor's bf16 weights gathered into vLLM once per step.
+  weight sync  the actor's fp32 parameters gathered one tensor at a time into vLLM once per step
+               (fsdp_workers.py rollout_mode: state_dict() then DTensor.full_tensor(), fp32 because the
+               actor's master weights are fp32): an all-gather of 4 P over the shard group.
   old log-prob / reference / update
                compute at MFU (2 P per token forward, 8 P for forward + recomputed forward + backward
                with gradient checkpointing), on the padded length unless use_remove_padding; plus
-               FSDP traffic per micro-batch (a bf16 all-gather of the model per forward, another per
-               backward plus an fp32 reduce-scatter of the gradients), not overlapped (verl's
-               forward_prefetch is off by default, perf_tuning.rst), at the RDMA rate between nodes
-               or NVLink within one; an offloaded reference streams its fp32 shard over PCIe each pass.
+               FSDP traffic per micro-batch: a bf16 all-gather of the model per forward, another per
+               backward plus an fp32 reduce-scatter of the gradients, over the shard group; under HSDP
+               also an fp32 all-reduce of each GPU's gradient shard across the replicas (FSDP2 syncs
+               every micro-batch: verl does not turn gradient sync off while accumulating). The
+               reference is always CPU-offloaded (fsdp_workers.py), so its pass also copies its fp32
+               shard in over PCIe.
+  layouts      full FSDP shards over every GPU; HSDP (fsdp_size = GPUs per node) shards within a node
+               and replicates across nodes. A ring collective over a group spanning several nodes
+               crosses each node boundary once per ring; NCCL runs one ring per NIC (rail), so a
+               node's NICs carry 1/G of its GPUs' collective bytes and the bus bandwidth is
+               NICs x per-NIC bandwidth, capped by NVLink's. The HSDP all-reduce runs G rings at once,
+               one per rail, each at one NIC's bandwidth. Per-NIC bandwidth is the achieved ~45 GB/s of a
+               400 Gb/s RoCE NIC (catalog.accelerators network_gbps, issue #13's figure): no nccl-tests
+               bus-bandwidth measurement for A4 / A3 Ultra was found to cite, so 8 x 45 = 360 GB/s is
+               derived, not measured (busbw as nccl-tests defines it: NVIDIA/nccl-tests doc/PERFORMANCE.md).
+  overlap      ASSUMPTION: none. Collectives are charged after compute (an upper bound: FSDP2 does
+               prefetch the next unit's all-gather during compute); both layouts are compared under
+               the same assumption.
   overhead     reward scoring, Ray dispatch and data movement: a fixed estimate.
 
-Sequence lengths are GSM8K's means (stacks.grpo). Attention FLOPs are left out (short sequences).
+Sequence lengths are GSM8K's means by default (stacks.grpo), passed in as parameters. Attention
+FLOPs are left out (short sequences).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from catalog.accelerators import Accelerator
 from catalog.models import ModelSpec, model_spec
 from stacks import memory
 from stacks.grpo import GSM8K_TRAIN_ROWS, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_TOKENS, GrpoSettings
-
-if TYPE_CHECKING:
-    from stacks.config import StackConfig
 
 GB = 1e9
 MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
@@ -98,8 +112,72 @@ class RunSizing:
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in out.items()}
 
 
-def _pass_seconds(flops: float, comm_bytes: float, acc: Accelerator, gpus_bw: float) -> float:
-    return flops / (acc.bf16_tflops * 1e12 * MFU) + comm_bytes / (gpus_bw * GB)
+def _pass_seconds(flops: float, acc: Accelerator) -> float:
+    return flops / (acc.bf16_tflops * 1e12 * MFU)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the actor is sharded: verl's actor.fsdp_config.fsdp_size and what it means on this cluster."""
+
+    fsdp_size: int  # the verl value: -1 = all GPUs
+    shard: int  # GPUs in one shard group
+    replicas: int  # shard groups (HSDP replicas)
+    nodes_per_shard: int  # nodes one shard group spans
+
+    @property
+    def name(self) -> str:
+        return "FSDP" if self.replicas == 1 else f"HSDP {self.replicas}x{self.shard}"
+
+
+def layout(acc: Accelerator, nnodes: int, fsdp_size: int) -> Layout:
+    world = nnodes * acc.gpus_per_node
+    shard = world if fsdp_size < 1 or fsdp_size >= world else fsdp_size
+    return Layout(fsdp_size=-1 if shard == world else shard, shard=shard, replicas=world // shard,
+                  nodes_per_shard=max(1, -(-shard // acc.gpus_per_node)))
+
+
+def layouts(acc: Accelerator, nnodes: int) -> list[Layout]:
+    """The layouts the recipe weighs: full FSDP, and on several nodes HSDP with one node per shard group."""
+    out = [layout(acc, nnodes, -1)]
+    if nnodes > 1:
+        out.append(layout(acc, nnodes, acc.gpus_per_node))
+    return out
+
+
+def bus_gbps(acc: Accelerator, nodes: int) -> float:
+    """Bus bandwidth (GB/s) of a ring collective over a group spanning `nodes` nodes (module docstring)."""
+    nvlink = acc.nvlink_gbps * NVLINK_EFFICIENCY
+    if nodes <= 1:
+        return nvlink
+    return min(nvlink, max(1, acc.rdma_nics) * acc.network_gbps)
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """Per-GPU traffic of one layout (bytes per GPU per collective) and its seconds."""
+
+    gather_bytes: float  # bf16 all-gather of the model over the shard group
+    reduce_bytes: float  # fp32 reduce-scatter of the gradients over the shard group
+    replica_bytes: float  # HSDP: fp32 all-reduce of the gradient shard across replicas (bus bytes)
+    sync_bytes: float  # fp32 weight sync to vLLM (an all-gather of 4 P over the shard group)
+    internode_share: float  # of the shard group's collective bytes, the part a node's NICs carry
+    gather_s: float
+    reduce_s: float
+    replica_s: float
+    sync_s: float
+
+
+def collectives(spec: ModelSpec, acc: Accelerator, lay: Layout) -> Collectives:
+    p, s = spec.params, lay.shard
+    share = (s - 1) / s
+    gather, reduce, sync = 2 * p * share, 4 * p * share, 4 * p * share
+    bw = bus_gbps(acc, lay.nodes_per_shard) * GB
+    replica = 2 * (4 * p / s) * (lay.replicas - 1) / lay.replicas
+    return Collectives(
+        gather_bytes=gather, reduce_bytes=reduce, replica_bytes=replica, sync_bytes=sync,
+        internode_share=1 / acc.gpus_per_node if lay.nodes_per_shard > 1 else 0.0,
+        gather_s=gather / bw, reduce_s=reduce / bw, replica_s=replica / (acc.network_gbps * GB), sync_s=sync / bw)
 
 
 def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, sequences: int,
@@ -119,13 +197,14 @@ def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, s
     return max(compute, decode_floor) + tp_traffic + kv_reads
 
 
-def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> StepTime:
+def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, *,
+              mean_prompt: float = MEAN_PROMPT_TOKENS, mean_response: float = MEAN_RESPONSE_TOKENS) -> StepTime:
     world = nnodes * acc.gpus_per_node
     p = spec.params
     samples = g.train_batch_size * g.rollout_n
     per_gpu = samples / world
-    prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
-    response = min(MEAN_RESPONSE_TOKENS, g.max_response_length)
+    prompt = min(mean_prompt, g.max_prompt_length)
+    response = min(mean_response, g.max_response_length)
     seq = prompt + response if g.use_remove_padding else g.max_prompt_length + g.max_response_length
     tokens = per_gpu * seq  # tokens each GPU computes per pass
     updates = max(1, g.train_batch_size // g.ppo_mini_batch_size)
@@ -136,19 +215,18 @@ def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -
         old = math.ceil(per_gpu / g.log_prob_micro_batch_size_per_gpu)
         ref = math.ceil(per_gpu / g.ref_log_prob_micro_batch_size_per_gpu)
         update = updates * math.ceil(per_gpu / updates / g.ppo_micro_batch_size_per_gpu)
-    bw = acc.network_gbps if nnodes > 1 else acc.nvlink_gbps * NVLINK_EFFICIENCY
-    share = (world - 1) / world  # what a GPU receives of an all-gather / sends of a reduce-scatter
-    gather = 2 * p * share  # bf16 parameters, one full model
-    reduce = 4 * p * share  # fp32 gradients (verl's FSDP mixed precision reduces in fp32)
-    offload = 4 * p / world / (PCIE_GBPS * GB) if (g.ref_param_offload and g.kl_loss_coef > 0) else 0.0
-    ref_s = _pass_seconds(2 * p * tokens, ref * gather, acc, bw) + ref * offload if g.kl_loss_coef > 0 else 0.0
+    lay = layout(acc, nnodes, g.fsdp_size)
+    c = collectives(spec, acc, lay)
+    # verl always offloads the reference: its fp32 shard comes in over PCIe once per micro-batch.
+    offload = 4 * p / lay.shard / (PCIE_GBPS * GB)
+    ref_s = ref * (c.gather_s + offload) + _pass_seconds(2 * p * tokens, acc) if g.kl_loss_coef > 0 else 0.0
     return StepTime(
         generation=generation_seconds(spec, acc, world, g.tensor_parallel_size, samples, prompt, response,
                                       g.max_response_length),
-        weight_sync=gather / (bw * GB),
-        old_log_prob=_pass_seconds(2 * p * tokens, old * gather, acc, bw),
+        weight_sync=c.sync_s,
+        old_log_prob=_pass_seconds(2 * p * tokens, acc) + old * c.gather_s,
         reference=ref_s,
-        update=_pass_seconds(8 * p * tokens, update * (2 * gather + reduce), acc, bw),
+        update=_pass_seconds(8 * p * tokens, acc) + update * (2 * c.gather_s + c.reduce_s + c.replica_s),
         overhead=STEP_OVERHEAD_S,
         micro_batches={"old_log_prob": old, "reference": ref if g.kl_loss_coef > 0 else 0, "update": update},
     )
@@ -164,7 +242,9 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
     if g.save_freq > 0 and total:
         saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step
     kept = min(saved, g.max_checkpoints_to_keep)
-    ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params / GB
+    # verl's FSDP checkpoint manager writes every rank's local shard (model_world_size_*_rank_*.pt): under
+    # HSDP each replica holds a whole copy, so a checkpoint is `replicas` times larger.
+    ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params * layout(acc, nnodes, g.fsdp_size).replicas / GB
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
     st = step_time(g, spec, acc, nnodes)
     prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
@@ -190,7 +270,17 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
     )
 
 
-def run_sizing(cfg: StackConfig) -> RunSizing:
+class SizedStack(Protocol):
+    """What run_sizing reads of a stacks.config.StackConfig (not imported: stacks.tuning, which
+    stacks.config imports, uses this module for the layout choice)."""
+
+    model: str
+    grpo: GrpoSettings
+    accelerator: Accelerator
+    gpu_nodes: int
+
+
+def run_sizing(cfg: SizedStack) -> RunSizing:
     """The stack's run sizing (its model must be in catalog/models.py)."""
     spec = model_spec(cfg.model)
     if spec is None:

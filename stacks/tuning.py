@@ -12,9 +12,13 @@ verl v0.6.1 document or example it comes from (/work/notes/verl_reference.md has
   the bf16 weights take at most half the vLLM pool (docs/perf/best_practices.rst: memory x
   gpu_memory_utilization x TP > 2 x model size), the KV cache holds a replica's share of one rollout
   batch and the rollout phase fits; perf_tuning.rst: "prefer a smaller tensor_parallel_size".
-* reference offload: on above 7B parameters (every GRPO example above that size offloads, and
-  examples/grpo_trainer/*.sh all set it), or whenever keeping the fp32 reference on the GPU would
-  not fit at the smallest token budget; smaller references stay on the GPU (no host copy per pass).
+* layout (actor.fsdp_config.fsdp_size): on one node -1 (every GPU in one shard group). On several
+  nodes each layout of stacks.sizing.layouts (full FSDP, HSDP one node per shard group) is derived
+  in full (TP, token budgets) and the modelled step time picks the faster one whose memory fits;
+  HSDP needs more memory per GPU (shards over 8 GPUs, not all) and writes larger checkpoints.
+  Both are kept in `layout_options` for the plan and the benchmark.
+* the reference model: always on the host (verl 0.6.1 CPU-offloads it whatever
+  ref.fsdp_config.param_offload says, fsdp_workers.py), so nothing to decide.
 * ppo_mini_batch_size: a quarter of the train batch (run_qwen2-7b.sh: 1024 prompts, mini 256: four
   updates per step), else a half, else one update, whichever verl's batch arithmetic accepts.
 """
@@ -22,16 +26,35 @@ verl v0.6.1 document or example it comes from (/work/notes/verl_reference.md has
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from catalog.accelerators import Accelerator
 from catalog.models import ModelSpec, model_spec, tp_choices
-from stacks import memory
+from stacks import memory, sizing
 from stacks.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
 
 AUTO = 0  # integer keys: 0 = derive
 TRAIN_TOKEN_CAP = 32768  # issue #13 / perf_tuning.rst: 16-32K tokens per GPU for the update
 MIN_SEQUENCES_PER_MICRO_BATCH = 2  # perf_tuning.rst: "at least 2 x (max_prompt_length + max_response_length)"
-REF_OFFLOAD_ABOVE_PARAMS = 8_000_000_000  # "above 7B" (issue #13 table; Qwen2.5-7B has 7.6 B)
+
+
+@dataclass(frozen=True)
+class LayoutOption:
+    """One layout, derived in full: what the plan shows side by side."""
+
+    name: str
+    fsdp_size: int
+    fits: bool
+    update_peak_gib: float
+    logprob_peak_gib: float
+    step_seconds: float  # ESTIMATE (stacks.sizing)
+    checkpoint_gb: float
+    internode_share: float  # of each FSDP collective and of the fp32 weight sync, what the NICs carry
+    collective_s: float  # one update micro-batch's gathers, reduce-scatter and HSDP all-reduce (ESTIMATE)
+    ppo_max_token_len_per_gpu: int
+    log_prob_max_token_len_per_gpu: int
+    tensor_parallel_size: int
+    chosen: bool = False
 
 
 def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, list[str]]:
@@ -46,26 +69,38 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tu
             if getattr(g, field) == AUTO:
                 problems.append(f"{field_key(field)} = 0 (auto): {model} is not in catalog/models.py, so "
                                 "nothing can be derived; set it explicitly")
-        if g.ref_param_offload is None:
-            g = dataclasses.replace(g, ref_param_offload=True)
+        if g.fsdp_size == AUTO:
+            g = dataclasses.replace(g, fsdp_size=-1)
         return g, problems
+    candidates = [lay.fsdp_size for lay in sizing.layouts(acc, nnodes)] if g.fsdp_size == AUTO else [g.fsdp_size]
+    options = [_derive(dataclasses.replace(g, fsdp_size=f), spec, acc, nnodes) for f in candidates]
+    fitting = [o for o in options if o[1].fits] or options[:1]  # none fits: full FSDP, preflight says why
+    chosen, _ = min(fitting, key=lambda o: o[1].step_seconds)
+    summaries = tuple(dataclasses.replace(o[1], chosen=o[0] is chosen) for o in options)
+    return dataclasses.replace(chosen, layout_options=summaries), problems
+
+
+def _derive(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, LayoutOption]:
+    world = nnodes * acc.gpus_per_node
     if g.tensor_parallel_size == AUTO:
         g = dataclasses.replace(g, tensor_parallel_size=_tensor_parallel(g, spec, acc, world))
-    if g.ref_param_offload is None:
-        on_gpu = spec.params <= REF_OFFLOAD_ABOVE_PARAMS and _fits(
-            _with_budgets(g, sequence_tokens(g) * MIN_SEQUENCES_PER_MICRO_BATCH, ref_param_offload=False),
-            spec, acc, world)
-        g = dataclasses.replace(g, ref_param_offload=not on_gpu)
-    return _token_budgets(g, spec, acc, world), problems
+    g = _token_budgets(g, spec, acc, world)
+    b = memory.breakdown(spec, memory_inputs(g, acc, world))
+    lay = sizing.layout(acc, nnodes, g.fsdp_size)
+    c = sizing.collectives(spec, acc, lay)
+    option = LayoutOption(
+        name=lay.name, fsdp_size=g.fsdp_size, fits=b.fits, update_peak_gib=round(b.update_peak, 1),
+        logprob_peak_gib=round(b.logprob_peak, 1), step_seconds=round(sizing.step_time(g, spec, acc, nnodes).total, 1),
+        checkpoint_gb=round(sizing.CHECKPOINT_BYTES_PER_PARAM * spec.params * lay.replicas / sizing.GB, 1),
+        internode_share=round(c.internode_share, 3), collective_s=round(2 * c.gather_s + c.reduce_s + c.replica_s, 2),
+        ppo_max_token_len_per_gpu=g.ppo_max_token_len_per_gpu,
+        log_prob_max_token_len_per_gpu=g.log_prob_max_token_len_per_gpu, tensor_parallel_size=g.tensor_parallel_size)
+    return g, option
 
 
 def _with_budgets(g: GrpoSettings, tokens: int, **changes: object) -> GrpoSettings:
     fill = {f: tokens for f in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu") if getattr(g, f) == AUTO}
     return dataclasses.replace(g, **fill, **changes)
-
-
-def _fits(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> bool:
-    return memory.breakdown(spec, memory_inputs(g, acc, world)).fits
 
 
 def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> GrpoSettings:
@@ -95,8 +130,7 @@ def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: in
 def _tensor_parallel(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> int:
     choices = [t for t in tp_choices(spec, acc.gpus_per_node) if not world % t]
     for tp in choices:
-        trial = _with_budgets(g, sequence_tokens(g) * MIN_SEQUENCES_PER_MICRO_BATCH, tensor_parallel_size=tp,
-                              ref_param_offload=True if g.ref_param_offload is None else g.ref_param_offload)
+        trial = _with_budgets(g, sequence_tokens(g) * MIN_SEQUENCES_PER_MICRO_BATCH, tensor_parallel_size=tp)
         b = memory.breakdown(spec, memory_inputs(trial, acc, world))
         if b.vllm_weights <= b.vllm_pool / 2 and b.kv_holds_batch and b.rollout_fits:
             return tp

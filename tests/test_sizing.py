@@ -63,8 +63,34 @@ def test_b200_is_faster_than_h200_and_weights_sync_over_rdma():
     spec = model_spec(b.model)
     assert sizing.step_time(b.grpo, spec, ACCELERATORS["b200"], 2).total < sizing.step_time(
         h.grpo, spec, ACCELERATORS["h200"], 2).total
-    st = sizing.step_time(b.grpo, spec, ACCELERATORS["b200"], 2)
-    assert st.weight_sync == pytest.approx(2 * spec.params * 15 / 16 / (45e9))
+    st = sizing.step_time(dataclasses.replace(b.grpo, fsdp_size=-1), spec, ACCELERATORS["b200"], 2)
+    # verl syncs the fp32 master weights (DTensor.full_tensor of the fp32 shards): 4 bytes a parameter,
+    # over 16 GPUs on two nodes at 8 NICs x 45 GB/s (below NVLink's 630 GB/s bus bandwidth).
+    assert st.weight_sync == pytest.approx(4 * spec.params * 15 / 16 / (8 * 45e9))
+
+
+def test_collectives_count_the_network_from_the_topology():
+    spec, b200 = model_spec("Qwen/Qwen2.5-32B-Instruct"), ACCELERATORS["b200"]
+    full, hsdp = sizing.layouts(b200, 2)
+    assert (full.fsdp_size, full.shard, full.replicas) == (-1, 16, 1)
+    assert (hsdp.fsdp_size, hsdp.shard, hsdp.replicas) == (8, 8, 2)
+    cf, ch = sizing.collectives(spec, b200, full), sizing.collectives(spec, b200, hsdp)
+    assert cf.internode_share == pytest.approx(1 / 8) and ch.internode_share == 0  # HSDP gathers stay in the node
+    assert cf.gather_s == pytest.approx(2 * spec.params * 15 / 16 / (8 * 45e9))  # one ring per NIC
+    assert ch.gather_s == pytest.approx(2 * spec.params * 7 / 8 / (900 * 0.7e9))  # NVLink
+    assert cf.replica_bytes == 0
+    assert ch.replica_s == pytest.approx(2 * (4 * spec.params / 8) * 1 / 2 / 45e9)  # one rail per GPU
+    # H200: 8 x 45 GB/s of NICs exceed NVLink's 315 GB/s bus bandwidth, so NVLink caps both.
+    h200 = ACCELERATORS["h200"]
+    assert sizing.bus_gbps(h200, 2) == sizing.bus_gbps(h200, 1) == pytest.approx(450 * 0.7)
+    assert sizing.layouts(b200, 1) == [sizing.layout(b200, 1, -1)]
+
+
+def test_hsdp_checkpoints_hold_a_copy_per_replica():
+    cfg = load()
+    full = sizing.sizing(dataclasses.replace(cfg.grpo, fsdp_size=-1), model_spec(cfg.model), cfg.accelerator, 2, 7473)
+    hsdp = sizing.sizing(dataclasses.replace(cfg.grpo, fsdp_size=8), model_spec(cfg.model), cfg.accelerator, 2, 7473)
+    assert hsdp.checkpoint_gb == pytest.approx(2 * full.checkpoint_gb)
 
 
 def test_the_benchmark_prints_old_against_new_for_every_shipped_stack(capsys):
@@ -81,3 +107,6 @@ def test_the_benchmark_prints_old_against_new_for_every_shipped_stack(capsys):
         old, new = (float(x) for x in block.split("  total", 1)[1].split()[:2])
         assert new < old, (stack, old, new)
     assert "ESTIMATE" in out
+    for stack in ("b200", "h200"):  # two nodes: both layouts, side by side, the chosen one marked
+        block = out.split(f"\n{stack}: ", 1)[1].split("\n\n", 1)[0]
+        assert "layout FSDP" in block and "layout HSDP 2x8" in block and "<- chosen" in block

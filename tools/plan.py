@@ -21,6 +21,7 @@ this run enables, so the version shows as resolved at deploy time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import re
@@ -132,9 +133,12 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     mem = grpo.memory_breakdown(g, spec, cfg.accelerator, cfg.total_gpus).as_dict()
     mem["settings"] = {"tensor_parallel_size": g.tensor_parallel_size, "ppo_max_token_len_per_gpu":
                        g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
-                       "use_dynamic_bsz": g.use_dynamic_bsz, "ref_param_offload": g.ref_param_offload,
+                       "use_dynamic_bsz": g.use_dynamic_bsz, "fsdp_size": g.fsdp_size,
                        "gpu_memory_utilization": g.gpu_memory_utilization}
-    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "warnings": list(cfg.warnings)}
+    # Each layout the recipe weighed (stacks.tuning), derived in full; `chosen` is the one in the command.
+    layouts = [dataclasses.asdict(o) for o in g.layout_options]
+    return {"memory": mem, "layouts": layouts, "sizing": sizing.run_sizing(cfg).as_dict(),
+            "warnings": list(cfg.warnings)}
 
 
 def report(plan: dict[str, Any]) -> str:
@@ -146,19 +150,22 @@ def report(plan: dict[str, Any]) -> str:
     ext = "  [extrapolated beyond the 7B calibration]" if m["extrapolated"] else ""
     lines = [
         f"GPU memory per GPU (GiB of {m['gpu_gib']}; {m['torch_budget']} for PyTorch){ext}",
-        f"  shards      weights {m['actor_weights']}  grads {m['actor_grads']}  Adam {m['adam_state']}  "
-        f"optimizer step {m['optimizer_step']}  reference {m['ref_weights']}"
-        f"{' (offloaded)' if st['ref_param_offload'] else ''}  FSDP buffers {m['fsdp_gather']}",
+        f"  shards      over {m['shard']} GPUs (fsdp_size {st['fsdp_size']}): weights {m['actor_weights']}  "
+        f"grads {m['actor_grads']}  Adam {m['adam_state']}  optimizer step {m['optimizer_step']}  "
+        f"FSDP buffers {m['fsdp_gather']}  (reference on the host, as verl 0.6.1 keeps it)",
         f"  update      {m['update_peak']} peak at {st['ppo_max_token_len_per_gpu']} tokens: activations "
-        f"{m['train_activations']} + logits {m['train_logits']}  {'fits' if m['update_fits'] else 'DOES NOT FIT'}",
+        f"{m['train_activations']} + logits {m['train_logits']} + eager entropy {m['train_entropy']}  "
+        f"{'fits' if m['update_fits'] else 'DOES NOT FIT'}",
         f"  log-prob    {m['logprob_peak']} peak at {st['log_prob_max_token_len_per_gpu']} tokens: logits "
-        f"{m['logprob_logits']} + MLP {m['logprob_mlp']}  {'fits' if m['logprob_fits'] else 'DOES NOT FIT'}",
+        f"{m['logprob_logits']} + eager entropy {m['logprob_entropy']} + units {m['logprob_units']}  "
+        f"{'fits' if m['logprob_fits'] else 'DOES NOT FIT'}",
         f"  rollout     resident {m['rollout_resident']} + vLLM pool {m['vllm_pool']} "
         f"(gpu_memory_utilization {st['gpu_memory_utilization']}, TP {st['tensor_parallel_size']}): weights "
         f"{m['vllm_weights']} + activations {m['vllm_activations']} + KV cache {m['kv_cache']}  "
         f"{'fits' if m['rollout_fits'] else 'DOES NOT FIT'}",
         f"  KV cache    {m['kv_tokens']:,} tokens per replica ({m['kv_bytes_per_token']:,} B/token/GPU) for "
         f"{m['kv_tokens_needed']:,} needed  {'holds the batch' if m['kv_holds_batch'] else 'TOO SMALL: preemption'}",
+        *_layout_lines(plan.get("layouts") or []),
         "Run sizing",
         f"  steps       {z['steps_per_epoch']} per epoch x {z['total_epochs']} = {z['total_steps']} "
         f"({z['updates_per_step']} updates each); {z['rollout_sequences_per_step']} sequences, "
@@ -176,6 +183,23 @@ def report(plan: dict[str, Any]) -> str:
 # A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
 # replacing every `-` in the plan would mangle it and redact nothing.
 MIN_EMBEDDED_SECRET = 8
+
+
+def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
+    if len(layouts) < 2:
+        return []
+    lines = ["Layouts weighed (actor.fsdp_config.fsdp_size; ESTIMATE step times, no compute/comm overlap assumed)"]
+    for o in layouts:
+        lines.append(
+            f"  {'->' if o['chosen'] else '  '} {o['name']:<10} fsdp_size {o['fsdp_size']:>3}: "
+            f"step {o['step_seconds']} s, "
+            f"update peak {o['update_peak_gib']} GiB, log-prob peak {o['logprob_peak_gib']} GiB, budgets "
+            f"{o['ppo_max_token_len_per_gpu']}/{o['log_prob_max_token_len_per_gpu']}, TP {o['tensor_parallel_size']}, "
+            f"checkpoint {o['checkpoint_gb']} GB, collectives {o['collective_s']} s per update micro-batch "
+            f"({o['internode_share']:.3g} of the shard group's bytes on the NICs"
+            f"{', the replica all-reduce all on them' if o['name'].startswith('HSDP') else ''})  "
+            f"{'fits' if o['fits'] else 'DOES NOT FIT'}")
+    return lines
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
