@@ -36,9 +36,9 @@ from components.ray_client import (
     follow,
     pause,
     probe,
+    same_target,
     submit,
     tail,
-    target_key,
     wait_until_ready,
 )
 from components.ray_recovery import budget_left, scale_up, supervisor_note, used_by, with_attempt_env
@@ -212,7 +212,7 @@ def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
     """Replace for a different job or cluster, or to resubmit a dead job; update in place otherwise."""
     old, new = with_defaults(olds), with_defaults(news)
     replaces = [k for k in REPLACE_KEYS if old.get(k) != new.get(k)]
-    if target_key(old) != target_key(new):
+    if not same_target(old, new):
         replaces += [k for k in ("address", "gke") if old.get(k) != new.get(k)]
     # After `pulumi up --refresh` finds the job dead (spot preemption): a new attempt resumes training.
     # ... while the run's recovery budget lasts: a run that used it up stays as it is until its inputs change.
