@@ -40,7 +40,7 @@ class ImageMirror(pulumi.ComponentResource):
         # repository of the project: "Configure roles and permissions" grants roles/artifactregistry.reader
         # at the repository level. Depending on the component waits for the grants too.
         self.grants = [gcp.artifactregistry.RepositoryIamMember(
-            f"{name}-reader-{i}", project=project, location=location, repository=self.repository.name,
+            f"{name}-reader-{i}", project=project, location=location, repository=self.repository.repository_id,
             role=READER_ROLE, member=member, opts=pulumi.ResourceOptions(parent=self.repository))
             for i, member in enumerate(readers)]
         self.location, self.project = location, project

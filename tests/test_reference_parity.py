@@ -38,10 +38,6 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
     ("standard", "pool.gpu_driver_version", "h200"):
         "LATEST (R570) instead of DEFAULT (R550 on A3 Ultra): the image is built for CUDA 12.8, whose minimum "
         "driver is 570.26 (test_rdma_nodes.test_driver_meets_the_images_cuda checks it against data)",
-    ("standard", "pool.placement_policy", None):
-        "the blueprints consume a reservation, whose blocks fix placement; the shipped stacks use spot, where "
-        "COMPACT is the only way to ask for nodes close together (cluster-toolkit allows COMPACT on a4-/a3-ultragpu-); "
-        "capacity=reservation or flex-start sends none, as the blueprints",
     ("standard", "pool.reservation_affinity", None):
         "capacity is a config key (spot in the shipped stacks); capacity=reservation sends SPECIFIC_RESERVATION "
         "with the blueprints' key (test_foundation.test_capacity_types)",
@@ -192,7 +188,9 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
             "pool.gpu_driver_version": gpu["gpuDriverInstallationConfig"]["gpuDriverVersion"],
             "pool.gvnic": node["gvnic"]["enabled"],
             "pool.local_ssd_ephemeral": node["ephemeralStorageLocalSsdConfig"]["localSsdCount"],
-            "pool.ignore_changes": [_snake(p.removeprefix("nodeConfig.")) for p in getattr(pool, "ignore_changes", [])],
+            # The node config fields GKE reports differently (the live-stack fields are test_live_upgrade's).
+            "pool.ignore_changes": [_snake(p.removeprefix("nodeConfig.")) for p in getattr(pool, "ignore_changes", [])
+                                    if p.startswith("nodeConfig.")],
             "pool.taints": [[t["key"], t["value"], t["effect"]] for t in node["taints"]],
             # GKE's API defaults when management is not sent: auto-repair and auto-upgrade on.
             "pool.auto_upgrade": (pool.inputs.get("management") or {}).get("autoUpgrade", True),

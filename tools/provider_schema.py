@@ -29,15 +29,16 @@ REPO = "hashicorp/terraform-provider-google"
 
 # Pulumi type token -> (Go file, where the resource's schema starts: a regex whose match ends just
 # before the `{` of the Schema map or at a package-level map's name).
+SCHEMA_MAP = r"[\s\S]*?Schema: map\[string\]\*schema\.Schema"
 RESOURCES: dict[str, tuple[str, str]] = {
     "gcp:container/cluster:Cluster": ("google/services/container/resource_container_cluster.go",
-                                      r"func ResourceContainerCluster\(\)[\s\S]*?Schema: map\[string\]\*schema\.Schema"),
+                                      r"func ResourceContainerCluster\(\)" + SCHEMA_MAP),
     "gcp:container/nodePool:NodePool": ("google/services/container/resource_container_node_pool.go",
                                         r"var schemaNodePool = map\[string\]\*schema\.Schema"),
     "gcp:compute/network:Network": ("google/services/compute/resource_compute_network.go",
-                                    r"func ResourceComputeNetwork\(\)[\s\S]*?Schema: map\[string\]\*schema\.Schema"),
+                                    r"func ResourceComputeNetwork\(\)" + SCHEMA_MAP),
     "gcp:compute/subnetwork:Subnetwork": ("google/services/compute/resource_compute_subnetwork.go",
-                                          r"func ResourceComputeSubnetwork\(\)[\s\S]*?Schema: map\[string\]\*schema\.Schema"),
+                                          r"func ResourceComputeSubnetwork\(\)" + SCHEMA_MAP),
 }
 # Helper functions that return one field's schema, and package-level schema maps: file, start regex.
 HELPERS: dict[str, tuple[str, str]] = {

@@ -101,7 +101,8 @@ def _is_block(values: list[Any]) -> bool:
     return any(isinstance(v, dict) or (isinstance(v, list) and any(isinstance(i, dict) for i in v)) for v in values)
 
 
-def replacing(token: str, old: dict, new: dict, replace_on_changes: list[str] = (), data: dict | None = None) -> list[str]:
+def replacing(token: str, old: dict, new: dict, replace_on_changes: list[str] = (),
+              data: dict | None = None) -> list[str]:
     """The ForceNew fields (or replaceOnChanges paths) whose change replaces a resource of type `token`.
 
     Terraform's SDKv2 schema diff (helper/schema/schema.go diffList) applies a block's ForceNew to its
