@@ -76,6 +76,9 @@ IN_USE_ADDRESSES = QuotaRef("IN-USE-ADDRESSES-per-project-region")
 SSD_TOTAL_GB = QuotaRef("SSD-TOTAL-GB-per-project-region")
 LOCAL_SSD_GB = {STANDARD: QuotaRef("LOCAL-SSD-TOTAL-GB-per-project-region"),
                 PREEMPTIBLE: QuotaRef("PREEMPTIBLE-LOCAL-SSD-GB-per-project-region")}
+# Project-wide VPC and firewall-rule limits ("Cloud Quotas" quota IDs, same public sources).
+NETWORKS = QuotaRef("NETWORKS-per-project", regional=False)
+FIREWALLS = QuotaRef("FIREWALLS-per-project", regional=False)
 LOCAL_SSD_DISK_GB = 375  # Compute Engine "About Local SSD disks": each Local SSD disk is 375 GiB
 CPUS_ALL_REGIONS = QuotaRef("CPUS-ALL-REGIONS-per-project", regional=False)
 

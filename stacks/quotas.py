@@ -68,6 +68,15 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
         disk = cl.cpu_nodes_max * cpu_boot_disk(cfg)
         found.append(QuotaNeed(quotas.SSD_TOTAL_GB, disk, "cpuNodesMax",
                                f"{cl.cpu_nodes_max} CPU nodes x {cpu_boot_disk(cfg)} GB pd-balanced boot disk"))
+    # The VPCs (cluster, and with RDMA the gVNIC and RoCE ones) and the gVNIC firewall rule; the limit is
+    # for the whole project, so VPCs and rules it already has count against it too.
+    rdma = bool(cfg.network.rdma_cidrs)
+    vpcs = 3 if rdma else 1
+    found.append(QuotaNeed(quotas.NETWORKS, vpcs, "rdmaCidrs",
+                           f"{vpcs} VPC networks (plus those the project already has)"))
+    if rdma:
+        found.append(QuotaNeed(quotas.FIREWALLS, 1, "gvnicCidr",
+                               "1 firewall rule on the gVNIC VPC (plus the project's and GKE's own)"))
     # The region's Cloud NAT reserves its external addresses (components.network).
     nat = NAT_ADDRESSES
     found.append(QuotaNeed(quotas.STATIC_ADDRESSES, nat, "gcp:region", f"{nat} reserved addresses of the Cloud NAT"))

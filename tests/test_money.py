@@ -309,6 +309,8 @@ def test_the_nat_addresses_and_disks_the_stack_creates_are_quota_checked():
     addresses = len(run.of_type("gcp:compute/address:Address"))
     assert addresses and by_id["STATIC-ADDRESSES-per-project-region"].needed == addresses
     assert by_id["IN-USE-ADDRESSES-per-project-region"].needed == addresses
+    assert by_id["NETWORKS-per-project"].needed == len(run.of_type("gcp:compute/network:Network"))
+    assert by_id["FIREWALLS-per-project"].needed == len(run.of_type("gcp:compute/firewall:Firewall"))
     cpu_pool = run.one(POOL, "gke-cpu-pool").inputs
     assert by_id["SSD-TOTAL-GB-per-project-region"].needed == 4 * cpu_pool["nodeConfig"]["diskSizeGb"]
     gpu_pool = run.one(POOL, "gke-gpu-pool").inputs

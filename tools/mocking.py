@@ -176,6 +176,8 @@ MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
     "CPUS-PER-VM-FAMILY-per-project-region": [({"vm_family": "C2"}, 200, _REGIONS), ({}, 24, _REGIONS)],
     "CPUS-ALL-REGIONS-per-project": [({}, 500, ["global"])],
     "STATIC-ADDRESSES-per-project-region": [({}, 8, _REGIONS)],
+    "NETWORKS-per-project": [({}, 15, ["global"])],
+    "FIREWALLS-per-project": [({}, 200, ["global"])],
     "IN-USE-ADDRESSES-per-project-region": [({}, 8, _REGIONS)],
     "SSD-TOTAL-GB-per-project-region": [({}, 2048, _REGIONS)],
     "LOCAL-SSD-TOTAL-GB-per-project-region": [({}, 100000, _REGIONS)],
