@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from catalog import gke
+from catalog import egress, gke
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
 from catalog.gcsfuse import file_cache_gib, staging_disk_budget, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
@@ -143,9 +143,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         # The GPU pool (through its name) and the installer, not the whole cluster component: the GPU
         # workers' scale-up must not wait for the CPU pool; the head pends until a CPU node is Ready.
     ), opts=pulumi.ResourceOptions(provider=cluster.provider,
-                                   # W&B (and Docker Hub without the mirror) through the NAT.
-                                   depends_on=[d for d in (mapping, storage, cluster.installer) if d] + image_deps
-                                   + list(network.handle.egress)))
+                                   depends_on=[d for d in (mapping, storage, cluster.installer) if d] + image_deps))
 
     if cfg.budget is not None:
         ProjectBudget("budget", ProjectBudgetArgs(
@@ -190,6 +188,10 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
                               "public_ca": True, "namespace": storage.namespace, "service": ray.head_service,
                               "port": ray.dashboard_port},
         "watchCommand": f"venv/bin/python -m tools.watch --stack {cfg.stack}",
+        # The nodes are private: what each download or upload goes through (Cloud NAT or Google's APIs).
+        "egress": network.nat.name.apply(lambda nat: {
+            host: (f"Cloud NAT {nat}" if via == egress.NAT else "Private Google Access")
+            for host, via in egress.routes(VERL_REPO, cfg.image, cfg.image_mirror, cfg.grpo.logger).items()}),
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
