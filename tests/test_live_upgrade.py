@@ -116,3 +116,24 @@ def test_kubernetes_provider_survives_the_endpoint_switch(stack):
     _, new = states(stack)
     (provider,) = [r for r in new.values() if r["type"] == "pulumi:providers:kubernetes"]
     assert provider["inputs"].get("clusterIdentifier")
+
+
+def test_the_schema_reader_follows_nesting_helpers_and_customize_diff():
+    """tools.provider_schema on a schema shaped like the provider's (fields, nested Elem blocks, a helper)."""
+    from tools import provider_schema
+
+    helper = 'func schemaNodeConfig() *schema.Schema {\n\treturn &schema.Schema{\n\t\tForceNew: true,\n' \
+             '\t\tElem: &schema.Resource{Schema: map[string]*schema.Schema{\n' \
+             '\t\t\t"machine_type": {Type: schema.TypeString, Optional: true},\n' \
+             '\t\t\t"spot": {Type: schema.TypeBool, ForceNew: true},\n\t\t}},\n\t}\n}\n'
+    files = {"google/services/container/node_config.go": helper}
+    block = ('{\n"name": {Type: schema.TypeString, ForceNew: true},\n'
+             '"network_config": {Type: schema.TypeList, Elem: &schema.Resource{Schema: map[string]*schema.Schema{\n'
+             '  "enable_private_nodes": {Type: schema.TypeBool, Optional: true},\n'
+             '  "pod_range": {Type: schema.TypeString, ForceNew: true},\n}}},\n'
+             '"node_config": schemaNodeConfig(),\n}')
+    found = provider_schema.force_new_paths(block, files.__getitem__)
+    assert found == {"name", "networkConfig.podRange", "nodeConfig", "nodeConfig.spot"}
+    assert provider_schema.customize_diff('customdiff.ForceNewIfChange("enable_l4_ilb_subsetting", f)\n'
+                                          'd.ForceNew("dns_config.0.additive_vpc_scope_dns_domain")') == {
+        "enableL4IlbSubsetting", "dnsConfig.additiveVpcScopeDnsDomain"}
