@@ -78,3 +78,23 @@ def test_staging_waits_for_the_nat():
     assert checked
     for r in checked:
         assert waits_for(r.urn, nat.urn, set()), f"{r.name} may start before its egress exists"
+
+
+def test_a_named_migration_applies_to_the_live_resources_and_an_unknown_one_is_refused():
+    from stacks import config
+
+    kept = run_config({"clusterMode": "standard"})
+    applied = run_config({"clusterMode": "standard",
+                          "migrations": ["private-nodes", "no-compact-placement", "private-cluster", "primary-mtu"]})
+    for run, present in ((kept, True), (applied, False)):
+        gpu = run.one(POOL, "gke-gpu-pool")
+        assert ("placementPolicy" in gpu.ignore_changes) is present
+        assert ("networkConfig.enablePrivateNodes" in gpu.ignore_changes) is present
+        assert ("privateClusterConfig" in run.one(CLUSTER).ignore_changes) is present
+        primary = next(n for n in run.of_type("gcp:compute/network:Network") if n.inputs["name"] == "verl-net")
+        assert ("mtu" in primary.ignore_changes) is present
+    raw = {"gcp:project": "p-1234567", "gcp:region": "us-central1", "gcp:zone": "us-central1-b",
+           "verl-gke:migrations": '["private-nodez"]'}
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "t")
+    assert any(p.startswith("verl-gke:migrations ") and "private-nodes" in p for p in err.value.problems)
