@@ -55,8 +55,3 @@ class Capacity:
     def gke_floors(self) -> tuple[Floor, ...]:
         return GKE_FLOORS.get(self.kind, ())
 
-    @property
-    def compact_placement(self) -> bool:
-        """COMPACT needs a single zone (we have one); a reservation brings its own placement and
-        flex-start capacity cannot be placed compactly."""
-        return self.kind in (SPOT, ON_DEMAND)

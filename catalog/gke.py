@@ -26,9 +26,9 @@ GCSFUSE_CSI_RELEASES = "gcs-fuse-csi-driver docs/releases.md @5fcdc04a, Requirem
 
 # GKE docs "Configure GKE node service accounts": nodes need at minimum
 # roles/container.defaultNodeServiceAccount on the project (logging, monitoring and metadata writes).
-# Artifact Registry docs "Deploying to GKE" (integrate-gke): nodes pull images from Artifact Registry
-# with roles/artifactregistry.reader, e.g. an `image` mirrored into the project.
-NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
+# Image pulls need roles/artifactregistry.reader (Artifact Registry docs "Deploying to GKE"), granted on
+# the mirror repository alone (components.image_mirror), not on every repository of the project.
+NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 # Google recommends the cloud-platform scope with a least-privilege account and lets IAM decide
 # (gcloud reference, "compute instances set-service-account": "As a best practice, grant the
 # cloud-platform access scope ... then grant only the required IAM roles"). Scopes limit only the

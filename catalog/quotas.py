@@ -67,6 +67,19 @@ GPU_QUOTAS: dict[tuple[str, str], QuotaRef] = {
     ("nvidia-l4", PREEMPTIBLE): QuotaRef("PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region"),
 }
 GPUS_ALL_REGIONS = QuotaRef("GPUS-ALL-REGIONS-per-project", regional=False)
+# Quota IDs of Compute Engine's regional address and disk quotas as public code reads them through
+# Cloud Quotas (found by exact search, repositories not named by the index): the NAT's reserved
+# external addresses count as static and, once the NAT uses them, as in-use addresses; pd-balanced
+# boot disks (GKE's default disk type) count toward SSD total GB; local SSDs toward local SSD GB.
+STATIC_ADDRESSES = QuotaRef("STATIC-ADDRESSES-per-project-region")
+IN_USE_ADDRESSES = QuotaRef("IN-USE-ADDRESSES-per-project-region")
+SSD_TOTAL_GB = QuotaRef("SSD-TOTAL-GB-per-project-region")
+LOCAL_SSD_GB = {STANDARD: QuotaRef("LOCAL-SSD-TOTAL-GB-per-project-region"),
+                PREEMPTIBLE: QuotaRef("PREEMPTIBLE-LOCAL-SSD-GB-per-project-region")}
+# Project-wide VPC and firewall-rule limits ("Cloud Quotas" quota IDs, same public sources).
+NETWORKS = QuotaRef("NETWORKS-per-project", regional=False)
+FIREWALLS = QuotaRef("FIREWALLS-per-project", regional=False)
+LOCAL_SSD_DISK_GB = 375  # Compute Engine "About Local SSD disks": each Local SSD disk is 375 GiB
 CPUS_ALL_REGIONS = QuotaRef("CPUS-ALL-REGIONS-per-project", regional=False)
 
 

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from catalog.accelerators import GPU_RESOURCE, Accelerator, installer_url
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gke import NODE_OAUTH_SCOPES
+from catalog.migrations import MIGRATIONS, NO_COMPACT_PLACEMENT, PRIVATE_CLUSTER, PRIVATE_NODES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
 
@@ -32,6 +33,11 @@ MAINTENANCE_WINDOW_START = "09:00"  # cluster-toolkit gke-cluster default daily 
 # cluster-toolkit gke-node-pool lifecycle.ignore_changes: GKE reports the local SSD configs tied to
 # the machine type differently from what was sent, which would otherwise replace the GPU pool.
 GPU_POOL_IGNORE_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig", "nodeConfig.localNvmeSsdBlockConfig"]
+# cluster-toolkit gke-node-pool upgrade_settings (@1047080): SURGE with max_surge 0, max_unavailable 1.
+# A surge of 1 would need a spare 8-GPU node (spot or reserved) that a job's pool rarely has; the
+# maintenance exclusion keeps upgrades off a running job either way. Updated in place on live pools.
+GPU_POOL_UPGRADE = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+
 
 
 def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
@@ -86,19 +92,28 @@ class GkeClusterArgs:
     # GKE image streaming on the Standard pools (node_config.gcfs_config; Autopilot streams eligible
     # images by itself). Needs containerfilesystem.googleapis.com and an Artifact Registry image.
     image_streaming: bool = True
+    # Nodes without external addresses (egress through the network's Cloud NAT).
+    private_nodes: bool = True
+    # catalog.migrations names this stack applies to its live resources; the rest only shape new ones.
+    migrations: frozenset[str] = frozenset()
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
+def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str | None) -> str:
     """A kubeconfig that holds no credential: kubectl and the provider run gke-gcloud-auth-plugin.
 
     It depends only on the cluster's name, endpoint and CA, so it changes (and the provider with
-    it) only when the cluster itself does, never on token refresh.
+    it) only when the cluster itself does, never on token refresh. `ca_certificate` None: the DNS
+    endpoint, whose certificate a public CA signs, so the system trust store verifies it (gcloud's
+    own kubeconfig for `get-credentials --dns-endpoint` carries no CA: googlecloudsdk
+    api_lib/container/kubeconfig.py Cluster(has_dns_endpoint=True)).
     """
+    server: dict = {"server": f"https://{endpoint}"}
+    if ca_certificate is not None:
+        server["certificate-authority-data"] = ca_certificate
     return json.dumps({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": {
-            "server": f"https://{endpoint}", "certificate-authority-data": ca_certificate}}],
+        "clusters": [{"name": cluster_name, "cluster": server}],
         "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
         "current-context": cluster_name,
         "users": [{"name": cluster_name, "user": {"exec": {
@@ -151,6 +166,9 @@ class GkeCluster(pulumi.ComponentResource):
             name=args.name, project=args.project, location=location, network=net.network,
             subnetwork=net.subnet, min_master_version=args.min_version,
             master_authorized_networks_config=authorized_networks(args.authorized_networks),
+            control_plane_endpoints_config=control_plane_endpoints(args.authorized_networks),
+            private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True)
+            if args.private_nodes else None,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             deletion_protection=args.deletion_protection, enable_multi_networking=multi_network or None,
             # Multi-networking requires Dataplane V2.
@@ -165,8 +183,10 @@ class GkeCluster(pulumi.ComponentResource):
         # ignores min_master_version and node_config the same way).
         # It also depends on every VPC and subnet of the network (not only the primary ones it names):
         # `pulumi destroy` then deletes it, its nodes and instance templates, before them.
-        cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources),
-                                              ignore_changes=["min_master_version", "node_config"])
+        keep = ["min_master_version", "node_config"]
+        if PRIVATE_CLUSTER not in args.migrations:
+            keep.append("privateClusterConfig")
+        cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources), ignore_changes=keep)
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
             # Autopilot provisions GPU nodes (with the pods' extra networks) on demand, as the
@@ -195,10 +215,13 @@ class GkeCluster(pulumi.ComponentResource):
             self.cpu_pool_name, self.gpu_pool_name = (p.name for p in pools)
 
         self.name = self.cluster.name
-        self.endpoint = self.cluster.endpoint
+        # The DNS-based endpoint (IAM-authorized, reachable from anywhere): the one address that works
+        # whether the IP endpoint is off or limited to masterAuthorizedNetworks.
+        self.endpoint = self.cluster.control_plane_endpoints_config.apply(dns_endpoint)
+        self.ip_endpoint = self.cluster.endpoint
         self.ca_certificate = self.cluster.master_auth.cluster_ca_certificate
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
-            self.cluster.name, self.cluster.endpoint, self.ca_certificate).apply(lambda a: kubeconfig(*a)))
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(self.cluster.name, self.endpoint).apply(
+            lambda a: kubeconfig(a[0], a[1], None)))
         self.provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=self.kubeconfig, cluster_identifier=cluster_identifier(args),
             # No deleteUnreachable: with it, one refresh that cannot reach the API server (an expired
@@ -216,6 +239,7 @@ class GkeCluster(pulumi.ComponentResource):
 
     def _cpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         pool = args.cpu_pool
+        private = gcp.container.NodePoolNetworkConfigArgs(enable_private_nodes=True) if args.private_nodes else None
         return gcp.container.NodePool(
             f"{name}-cpu-pool", name=CPU_POOL_NAME, project=args.project, cluster=self.cluster.name,
             location=args.location or args.region, node_locations=_node_locations(args),
@@ -229,9 +253,10 @@ class GkeCluster(pulumi.ComponentResource):
                 gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.image_streaming),
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA")),
+            network_config=private,
             # No deleted_with: that would make the pool's delete a no-op (Pulumi skips the delete of a
             # resource whose deleted_with target is deleted too), so nothing would order it first.
-            opts=pulumi.ResourceOptions(parent=self))
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=_pool_keep(args, compact=False) or None))
 
     def _gpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         acc = args.accelerator
@@ -253,8 +278,9 @@ class GkeCluster(pulumi.ComponentResource):
                                                               effect="NO_SCHEDULE")],
             **capacity_settings(args.capacity),
         )
-        placement = (gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT")
-                     if args.capacity.compact_placement else None)
+        # No placement policy: Google's A4 and A3 Ultra blueprints set none (cluster-toolkit gke-a4,
+        # gke-a3-ultragpu @1047080), and COMPACT on spot would take nodes only from one placement group.
+        placement = None
         # Order matters (catalog.nics): the gVNIC network first, then RDMA NIC 0..N-1 (eth1, eth2..).
         extra_networks = [gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
             network=nic.network, subnetwork=nic.subnet) for nic in args.network.nics]
@@ -270,9 +296,44 @@ class GkeCluster(pulumi.ComponentResource):
                                                             auto_repair=not args.capacity.flex_start),
             placement_policy=placement,
             network_config=gcp.container.NodePoolNetworkConfigArgs(
-                additional_node_network_configs=extra_networks) if extra_networks else None,
+                additional_node_network_configs=extra_networks or None,
+                enable_private_nodes=True if args.private_nodes else None,
+            ) if extra_networks or args.private_nodes else None,
+            upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(**GPU_POOL_UPGRADE),
             node_config=node_config,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=GPU_POOL_IGNORE_CHANGES))
+            opts=pulumi.ResourceOptions(parent=self,
+                                        ignore_changes=GPU_POOL_IGNORE_CHANGES + _pool_keep(args, compact=True)))
+
+
+def _pool_keep(args: GkeClusterArgs, compact: bool) -> list[str]:
+    """The pool fields a live pool keeps (MIGRATIONS) unless the stack applies their migration."""
+    keep = [] if PRIVATE_NODES in args.migrations else ["networkConfig.enablePrivateNodes"]
+    if compact and NO_COMPACT_PLACEMENT not in args.migrations:
+        keep.append("placementPolicy")
+    return keep
+
+
+def dns_endpoint(config: object) -> str:
+    """The cluster's DNS endpoint (controlPlaneEndpointsConfig.dnsEndpointConfig.endpoint, `gke-<uid>.
+    <location>.gke.goog`, "accessible from the public internet": GKE API reference)."""
+    dns = getattr(config, "dns_endpoint_config", None) if config is not None else None
+    if isinstance(config, dict):
+        dns = config.get("dns_endpoint_config") or config.get("dnsEndpointConfig")
+    if isinstance(dns, list):  # the provider's one-element list form
+        dns = dns[0] if dns else None
+    endpoint = dns.get("endpoint") if isinstance(dns, dict) else getattr(dns, "endpoint", None)
+    return endpoint or ""
+
+
+def control_plane_endpoints(cidrs: tuple[str, ...]) -> gcp.container.ClusterControlPlaneEndpointsConfigArgs:
+    """The DNS endpoint open to IAM-authorized callers anywhere; the IP endpoint off, or on only for
+    masterAuthorizedNetworks (cluster-toolkit gke-cluster sets dns_endpoint_config.allow_external_traffic
+    from enable_external_dns_endpoint @1047080; both fields update in place)."""
+    return gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+        dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+            allow_external_traffic=True),
+        ip_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigIpEndpointsConfigArgs(
+            enabled=bool(cidrs)))
 
 
 def cluster_identifier(args: GkeClusterArgs) -> str:
@@ -332,6 +393,8 @@ def _validate(args: GkeClusterArgs) -> None:
                         f"{args.region} or the zone {args.zone}")
     if args.location == args.zone and args.autopilot:
         problems.append("GkeClusterArgs.location: Autopilot clusters are regional; pass None")
+    if unknown := sorted(set(args.migrations) - set(MIGRATIONS)):
+        problems.append(f"GkeClusterArgs.migrations has {unknown}: allowed are {sorted(MIGRATIONS)}")
     if args.gpu_nodes < 1:
         problems.append(f"GkeClusterArgs.gpu_nodes = {args.gpu_nodes}: must be >= 1")
     if problems:

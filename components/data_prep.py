@@ -178,7 +178,10 @@ class DataPrep(pulumi.ComponentResource):
                 },
             },
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout))),
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+                # A component's depends_on does not reach its children: hand it on to the Job, whose pod
+                # downloads at once (the network's NAT, the image mirror and its read grant).
+                depends_on=opts.depends_on if opts else None)),
         )
 
         def after_job(value):

@@ -8,10 +8,14 @@ depend on this component so nothing pulls before the repository exists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_gcp as gcp
 
 from catalog import images
+
+READER_ROLE = "roles/artifactregistry.reader"  # Artifact Registry "Access control with IAM": pull images
 
 
 class ImageMirror(pulumi.ComponentResource):
@@ -19,7 +23,7 @@ class ImageMirror(pulumi.ComponentResource):
     repository_id: str
 
     def __init__(self, name: str, project: str, location: str, repository_id: str,
-                 opts: pulumi.ResourceOptions | None = None):
+                 readers: Sequence[pulumi.Input[str]] = (), opts: pulumi.ResourceOptions | None = None):
         super().__init__("verl-gke:image_mirror:ImageMirror", name, None, opts)
         self.repository_id = repository_id
         # Fields: Artifact Registry remote repositories (mode REMOTE_REPOSITORY, public upstream DOCKER_HUB).
@@ -32,6 +36,13 @@ class ImageMirror(pulumi.ComponentResource):
                 docker_repository=gcp.artifactregistry.RepositoryRemoteRepositoryConfigDockerRepositoryArgs(
                     public_repository="DOCKER_HUB")),
             opts=pulumi.ResourceOptions(parent=self))
+        # Read on this repository only (IAM members such as serviceAccount:<nodes>), not on every
+        # repository of the project: "Configure roles and permissions" grants roles/artifactregistry.reader
+        # at the repository level. Depending on the component waits for the grants too.
+        self.grants = [gcp.artifactregistry.RepositoryIamMember(
+            f"{name}-reader-{i}", project=project, location=location, repository=self.repository.repository_id,
+            role=READER_ROLE, member=member, opts=pulumi.ResourceOptions(parent=self.repository))
+            for i, member in enumerate(readers)]
         self.location, self.project = location, project
         self.register_outputs({"repository": self.repository.name})
 

@@ -3,6 +3,11 @@
 With no RDMA CIDRs (a machine without RDMA NICs) it is the cluster VPC and its subnet alone: no
 gVNIC or RoCE VPC, subnet or firewall, and no additional NIC in the handle.
 
+The cluster VPC has a Cloud Router and Cloud NAT in the region: the nodes are private (no external
+address), and staging (Hugging Face, the `git clone` of verl), Docker Hub pulls when the image is not
+mirrored, and W&B need the internet. Google APIs (GCS, Artifact Registry, whose remote repository
+fetches Docker Hub on Google's side) go through Private Google Access on the subnet.
+
 Its `handle` is what a cluster needs of it: the primary VPC and subnet with their secondary
 ranges, and the additional NICs in the one order (catalog.nics) that the node pool, the network
 objects and the pods' annotations all read.
@@ -16,7 +21,11 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import naming
+from catalog.migrations import PRIMARY_MTU as PRIMARY_MTU_MIGRATION
 from catalog.nics import NicSpec, additional_nics
+
+PRIMARY_MTU = 8896
+NAT_ADDRESSES = 2
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,8 @@ class ClusterNetwork:
     # their dependencies, so `pulumi destroy` removes the cluster (and with it every node and instance
     # template, also Autopilot's) before any subnet its nodes use.
     resources: tuple[pulumi.Resource, ...] = ()
+    # What gives private nodes the internet (the region's Cloud NAT): pods that download wait for it.
+    egress: tuple[pulumi.Resource, ...] = ()
 
     @property
     def rdma_nics(self) -> int:
@@ -61,6 +72,15 @@ class RdmaNetworkArgs:
     mtu: int = 8896
     pods_range_name: str = "pods"
     services_range_name: str = "services"
+    # The cluster VPC's MTU (cluster-toolkit modules/network/vpc `mtu` default 8896, used by gke-a4's
+    # net-0 @1047080). None sends none (GCP's 1460), as stacks created before this setting did.
+    primary_mtu: int | None = PRIMARY_MTU
+    # External addresses of the region's Cloud NAT (cluster-toolkit vpc `ips_per_nat`; gke-a4 sets 6
+    # for a fleet of A4 nodes, the module default is 2). Reserved here, so `pulumi up` fails on quota
+    # before the cluster rather than a node failing to pull.
+    nat_addresses: int = NAT_ADDRESSES
+    # catalog.migrations names this stack applies to its live network (primary-mtu); else kept as created.
+    migrations: frozenset[str] = frozenset()
 
 
 class RdmaNetwork(pulumi.ComponentResource):
@@ -80,7 +100,9 @@ class RdmaNetwork(pulumi.ComponentResource):
 
         primary = gcp.compute.Network(
             f"{name}-primary-net", name=f"{p}-net", project=args.project,
-            auto_create_subnetworks=False, opts=child)
+            auto_create_subnetworks=False, mtu=args.primary_mtu,
+            opts=pulumi.ResourceOptions(parent=self,
+                                        ignore_changes=None if PRIMARY_MTU_MIGRATION in args.migrations else ["mtu"]))
         primary_sub = gcp.compute.Subnetwork(
             f"{name}-primary-sub", name=f"{p}-sub", project=args.project, region=args.region,
             network=primary.id, ip_cidr_range=args.primary_cidr, private_ip_google_access=True,
@@ -91,12 +113,14 @@ class RdmaNetwork(pulumi.ComponentResource):
                                                            ip_cidr_range=args.services_cidr),
             ],
             opts=pulumi.ResourceOptions(parent=primary))
+        self.nat = self._nat(name, args, primary)
         primary_only = ClusterNetwork(
             network=primary.name, subnet=primary_sub.name, pods_range_name=args.pods_range_name,
-            services_range_name=args.services_range_name, nics=(), resources=(primary, primary_sub))
+            services_range_name=args.services_range_name, nics=(), resources=(primary, primary_sub),
+            egress=(self.nat,))
         if not args.rdma_cidrs:  # no RDMA NICs: nothing the machine could not use
             self.handle, self.gvnic_network, self.rdma_network, self.rdma_subnets = primary_only, None, None, []
-            self.register_outputs({"primary_network": primary.name})
+            self.register_outputs({"primary_network": primary.name, "nat": self.nat.name})
             return
 
         gvnic = gcp.compute.Network(
@@ -136,11 +160,31 @@ class RdmaNetwork(pulumi.ComponentResource):
             services_range_name=args.services_range_name,
             nics=tuple(AttachedNic(spec, vpc, subnet) for spec, (vpc, subnet)
                        in zip(additional_nics(len(args.rdma_cidrs)), backing, strict=True)),
-            resources=(primary, primary_sub, gvnic, gvnic_sub, rdma, *rdma_subs))
+            resources=(primary, primary_sub, gvnic, gvnic_sub, rdma, *rdma_subs), egress=(self.nat,))
         self.register_outputs({
-            "primary_network": primary.name, "gvnic_network": self.gvnic_network,
+            "primary_network": primary.name, "nat": self.nat.name, "gvnic_network": self.gvnic_network,
             "gvnic_subnet": gvnic_sub.name, "rdma_network": self.rdma_network, "rdma_subnets": self.rdma_subnets,
         })
+
+
+    def _nat(self, name: str, args: RdmaNetworkArgs, primary: gcp.compute.Network) -> gcp.compute.RouterNat:
+        """The region's Cloud Router and NAT on the cluster VPC, as cluster-toolkit modules/network/vpc
+        builds them (@1047080): a router per subnet region, reserved regional external addresses, a NAT
+        for every subnet range of the VPC (terraform-google-cloud-router's default). The gVNIC and RoCE
+        VPCs need none: a node's default route is on its first NIC, in the cluster VPC."""
+        p, under = args.prefix, pulumi.ResourceOptions(parent=primary)
+        router = gcp.compute.Router(f"{name}-router", name=f"{p}-router", project=args.project,
+                                    region=args.region, network=primary.id, opts=under)
+        addresses = [gcp.compute.Address(f"{name}-nat-ip-{i}", name=f"{p}-nat-ip-{i}", project=args.project,
+                                         region=args.region, address_type="EXTERNAL", opts=under)
+                     for i in range(args.nat_addresses)]
+        return gcp.compute.RouterNat(
+            f"{name}-nat", name=f"{p}-nat", project=args.project, region=args.region, router=router.name,
+            nat_ip_allocate_option="MANUAL_ONLY", nat_ips=[a.self_link for a in addresses],
+            source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
+            # Errors only: a refused connection shows up in Cloud Logging without logging every flow.
+            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+            opts=pulumi.ResourceOptions(parent=router))
 
 
 def roce_profile(project: str, zone: str) -> str:

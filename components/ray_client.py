@@ -38,6 +38,10 @@ class GkeDashboard(TypedDict, total=False):
 
     endpoint: str  # API server host or IP (GKE `endpoint`), https assumed
     ca_certificate: str  # base64 PEM cluster CA, as GKE returns `master_auth.cluster_ca_certificate`
+    # True: the endpoint is GKE's DNS-based one, whose certificate a public CA signs (gcloud writes no CA
+    # for it: googlecloudsdk api_lib/container/kubeconfig.py Cluster(has_dns_endpoint=True)), so TLS is
+    # checked against the system store; the cluster CA is then only the cluster's identity.
+    public_ca: bool
     namespace: str
     service: str  # KubeRay head service, `<raycluster>-head-svc`
     port: int  # dashboard port, 8265
@@ -98,6 +102,24 @@ def target_key(inputs: dict[str, Any]) -> tuple:
     return ("none",)
 
 
+def same_target(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether the job of `old` is on the Ray cluster `new` names.
+
+    A cluster reached by another endpoint (its IP endpoint before, its DNS endpoint now) is the same
+    cluster when its CA is the same: the CA changes only with a new cluster (or a credential rotation,
+    which keeps the endpoint). Both changed: another cluster, whose job is not ours.
+    """
+    if target_key(old) == target_key(new):
+        return True
+    og, ng = old.get("gke"), new.get("gke")
+    if not (isinstance(og, dict) and isinstance(ng, dict)) or old.get("address") or new.get("address"):
+        return False
+    _, *old_rest = _gke_parts(og)
+    _, *new_rest = _gke_parts(ng)
+    return old_rest == new_rest and bool(og.get("ca_certificate")) and og.get("ca_certificate") == ng.get(
+        "ca_certificate")
+
+
 def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 
@@ -143,7 +165,7 @@ class Dashboard:
     def __enter__(self) -> Self:
         import requests
 
-        if self._gke:
+        if self._gke and not self._gke.get("public_ca"):
             # requests verifies against a file: the cluster CA only, never the system store.
             ca = _pem_from_base64(self._gke["ca_certificate"])
             fd, self._ca_file = tempfile.mkstemp(prefix="ray-job-ca-", suffix=".pem")
@@ -184,8 +206,8 @@ class Dashboard:
 
     @property
     def verify(self) -> str | bool:
-        """requests' `verify`: the cluster CA file through the proxy, the system store otherwise."""
-        return self._ca_file if self._gke else True
+        """requests' `verify`: the cluster CA file for the IP endpoint, the system store otherwise."""
+        return self._ca_file if self._ca_file else True
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S,
              deadline: float | None = None):

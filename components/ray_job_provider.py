@@ -46,9 +46,9 @@ from components.ray_client import (
     follow,
     pause,
     progress,
+    same_target,
     submit,
     tail,
-    target_key,
     wait_until_ready,
 )
 from components.ray_presence import (
@@ -249,7 +249,7 @@ def _target_replaces(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             return ["gke"]
         if _is_unknown(gke.get("ca_certificate")):
             new = {**new, "gke": {**gke, "ca_certificate": ""}}
-    if target_key(old) == target_key(new):
+    if same_target(old, new):  # the same cluster reached another way (its DNS endpoint) is no new target
         return []
     return [k for k in ("address", "gke") if old.get(k) != new.get(k)]
 

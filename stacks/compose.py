@@ -12,13 +12,12 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from catalog import gke
+from catalog import egress, gke
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
-from catalog.gcsfuse import HEAD_SIDECAR, staging_sidecar
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
-from catalog.nodes import cpu_boot_disk_gb
+from catalog.gcsfuse import staging_sidecar
 from catalog.paths import BucketPaths, gs_url
-from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
+from catalog.ray import WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.apis import ProjectApis
 from components.budget import ProjectBudget, ProjectBudgetArgs
@@ -76,7 +75,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     network = RdmaNetwork("network", RdmaNetworkArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
         primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
-        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu), opts=after_apis)
+        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu, migrations=cl.migrations),
+        opts=after_apis)
     nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
     # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.
     gke_version = _gke_version(cfg, apis)
@@ -88,16 +88,16 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         min_version=preflight.gate(gke_version.apply(lambda v: v.version), checks),
         release_channel=cl.release_channel, capacity=cfg.capacity,
         location=cfg.cluster_location if cl.zonal else None,
-        cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max, cpu_boot_disk_gb(
-            budget.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)),
+        cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max, quotas.cpu_boot_disk(cfg)),
         deletion_protection=cl.deletion_protection, node_service_account=nodes.email,
-        authorized_networks=cl.authorized_networks,
+        authorized_networks=cl.authorized_networks, migrations=cl.migrations,
     ), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
     # Docker Hub through a regional remote repository; a digest stays a digest.
     image, image_deps = cfg.image, []
     if cfg.image_mirror:
-        mirror = ImageMirror("image-mirror", cfg.project, cfg.region, cfg.name("dockerhub"), opts=after_apis)
+        mirror = ImageMirror("image-mirror", cfg.project, cfg.region, cfg.name("dockerhub"),
+                             readers=[nodes.email.apply(lambda e: f"serviceAccount:{e}")], opts=after_apis)
         image, image_deps = mirror.image(cfg.image), [mirror]
 
     # Pod networks only for NICs the GPU nodes have: none without RDMA (no objects, no annotations).
@@ -128,7 +128,9 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
         node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
         extra_files={script_path(paths): script_text()},  # the run supervisor the Ray job runs
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage, *image_deps]))
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider,
+                                   # Hugging Face and the git clone of verl go out through the region's NAT.
+                                   depends_on=[storage, *image_deps, *network.handle.egress]))
 
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
@@ -152,7 +154,9 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     if cfg.budget is not None:
         ProjectBudget("budget", ProjectBudgetArgs(
             billing_account=cfg.budget.billing_account, project=cfg.project,
-            project_number=gcp.organizations.get_project_output(project_id=cfg.project).number,
+            # After the APIs, as the storage lookup: Cloud Resource Manager may be enabled by this very run.
+            project_number=gcp.organizations.get_project_output(
+                project_id=cfg.project, opts=pulumi.InvokeOutputOptions(depends_on=[apis])).number,
             monthly_amount=cfg.budget.monthly_amount, display_name=f"{cfg.name('budget')} {cfg.project}"[:60],
         ), opts=after_apis)
     price = cost.hourly(cfg)
@@ -169,8 +173,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         "gpus": cfg.total_gpus,
         "kubeconfig": cluster.kubeconfig,
         "getCredentials": cluster.name.apply(
-            lambda n: f"gcloud container clusters get-credentials {n} --location {cfg.cluster_location} "
-                      f"--project {cfg.project}"),
+            lambda n: f"gcloud container clusters get-credentials {n} --dns-endpoint "
+                      f"--location {cfg.cluster_location} --project {cfg.project}"),
         **({"gvnicNetwork": network.gvnic_network, "rdmaNetwork": network.rdma_network,
             "rdmaSubnets": network.rdma_subnets} if acc.rdma else {}),
         "bucket": storage.bucket_name,
@@ -187,9 +191,13 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         # What `python -m tools.watch` needs to reach the Ray dashboard as the job provider does: the
         # API server's service proxy (no credential: the token is minted from the user's gcloud login).
         "rayDashboardProxy": {"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
-                              "namespace": storage.namespace, "service": ray.head_service,
+                              "public_ca": True, "namespace": storage.namespace, "service": ray.head_service,
                               "port": ray.dashboard_port},
         "watchCommand": watch_command(cfg.stack),
+        # The nodes are private: what each download or upload goes through (Cloud NAT or Google's APIs).
+        "egress": network.nat.name.apply(lambda nat: {
+            host: (f"Cloud NAT {nat}" if via == egress.NAT else "Private Google Access")
+            for host, via in egress.routes(VERL_REPO, cfg.image, cfg.image_mirror, cfg.grpo.logger).items()}),
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
@@ -281,7 +289,9 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
         submission_id=grpo.submission_id(cfg.stack, entrypoint, runtime_env, cfg.total_gpus),
         entrypoint=entrypoint, runtime_env=runtime_env, expected_gpus=ray.expected_gpus,
         metadata={"stack": cfg.stack, "model": cfg.model},
-        gke={"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate,
+        # The DNS endpoint, whose certificate a public CA signs (public_ca); the cluster CA still tells
+        # the provider that a job moved from the IP endpoint is on the same cluster (ray_client.same_target).
+        gke={"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate, "public_ca": True,
              "namespace": storage.namespace, "service": ray.head_service, "port": ray.dashboard_port},
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,

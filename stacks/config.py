@@ -30,6 +30,7 @@ from catalog.accelerators import (
 from catalog.capacity import CAPACITIES, Capacity
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
+from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
 from stacks import component_rules, tuning
@@ -115,7 +116,7 @@ class ClusterConfig:
     gke_version: str  # the user's pin: "" = the channel's newest, "1.33" = its newest 1.33 patch, or a full version
     release_channel: str
     floors: tuple[Floor, ...]  # the accelerator's, the capacity type's and the GCS FUSE options'
-    authorized_networks: tuple[str, ...]  # control plane CIDRs; empty = any address
+    authorized_networks: tuple[str, ...]  # IP endpoint CIDRs; empty = the IP endpoint is off
     cpu_machine_type: str
     cpu_nodes_min: int
     cpu_nodes_max: int
@@ -123,6 +124,7 @@ class ClusterConfig:
     zonal: bool = False  # Standard: the cluster lives in gcp:zone (zonalCluster)
     head_cpu: int = 12  # the Ray head's request (rayHeadCpu / rayHeadMemoryGib)
     head_memory_gib: int = 32
+    migrations: frozenset[str] = frozenset()  # catalog.migrations names applied to live resources
 
     @property
     def autopilot(self) -> bool:
@@ -607,7 +609,16 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
-                         r.bool("deletionProtection"), zonal, head_cpu, head_memory)
+                         r.bool("deletionProtection"), zonal, head_cpu, head_memory, _migrations(r))
+
+
+def _migrations(r: _Reader) -> frozenset[str]:
+    names = r.list("migrations")
+    for name in names:
+        if name not in MIGRATIONS:
+            r.bad("migrations", name, "is not a migration: allowed are " + ", ".join(
+                f"{k} ({v})" for k, v in MIGRATIONS.items()))
+    return frozenset(n for n in names if n in MIGRATIONS)
 
 
 def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: int) -> list[str]:

@@ -61,8 +61,11 @@ KEYS: tuple[Key, ...] = (
         "Standard only: a zonal cluster in gcp:zone instead of a regional one (the GKE free tier covers one "
         "zonal cluster per billing account; the control plane is then in one zone)."),
     Key("masterAuthorizedNetworks", "array", [],
-        "IPv4 CIDRs allowed to reach the control plane's endpoint (include the machine that runs pulumi); "
-        "empty = any address (IAM still authenticates)."),
+        "IPv4 CIDRs allowed to reach the control plane's IP endpoint; empty = the IP endpoint is off. pulumi "
+        "and kubectl use the DNS-based endpoint, authorized by IAM, from any address."),
+    Key("migrations", "array", [],
+        "Changes a stack created before them applies to its live resources: private-cluster, private-nodes, "
+        "no-compact-placement, primary-mtu (README 'Upgrading a live stack'); new stacks get them all."),
     Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
     Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard)."),
     Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard)."),

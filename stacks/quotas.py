@@ -25,6 +25,7 @@ import pulumi_gcp as gcp
 from catalog import naming, quotas
 from catalog.quotas import QuotaRef
 from components.apis import ProjectApis
+from components.network import NAT_ADDRESSES
 from stacks.config import StackConfig
 from stacks.preflight import Finding
 
@@ -41,6 +42,9 @@ class QuotaNeed:
     needed: int
     key: str  # the config key that changes the need
     why: str
+    # False: a shortfall is a warning. For quotas whose application to these machines no source we
+    # read settles (bundled local SSDs of A4/A3 Ultra/G2, which "only need ... GPU quotas").
+    fatal: bool = True
 
 
 def needs(cfg: StackConfig) -> list[QuotaNeed]:
@@ -61,7 +65,39 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
         why = f"{cl.cpu_nodes_max} x {cl.cpu_machine_type} (cpuNodesMax), on-demand"
         found.append(QuotaNeed(quotas.cpu_quota(cl.cpu_machine_type), vcpus, "cpuNodesMax", why))
         found.append(QuotaNeed(quotas.CPUS_ALL_REGIONS, vcpus, "cpuNodesMax", why + ", counted in every region"))
+        disk = cl.cpu_nodes_max * cpu_boot_disk(cfg)
+        found.append(QuotaNeed(quotas.SSD_TOTAL_GB, disk, "cpuNodesMax",
+                               f"{cl.cpu_nodes_max} CPU nodes x {cpu_boot_disk(cfg)} GB pd-balanced boot disk"))
+    # The VPCs (cluster, and with RDMA the gVNIC and RoCE ones) and the gVNIC firewall rule; the limit is
+    # for the whole project, so VPCs and rules it already has count against it too.
+    rdma = bool(cfg.network.rdma_cidrs)
+    vpcs = 3 if rdma else 1
+    found.append(QuotaNeed(quotas.NETWORKS, vpcs, "rdmaCidrs",
+                           f"{vpcs} VPC networks (plus those the project already has)"))
+    if rdma:
+        found.append(QuotaNeed(quotas.FIREWALLS, 1, "gvnicCidr",
+                               "1 firewall rule on the gVNIC VPC (plus the project's and GKE's own)"))
+    # The region's Cloud NAT reserves its external addresses (components.network).
+    nat = NAT_ADDRESSES
+    found.append(QuotaNeed(quotas.STATIC_ADDRESSES, nat, "gcp:region", f"{nat} reserved addresses of the Cloud NAT"))
+    found.append(QuotaNeed(quotas.IN_USE_ADDRESSES, nat, "gcp:region", f"{nat} addresses the Cloud NAT uses"))
+    if acc.local_ssds and quotas.POOL.get(kind):
+        gb = cfg.gpu_nodes * acc.local_ssds * quotas.LOCAL_SSD_DISK_GB
+        found.append(QuotaNeed(quotas.LOCAL_SSD_GB[quotas.POOL[kind]], gb, "gpuNodes",
+                               f"{cfg.gpu_nodes} nodes x {acc.local_ssds} local SSDs x {quotas.LOCAL_SSD_DISK_GB} GB "
+                               f"bundled with {acc.machine_type}", fatal=False))
     return found
+
+
+def cpu_boot_disk(cfg: StackConfig) -> int:
+    """The CPU pool's boot disk as compose sizes it (catalog.nodes.cpu_boot_disk_gb)."""
+    from catalog.gcsfuse import HEAD_SIDECAR, staging_disk_budget
+    from catalog.models import largest_file_gib
+    from catalog.nodes import cpu_boot_disk_gb
+    from catalog.ray import HEAD_EPHEMERAL_GIB
+
+    budget = staging_disk_budget(largest_file_gib(cfg.model))
+    return cpu_boot_disk_gb(budget.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)
 
 
 def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Finding]:
@@ -80,7 +116,9 @@ def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, 
                                fatal=False))
         elif value != quotas.UNLIMITED and value < need.needed:
             out.append(Finding(need.key, f"quota {name} is {value}, the stack needs {need.needed} ({need.why}): "
-                               f"request more at {quotas.REQUEST_URL}?project={cfg.project} or lower {need.key}"))
+                               f"request more at {quotas.REQUEST_URL}?project={cfg.project} or lower {need.key}"
+                               + ("" if need.fatal else "; a warning only: Compute Engine may not charge it "
+                                  "for SSDs bundled with the machine"), fatal=need.fatal))
     return out
 
 

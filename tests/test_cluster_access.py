@@ -16,6 +16,7 @@ CLUSTER = "gcp:container/cluster:Cluster"
 POOL = "gcp:container/nodePool:NodePool"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 MEMBER = "gcp:projects/iAMMember:IAMMember"
+REPO_MEMBER = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 DOC = json.loads((Path(__file__).parent / "data" / "gke_documented_minimums.json").read_text())["node_service_account"]
 
 
@@ -30,11 +31,17 @@ def test_a_dedicated_account_holds_only_the_documented_roles(mode):
     assert run.one(ACCOUNT).inputs["accountId"] == "verl-x-nodes"
     grants = run.of_type(MEMBER)
     roles = sorted(g.inputs["role"] for g in grants)
-    assert DOC["minimum_role"] in roles and DOC["image_pull_role"] in roles
-    assert set(roles) == {DOC["minimum_role"], DOC["image_pull_role"]}, "no role beyond the documented ones"
+    assert roles == [DOC["minimum_role"]], "on the project: the documented minimum and nothing else"
     assert not set(roles) & set(DOC["forbidden_roles"])
     assert {g.inputs["member"] for g in grants} == {f"serviceAccount:{_email(run)}"}
     assert {g.inputs["project"] for g in grants} == {"test-project-1"}
+    # Image pulls: read on the mirror repository alone, not on every repository of the project.
+    (pull,) = run.of_type(REPO_MEMBER)
+    assert pull.inputs["role"] == DOC["image_pull_role"]
+    assert pull.inputs["member"] == f"serviceAccount:{_email(run)}"
+    (repo,) = run.of_type("gcp:artifactregistry/repository:Repository")
+    assert pull.inputs["repository"] == repo.inputs["repositoryId"]
+    assert pull.inputs["location"] == repo.inputs["location"]
     assert run.outputs["nodeServiceAccount"] == _email(run)
 
 

@@ -134,7 +134,8 @@ def test_modes_and_accelerators(mode, acc):
     assert gpu["location"] == "us-central1" and gpu["nodeLocations"] == ["us-central1-b"]
     assert gpu["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2, "locationPolicy": "ANY"}
     assert gpu["management"] == {"autoRepair": True, "autoUpgrade": True}
-    assert gpu["placementPolicy"] == {"type": "COMPACT"}
+    assert "placementPolicy" not in gpu, "Google's A4/A3 Ultra blueprints set no placement policy"
+    assert gpu["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
     extra = gpu["networkConfig"]["additionalNodeNetworkConfigs"]
     prefix = "verl"
     assert extra[0] == {"network": f"{prefix}-gvnic-net", "subnetwork": f"{prefix}-gvnic-sub"}
@@ -165,7 +166,7 @@ def test_rdma_networks():
 
 
 @pytest.mark.parametrize("capacity,expect", [
-    ("spot", {"placement": {"type": "COMPACT"}, "spot": True,
+    ("spot", {"placement": None, "spot": True,
               "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"}}),
     ("reservation", {"placement": None, "spot": None,
                      "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION",
@@ -197,7 +198,9 @@ def test_kubernetes_resources_use_the_cluster_provider():
     assert "deleteUnreachable" not in provider.inputs and provider.inputs["clusterIdentifier"]
     kubeconfig = json.loads(provider.raw_inputs["kubeconfig"])
     assert kubeconfig["users"][0]["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == f"https://{mocking.MOCK_ENDPOINT}"
+    # The DNS endpoint, whose certificate a public CA signs: no cluster CA, as gcloud writes it.
+    assert kubeconfig["clusters"][0]["cluster"] == {
+        "server": "https://" + mocking.MOCK_DNS_ENDPOINT.format(location="us-central1")}
     assert "token" not in json.dumps(kubeconfig["users"])
     assert "kubeconfig" in run.secret_outputs
 

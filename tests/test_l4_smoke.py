@@ -210,7 +210,9 @@ def test_the_quota_preflight_checks_the_l4_and_the_global_gpu_quotas():
 def test_no_l4_quota_is_a_fatal_finding_naming_gpu_nodes():
     cfg = dev_config()
     wanted = quota_check.needs(cfg)
-    infos = {n.ref.quota_id: [{"dimensions": {}, "value": "64", "locations": []}] for n in wanted}
+    # 64 of everything counted in units, ample disk (GB) quota: only the L4 quota decides below.
+    infos = {n.ref.quota_id: [{"dimensions": {}, "value": "100000" if "-GB-" in n.ref.quota_id else "64",
+                               "locations": []}] for n in wanted}
     assert quota_check.findings(cfg, wanted, infos) == []
     infos["PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region"] = [{"dimensions": {}, "value": "0", "locations": []}]
     (finding,) = quota_check.findings(cfg, wanted, infos)

@@ -284,3 +284,47 @@ def test_budget_shows_in_the_plan_when_the_keys_are_set(tmp_path, capsys):
     assert plan.main(["--stack", "dev", "--config", str(stack_file), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert re.search(r"\+ budget-budget \(gcp:billing/budget:Budget\)", out), out
+
+
+def test_the_budget_reads_the_project_number_after_the_apis():
+    """On an empty project Cloud Resource Manager is enabled by this very run: the budget's project
+    lookup waits for it (as the storage lookup does), so at preview its number is not known yet."""
+    raw = dict(BASE)
+    raw.update({f"{config.PROJECT}:billingAccount": ACCOUNT, f"{config.PROJECT}:budgetMonthly": "5000"})
+    from stacks.compose import program
+
+    run = mocking.run(program, raw, "test", preview=True)
+    assert run.one(BUDGET).inputs["budgetFilter"]["projects"] in (mocking.UNKNOWN, [mocking.UNKNOWN])
+    # Once the APIs exist (an update), the lookup runs and names the project by number.
+    done = mocking.run(program, raw, "test", preview=True, existing=frozenset({"gcp:projects/service:Service"}))
+    assert done.one(BUDGET).inputs["budgetFilter"]["projects"] == [f"projects/{mocking.MOCK_PROJECT_NUMBER}"]
+
+
+# --- quotas of what the network and the disks draw on (issue 24) ------------------------------------
+
+def test_the_nat_addresses_and_disks_the_stack_creates_are_quota_checked():
+    overrides = {"accelerator": "b200", "clusterMode": "standard", "capacity": "spot", "cpuNodesMax": "4"}
+    run = run_config(overrides)
+    by_id = {n.ref.quota_id: n for n in quota_check.needs(_cfg(overrides))}
+    addresses = len(run.of_type("gcp:compute/address:Address"))
+    assert addresses and by_id["STATIC-ADDRESSES-per-project-region"].needed == addresses
+    assert by_id["IN-USE-ADDRESSES-per-project-region"].needed == addresses
+    assert by_id["NETWORKS-per-project"].needed == len(run.of_type("gcp:compute/network:Network"))
+    assert by_id["FIREWALLS-per-project"].needed == len(run.of_type("gcp:compute/firewall:Firewall"))
+    cpu_pool = run.one(POOL, "gke-cpu-pool").inputs
+    assert by_id["SSD-TOTAL-GB-per-project-region"].needed == 4 * cpu_pool["nodeConfig"]["diskSizeGb"]
+    gpu_pool = run.one(POOL, "gke-gpu-pool").inputs
+    ssds = gpu_pool["nodeConfig"]["ephemeralStorageLocalSsdConfig"]["localSsdCount"]
+    local = by_id["PREEMPTIBLE-LOCAL-SSD-GB-per-project-region"]
+    assert local.needed == 2 * ssds * quotas.LOCAL_SSD_DISK_GB and not local.fatal
+
+
+def test_too_few_static_addresses_for_the_nat_is_refused_before_the_cluster():
+    msg = _refused({"accelerator": "b200"}, {"STATIC-ADDRESSES-per-project-region": 1})
+    assert "STATIC-ADDRESSES-per-project-region (region=us-central1) is 1, the stack needs 2" in msg
+
+
+def test_a_short_local_ssd_quota_is_a_warning_only():
+    run = run_config({"accelerator": "b200", "capacity": "spot"},
+                     quotas={"PREEMPTIBLE-LOCAL-SSD-GB-per-project-region": 0})
+    assert run.one(CLUSTER)

@@ -42,6 +42,7 @@ from tests.ray_fixtures import (
     head_node,
     jobs_on,
     make_ca,
+    pem,
     point_ray_env_nowhere,
     wait_status,
 )
@@ -259,6 +260,13 @@ def test_diff_decisions():
     assert rotated.changes and rotated.replaces == []
     moved = diff_inputs(gke_olds, wire({**old_in, "address": None, "gke": {**gke, "service": "svc2"}}))
     assert moved.replaces == ["gke"]
+    # the same cluster reached by its DNS endpoint instead of its IP (same CA): updated, never resubmitted
+    dns = {**gke, "endpoint": "gke-abc-123.us-central1.gke.goog", "public_ca": True}
+    switched = diff_inputs(gke_olds, wire({**old_in, "address": None, "gke": dns}))
+    assert switched.changes and switched.replaces == []
+    # another endpoint AND another CA: another cluster, whose head does not have our job
+    other = diff_inputs(gke_olds, wire({**old_in, "address": None, "gke": {**dns, "ca_certificate": "B"}}))
+    assert other.replaces == ["gke"]
 
 
 def test_update_keeps_the_job(provider):
@@ -568,6 +576,26 @@ def test_wrong_cluster_ca_fails_tls_verification(head, provider, monkeypatch):
         with pytest.raises(RayJobError, match="TLS verification"):
             provider.read("x", {**p, "job_id": "x"})
     assert proxy.seen_auth == []  # the token never left over an unverified connection
+
+
+def test_dns_endpoint_is_checked_against_the_system_trust_store(head, provider, monkeypatch, tmp_path):
+    """GKE's DNS endpoint presents a certificate a public CA signs (gcloud writes no CA for it), so with
+    `public_ca` the provider verifies against the system store, never the cluster CA it was given."""
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+    for var in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(var, raising=False)
+    with ServiceProxy(head.address, "tok") as proxy:
+        p = props(None, "dns", gke=proxy.gke(public_ca=True), ready_timeout_s=600)
+        # The proxy's CA is only the cluster CA here: not trusted for a DNS endpoint.
+        with pytest.raises(RayJobError, match="TLS verification"):
+            provider.read("x", {**p, "job_id": "x"})
+        assert proxy.seen_auth == []
+        # Once the system store trusts the signer (requests reads REQUESTS_CA_BUNDLE), the call goes through.
+        bundle = tmp_path / "public-ca.pem"
+        bundle.write_bytes(pem(proxy.ca_cert))
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+        assert provider.read("x", {**p, "job_id": "x"}).outs["status"] == GONE
+        assert proxy.seen_auth, "the token went out over the verified connection"
 
 
 def test_missing_google_credentials_is_a_clear_error(head, provider, monkeypatch, tmp_path):

@@ -38,10 +38,18 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
     ("standard", "pool.gpu_driver_version", "h200"):
         "LATEST (R570) instead of DEFAULT (R550 on A3 Ultra): the image is built for CUDA 12.8, whose minimum "
         "driver is 570.26 (test_rdma_nodes.test_driver_meets_the_images_cuda checks it against data)",
-    ("standard", "pool.placement_policy", None):
-        "the blueprints consume a reservation, whose blocks fix placement; the shipped stacks use spot, where "
-        "COMPACT is the only way to ask for nodes close together (cluster-toolkit allows COMPACT on a4-/a3-ultragpu-); "
-        "capacity=reservation or flex-start sends none, as the blueprints",
+    ("both", "network.primary.nat_addresses", None):
+        "2 reserved addresses (cluster-toolkit vpc's ips_per_nat default) instead of gke-a4's 6: one address serves "
+        "64512 ports, about 1000 VMs at Cloud NAT's default 64 ports per VM, and each takes a static-address quota",
+    ("both", "network.primary.firewall_rules", None):
+        "no rule of our own on the cluster VPC: GKE creates the node, pod and control-plane rules it needs, and "
+        "nothing else needs to reach the private nodes (no SSH, no IAP): narrower than the module's defaults",
+    ("both", "cluster.dns_endpoint_external", None):
+        "the DNS-based endpoint, authorized by IAM, is how pulumi, kubectl and the job provider reach the cluster "
+        "from anywhere without opening the IP endpoint (README 'Who can reach the cluster')",
+    ("both", "cluster.ip_endpoint", None):
+        "the IP endpoint is off unless masterAuthorizedNetworks lists CIDRs (then limited to them, as the "
+        "blueprint does): the DNS endpoint serves every caller we have",
     ("standard", "pool.reservation_affinity", None):
         "capacity is a config key (spot in the shipped stacks); capacity=reservation sends SPECIFIC_RESERVATION "
         "with the blueprints' key (test_foundation.test_capacity_types)",
@@ -122,7 +130,13 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
         return [f for f in firewalls if net.urn in f.property_dependencies.get("network", [])]
 
     (gvnic_fw,) = fw_on(gvnic)
+    primary = next(r for r in run.of_type("gcp:compute/network:Network")
+                   if r.inputs["name"].endswith("-net") and r not in (rdma, gvnic)
+                   and not r.inputs["name"].endswith(("-gvnic-net", "-rdma-net")))
+    routers = [r for r in run.of_type("gcp:compute/router:Router") if primary.urn in r.property_dependencies["network"]]
+    nats = [n for n in run.of_type("gcp:compute/routerNat:RouterNat") if n.parent in {r.urn for r in routers}]
     cluster = run.one("gcp:container/cluster:Cluster").inputs
+    endpoints = cluster.get("controlPlaneEndpointsConfig") or {}
     worker = run.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]["workerGroupSpecs"][0]["template"]
     annotations = worker["metadata"]["annotations"]
     interfaces = json.loads(annotations["networking.gke.io/interfaces"])
@@ -148,6 +162,15 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
         "network.gvnic.firewall_allow": sorted(
             a["protocol"] + "".join(f":{p}" for p in a.get("ports", [])) for a in gvnic_fw.inputs["allows"]),
         "network.gvnic.firewall_source": gvnic_fw.inputs["sourceRanges"],
+        "network.primary.mtu": primary.inputs.get("mtu"),
+        "network.primary.nat": bool(nats),
+        "network.primary.nat_addresses": sum(len(n.inputs.get("natIps", [])) for n in nats),
+        "network.primary.firewall_rules": sorted(f.inputs["name"] for f in fw_on(primary)),
+        "cluster.private_nodes": (cluster.get("privateClusterConfig") or {}).get("enablePrivateNodes", False),
+        "cluster.dns_endpoint_external": (endpoints.get("dnsEndpointConfig") or {}).get("allowExternalTraffic", False),
+        "cluster.ip_endpoint": ("off" if (endpoints.get("ipEndpointsConfig") or {}).get("enabled") is False
+                                else "authorized-networks-only" if cluster.get("masterAuthorizedNetworksConfig")
+                                else "any-address"),
         "network.nic_order": [_role(param_sets[n]["vpcSubnet"]) for n in pod_networks],
         "k8s.networks": [[n, param_sets[n]["deviceMode"]] for n in pod_networks],
         "cluster.autopilot": bool(cluster.get("enableAutopilot")),
@@ -192,7 +215,9 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
             "pool.gpu_driver_version": gpu["gpuDriverInstallationConfig"]["gpuDriverVersion"],
             "pool.gvnic": node["gvnic"]["enabled"],
             "pool.local_ssd_ephemeral": node["ephemeralStorageLocalSsdConfig"]["localSsdCount"],
-            "pool.ignore_changes": [_snake(p.removeprefix("nodeConfig.")) for p in getattr(pool, "ignore_changes", [])],
+            # The node config fields GKE reports differently (the live-stack fields are test_live_upgrade's).
+            "pool.ignore_changes": [_snake(p.removeprefix("nodeConfig.")) for p in getattr(pool, "ignore_changes", [])
+                                    if p.startswith("nodeConfig.")],
             "pool.taints": [[t["key"], t["value"], t["effect"]] for t in node["taints"]],
             # GKE's API defaults when management is not sent: auto-repair and auto-upgrade on.
             "pool.auto_upgrade": (pool.inputs.get("management") or {}).get("autoUpgrade", True),
@@ -203,6 +228,8 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
             "pool.sizing": "autoscaling" if pool.inputs.get("autoscaling") else "static",
             "pool.autoscaling_location_policy": (pool.inputs.get("autoscaling") or {}).get("locationPolicy"),
             "pool.workload_metadata": node["workloadMetadataConfig"]["mode"],
+            "pool.private_nodes": (pool.inputs.get("networkConfig") or {}).get("enablePrivateNodes", False),
+            "pool.upgrade_settings": {_snake(k): v for k, v in (pool.inputs.get("upgradeSettings") or {}).items()},
             # The GKE API's default boot disk (nodeConfig.diskSizeGb: 100) when we send none.
             "pool.disk_size_gb": node.get("diskSizeGb", 100),
         })
@@ -257,3 +284,54 @@ def test_allow_list_names_only_reference_fields():
     fields = {f["field"] for f in REFERENCE["facts"]}
     assert {field for (_, field, _) in ALLOWED} <= fields
     assert all(len(reason) > 40 for reason in ALLOWED.values())
+
+
+SETTLED = {item["id"]: item for item in REFERENCE["settled"]}
+
+
+def test_each_settled_claim_names_its_evidence_and_verdict():
+    for item in SETTLED.values():
+        assert item["verdict"] in ("changed", "kept", "open"), item["id"]
+        assert item["evidence"], item["id"]
+        for ev in item["evidence"]:
+            by_ref = ev.get("ref") and REFERENCE["sources"][ev["ref"]].get("commit")
+            pinned = ev.get("commit") or ev.get("tag") or by_ref
+            assert ev.get("url") or pinned, f"{item['id']}: evidence without a commit, tag or URL"
+        if item["verdict"] == "open":
+            assert len(item.get("bound", "")) > 40, f"{item['id']}: an open claim says what bounds the risk"
+        if item["verdict"] == "changed":
+            assert item.get("change"), item["id"]
+
+
+def test_the_pinned_provider_compares_the_roce_profile_as_a_relative_path():
+    """A provider without CompareSelfLinkRelativePaths on network_profile would diff (and replace the RoCE
+    VPC) on every run; pulumi-gcp has it from the release that bridges google-beta v6.39.0."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    first = Version(SETTLED["roce-profile-relative-path"]["first_fixed_pulumi_gcp"])
+    assert Version(importlib.metadata.version("pulumi_gcp")) >= first
+    floor = re.search(r"^pulumi-gcp>=([0-9.]+)", (Path(__file__).parent.parent / "requirements.txt").read_text(), re.M)
+    assert floor and Version(floor.group(1)) >= first, "requirements.txt allows a pulumi-gcp without the fix"
+    # And the program sends the relative form the fix compares.
+    run = composed("b200", "standard")
+    rdma = next(r for r in run.of_type("gcp:compute/network:Network") if "networkProfile" in r.inputs)
+    assert re.fullmatch(r"projects/[^/]+/global/networkProfiles/[a-z0-9-]+-vpc-roce", rdma.inputs["networkProfile"])
+
+
+def test_the_ray_cluster_waits_on_kuberays_head_condition():
+    from components import ray_cluster
+
+    item = SETTLED["kuberay-head-pod-ready"]
+    assert ray_cluster.await_annotations(60)[ray_cluster.WAIT_FOR_ANNOTATION] == f"condition={item['condition']}"
+    assert item["kuberay_default_on_from"] == "v1.3.0"
+
+
+def test_changed_claims_show_in_the_plan():
+    pool = composed("b200", "standard").one("gcp:container/nodePool:NodePool", "gke-gpu-pool")
+    assert "placementPolicy" not in pool.inputs  # compact-placement-on-spot
+    assert pool.inputs["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
+    primary = next(r for r in composed("b200", "standard").of_type("gcp:compute/network:Network")
+                   if r.inputs["name"] == "verl-net")
+    assert primary.inputs["mtu"] == 8896 and "mtu" in primary.ignore_changes  # primary-vpc-mtu, new stacks only

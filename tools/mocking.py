@@ -38,6 +38,9 @@ _UNKNOWN_VALUE = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 # A syntactically valid but meaningless CA, so kubeconfig code paths run as for real.
 MOCK_CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMOCK\n-----END CERTIFICATE-----\n").decode()
 MOCK_ENDPOINT = "203.0.113.10"
+# GKE's DNS-based endpoint has the form gke-<uid>-<project number>.<location>.gke.goog (API reference
+# ControlPlaneEndpointsConfig.DNSEndpointConfig.endpoint: "Ex: uid.us-central1.gke.goog").
+MOCK_DNS_ENDPOINT = "gke-0123456789abcdef-123456789012.{location}.gke.goog"
 MOCK_PROJECT_NUMBER = "123456789012"
 
 
@@ -177,6 +180,13 @@ MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
     "GPUS-ALL-REGIONS-per-project": [({}, 32, ["global"])],
     "CPUS-PER-VM-FAMILY-per-project-region": [({"vm_family": "C2"}, 200, _REGIONS), ({}, 24, _REGIONS)],
     "CPUS-ALL-REGIONS-per-project": [({}, 500, ["global"])],
+    "STATIC-ADDRESSES-per-project-region": [({}, 8, _REGIONS)],
+    "NETWORKS-per-project": [({}, 15, ["global"])],
+    "FIREWALLS-per-project": [({}, 200, ["global"])],
+    "IN-USE-ADDRESSES-per-project-region": [({}, 8, _REGIONS)],
+    "SSD-TOTAL-GB-per-project-region": [({}, 2048, _REGIONS)],
+    "LOCAL-SSD-TOTAL-GB-per-project-region": [({}, 100000, _REGIONS)],
+    "PREEMPTIBLE-LOCAL-SSD-GB-per-project-region": [({}, 100000, _REGIONS)],
 }
 
 
@@ -236,8 +246,15 @@ class ProgramMocks(pmocks.Mocks):
             state["selfLink"] = (f"https://www.googleapis.com/compute/v1/projects/{project}/regions/{region}"
                                  f"/subnetworks/{name}")
         elif t == "gcp:container/cluster:Cluster":
+            endpoints = dict(inputs.get("controlPlaneEndpointsConfig") or {})
+            endpoints["dnsEndpointConfig"] = {**(endpoints.get("dnsEndpointConfig") or {}),
+                                              "endpoint": MOCK_DNS_ENDPOINT.format(location=inputs.get("location"))}
             state.update(endpoint=MOCK_ENDPOINT, masterAuth={"clusterCaCertificate": MOCK_CA},
+                         controlPlaneEndpointsConfig=endpoints,
                          selfLink=f"projects/{project}/locations/{inputs.get('location')}/clusters/{name}")
+        elif t == "gcp:compute/address:Address":
+            state["selfLink"] = (f"https://www.googleapis.com/compute/v1/projects/{project}/regions/"
+                                 f"{inputs.get('region')}/addresses/{name}")
         elif t == "gcp:serviceaccount/account:Account":
             state.update(email=f"{inputs['accountId']}@{project}.iam.gserviceaccount.com",
                          member=f"serviceAccount:{inputs['accountId']}@{project}.iam.gserviceaccount.com")

@@ -1,0 +1,146 @@
+"""A live stack's next `pulumi up` replaces no cluster, pool, network or running job.
+
+tests/data/live_state/<stack>.json is each shipped stack as it was deployed before issue 24 (the
+plan snapshots of commit 7746758): what a live stack's state holds. The current code's plan of the
+same stack file is compared with it as the engine and the providers would: ignoreChanges applied
+(tools.replace_check, tested here against the engine's own cases), then the GCP provider's ForceNew
+fields read from its Go schema (tools.provider_schema), and the job provider's own diff.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from components.ray_job_provider import diff_inputs
+from tools import replace_check, snapshot
+
+DATA = Path(__file__).parent / "data"
+LIVE = DATA / "live_state"
+STACKS = sorted(p.stem for p in LIVE.glob("*.json"))
+# What must survive: losing one of these loses the cluster, its nodes, its networks or the job.
+KEPT = ("gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork")
+JOB = "pulumi-python:dynamic/verl-gke:RayJob"
+RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+# The job inputs whose change this release announces in README.md's "Upgrading a live stack to this version".
+ANNOUNCED_JOB_REPLACES = {"entrypoint", "submission_id"}
+
+
+@functools.cache
+def states(stack: str) -> tuple[dict, dict]:
+    old = {r["urn"]: r for r in json.loads((LIVE / f"{stack}.json").read_text())["resources"]}
+    new = {r["urn"]: r for r in json.loads(snapshot.render(stack))["resources"]}
+    return old, new
+
+
+def _job_urn(urns) -> str | None:
+    return next((u for u in urns if u.endswith("::grpo") and "RayJob" in u), None)
+
+
+def test_ignore_changes_matches_the_engines_cases():
+    cases = json.loads((DATA / "pulumi_ignore_changes_cases.json").read_text())["cases"]
+    for case in cases:
+        got = replace_check.apply_ignore_changes(case["old"], case["new"], case["ignore"])
+        want = case["old"] if case["expected"] is None else case["expected"]
+        assert got == want, case["name"]
+
+
+def test_force_new_data_knows_what_it_should():
+    """Spot checks of the extraction against fields the provider documents as creation-only."""
+    data = replace_check.force_new_data()["resources"]
+    assert "networkProfile" in data["gcp:compute/network:Network"]["force_new"]
+    assert "mtu" not in data["gcp:compute/network:Network"]["force_new"]  # updatable since #22956
+    assert "placementPolicy" in data["gcp:container/nodePool:NodePool"]["force_new"]
+    assert "networkConfig.additionalNodeNetworkConfigs" in data["gcp:container/nodePool:NodePool"]["force_new"]
+    assert "networkConfig.enablePrivateNodes" not in data["gcp:container/nodePool:NodePool"]["force_new"]
+    assert "nodeConfig.machineType" not in data["gcp:container/nodePool:NodePool"]["force_new"]  # in place
+    assert "nodeConfig.guestAccelerator.type" in data["gcp:container/nodePool:NodePool"]["force_new"]
+    assert "network" in data["gcp:container/cluster:Cluster"]["force_new"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_live_stack_keeps_its_cluster_pools_and_networks(stack):
+    old, new = states(stack)
+    problems = []
+    for urn, before in old.items():
+        if before["type"] not in KEPT:
+            continue
+        after = new.get(urn)
+        if after is None:
+            problems.append(f"{urn}: gone from the plan (deleted)")
+            continue
+        inputs = replace_check.apply_ignore_changes(before["inputs"], after["inputs"], after.get("ignoreChanges", []))
+        if hit := replace_check.replacing(after["type"], before["inputs"], inputs, after.get("replaceOnChanges", [])):
+            problems.append(f"{urn}: replaced on {hit}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_live_stack_keeps_its_running_job_and_ray_cluster(stack):
+    old, new = states(stack)
+    urn = _job_urn(old)
+    if urn is None:
+        pytest.skip(f"{stack} submits no job")
+    assert urn in new, "the job's URN changed: Pulumi would delete the running job"
+    result = diff_inputs(old[urn]["inputs"], new[urn]["inputs"])
+    # A new job command (the layout, the supervisor's hash) resubmits the run once: announced in the
+    # README's upgrade note. Nothing else may: not the endpoint switch, not the cluster it runs on.
+    unannounced = set(result.replaces) - ANNOUNCED_JOB_REPLACES
+    assert not unannounced, f"the job would be stopped and resubmitted: replaces {result.replaces}"
+    for ray_urn, before in old.items():
+        if before["type"] == RAYCLUSTER:
+            assert ray_urn in new, f"{ray_urn}: gone from the plan"
+            assert new[ray_urn]["inputs"]["metadata"]["name"] == before["inputs"]["metadata"]["name"]
+
+
+def test_the_readme_announces_the_job_resubmission():
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "### Upgrading a live stack to this version" in text and "resubmit" in text
+
+
+def test_the_checks_catch_a_replacement():
+    """The same comparison flags what would replace: COMPACT dropped without its ignoreChanges, and a
+    job moved to another cluster (another endpoint and another CA)."""
+    stack = next(s for s in STACKS if any(r["type"] == "gcp:container/nodePool:NodePool"
+                                          and (r["inputs"].get("placementPolicy") or {}).get("type") == "COMPACT"
+                                          for r in states(s)[0].values()))
+    old, new = states(stack)
+    urn = next(u for u, r in old.items() if r["inputs"].get("placementPolicy"))
+    # Without its ignoreChanges: the block goes, and placement_policy is ForceNew.
+    assert replace_check.replacing(new[urn]["type"], old[urn]["inputs"], new[urn]["inputs"]) == ["placementPolicy"]
+    job = _job_urn(old)
+    moved = json.loads(json.dumps(new[job]["inputs"]))
+    moved["gke"].update(endpoint="gke-other.us-central1.gke.goog", ca_certificate="T1RIRVI=")
+    assert "gke" in diff_inputs(old[job]["inputs"], moved).replaces
+
+
+@pytest.mark.parametrize("stack", STACKS[:1])
+def test_kubernetes_provider_survives_the_endpoint_switch(stack):
+    _, new = states(stack)
+    (provider,) = [r for r in new.values() if r["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"].get("clusterIdentifier")
+
+
+def test_the_schema_reader_follows_nesting_helpers_and_customize_diff():
+    """tools.provider_schema on a schema shaped like the provider's (fields, nested Elem blocks, a helper)."""
+    from tools import provider_schema
+
+    helper = 'func schemaNodeConfig() *schema.Schema {\n\treturn &schema.Schema{\n\t\tForceNew: true,\n' \
+             '\t\tElem: &schema.Resource{Schema: map[string]*schema.Schema{\n' \
+             '\t\t\t"machine_type": {Type: schema.TypeString, Optional: true},\n' \
+             '\t\t\t"spot": {Type: schema.TypeBool, ForceNew: true},\n\t\t}},\n\t}\n}\n'
+    files = {"google/services/container/node_config.go": helper}
+    block = ('{\n"name": {Type: schema.TypeString, ForceNew: true},\n'
+             '"network_config": {Type: schema.TypeList, Elem: &schema.Resource{Schema: map[string]*schema.Schema{\n'
+             '  "enable_private_nodes": {Type: schema.TypeBool, Optional: true},\n'
+             '  "pod_range": {Type: schema.TypeString, ForceNew: true},\n}}},\n'
+             '"node_config": schemaNodeConfig(),\n}')
+    found = provider_schema.force_new_paths(block, files.__getitem__)
+    assert found == {"name", "networkConfig.podRange", "nodeConfig", "nodeConfig.spot"}
+    assert provider_schema.customize_diff('customdiff.ForceNewIfChange("enable_l4_ilb_subsetting", f)\n'
+                                          'd.ForceNew("dns_config.0.additive_vpc_scope_dns_domain")') == {
+        "enableL4IlbSubsetting", "dnsConfig.additiveVpcScopeDnsDomain"}

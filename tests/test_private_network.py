@@ -1,0 +1,100 @@
+"""Private by default: no node with an external address, the control plane by DNS with IAM, and a NAT
+route for every destination outside Google that staging and training need (issue 24)."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog import egress
+from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
+
+CLUSTER = "gcp:container/cluster:Cluster"
+POOL = "gcp:container/nodePool:NodePool"
+NAT = "gcp:compute/routerNat:RouterNat"
+ROUTER = "gcp:compute/router:Router"
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=[p.stem for p in STACK_FILES])
+def test_no_shipped_stack_has_a_public_node_or_an_open_ip_endpoint(path):
+    run = run_stack_file(path)
+    cluster = run.one(CLUSTER).inputs
+    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}  # Autopilot's nodes, new pools
+    for pool in run.of_type(POOL):
+        assert pool.inputs["networkConfig"]["enablePrivateNodes"] is True, pool.name
+    endpoints = cluster["controlPlaneEndpointsConfig"]
+    assert endpoints["dnsEndpointConfig"] == {"allowExternalTraffic": True}
+    # Off, or on only for the listed CIDRs: never reachable by IP from any address.
+    assert endpoints["ipEndpointsConfig"]["enabled"] is bool(cluster.get("masterAuthorizedNetworksConfig"))
+
+
+def test_authorized_networks_turn_the_ip_endpoint_on_for_them_only():
+    cluster = run_config({"masterAuthorizedNetworks": ["203.0.113.0/24"]}).one(CLUSTER).inputs
+    assert cluster["controlPlaneEndpointsConfig"]["ipEndpointsConfig"] == {"enabled": True}
+    assert [b["cidrBlock"] for b in cluster["masterAuthorizedNetworksConfig"]["cidrBlocks"]] == ["203.0.113.0/24"]
+
+
+def _nat_of(run):
+    (nat,) = run.of_type(NAT)
+    (router,) = run.of_type(ROUTER)
+    return nat, router
+
+
+@pytest.mark.parametrize("overrides, needs", [
+    ({}, {egress.HUGGING_FACE, "github.com"}),
+    ({"imageMirror": False}, {egress.HUGGING_FACE, "github.com", egress.DOCKER_HUB}),
+    ({"grpoLogger": ["console", "wandb"], "wandbApiKey": "k"}, {egress.HUGGING_FACE, "github.com", egress.WANDB}),
+])
+def test_every_destination_outside_google_goes_through_the_regions_nat(overrides, needs):
+    run = run_config(overrides, secret_keys=["verl-gke:wandbApiKey"] if "wandbApiKey" in overrides else None)
+    nat, router = _nat_of(run)
+    routes = run.outputs["egress"]
+    assert {host for host, via in routes.items() if via == f"Cloud NAT {nat.inputs['name']}"} == needs
+    # The NAT serves every range of the cluster VPC, in the cluster's region, on the nodes' network.
+    assert nat.inputs["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    assert nat.inputs["region"] == router.inputs["region"] == run.one(CLUSTER).inputs["location"]
+    primary = next(n for n in run.of_type("gcp:compute/network:Network")
+                   if n.inputs["name"] == run.one(CLUSTER).inputs["network"])
+    assert router.property_dependencies["network"] == [primary.urn]
+    assert nat.inputs["natIpAllocateOption"] == "MANUAL_ONLY"
+    assert len(nat.inputs["natIps"]) == len(run.of_type("gcp:compute/address:Address"))
+
+
+def test_staging_waits_for_the_nat():
+    """The staging Job downloads at once (Hugging Face, git clone): it waits for the NAT. The Ray pods
+    start after the cluster and its pools (minutes after the NAT) and pull images with kubelet retries."""
+    run = run_config({"clusterMode": "standard"})
+    nat, _ = _nat_of(run)
+    by_urn = run.by_urn()
+
+    def waits_for(urn: str, target: str, seen: set[str]) -> bool:
+        if urn in seen or urn not in by_urn:
+            return False
+        seen.add(urn)
+        r = by_urn[urn]
+        deps = set(r.depends_on) | {u for us in r.property_dependencies.values() for u in us}
+        return target in deps or any(waits_for(d, target, seen) for d in deps)
+
+    checked = run.of_type("kubernetes:batch/v1:Job")
+    assert checked
+    for r in checked:
+        assert waits_for(r.urn, nat.urn, set()), f"{r.name} may start before its egress exists"
+
+
+def test_a_named_migration_applies_to_the_live_resources_and_an_unknown_one_is_refused():
+    from stacks import config
+
+    kept = run_config({"clusterMode": "standard"})
+    applied = run_config({"clusterMode": "standard",
+                          "migrations": ["private-nodes", "no-compact-placement", "private-cluster", "primary-mtu"]})
+    for run, present in ((kept, True), (applied, False)):
+        gpu = run.one(POOL, "gke-gpu-pool")
+        assert ("placementPolicy" in gpu.ignore_changes) is present
+        assert ("networkConfig.enablePrivateNodes" in gpu.ignore_changes) is present
+        assert ("privateClusterConfig" in run.one(CLUSTER).ignore_changes) is present
+        primary = next(n for n in run.of_type("gcp:compute/network:Network") if n.inputs["name"] == "verl-net")
+        assert ("mtu" in primary.ignore_changes) is present
+    raw = {"gcp:project": "p-1234567", "gcp:region": "us-central1", "gcp:zone": "us-central1-b",
+           "verl-gke:migrations": '["private-nodez"]'}
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "t")
+    assert any(p.startswith("verl-gke:migrations ") and "private-nodes" in p for p in err.value.problems)
