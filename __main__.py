@@ -6,8 +6,12 @@ import sys
 # interpreter in venv gets this message instead of an ImportError from deep inside a module.
 MIN_PYTHON = (3, 11)
 if sys.version_info < MIN_PYTHON:
-    sys.exit("verl-gke needs Python {}.{} or newer; venv has {}.{}. Recreate it with a newer python3 "
-             "(rm -rf venv, then `pulumi install`).".format(*MIN_PYTHON, *sys.version_info[:2]))
+    # Pulumi creates venv with $PULUMI_PYTHON_CMD, else the first python3 on PATH (pulumi/pulumi @ 1b5949891b3c
+    # sdk/python/toolchain/pip.go CommandPath): recreating it without naming a newer one gives the same venv.
+    sys.exit("verl-gke needs Python {0}.{1} or newer; venv has {2}.{3}. Recreate it with a newer interpreter: "
+             "rm -rf venv && PULUMI_PYTHON_CMD=python{0}.{1} pulumi install (or any python3 >= {0}.{1}; "
+             "Pulumi uses PULUMI_PYTHON_CMD, else the first python3 on PATH).".format(*MIN_PYTHON,
+                                                                                     *sys.version_info[:2]))
 
 from stacks.compose import program  # noqa: E402 - after the version check, on purpose
 

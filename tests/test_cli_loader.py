@@ -290,7 +290,10 @@ def readme_config_set_lines() -> list[tuple[str, bool]]:
     text = (ROOT / "README.md").read_text()
     found = []
     for m in re.finditer(r"pulumi config set [^`\n]*", text):
-        line = m.group(0).split("#")[0].split("&&")[0].strip()
+        # `a && b && pulumi up`: the config-set commands of one line, replayed in order (a list built
+        # index by index only works as a whole).
+        parts = [p.strip() for p in m.group(0).split("#")[0].split("&&")]
+        line = " && ".join(p for p in parts if p.startswith("pulumi config set"))
         found.append((line, "the CLI refuses" in text[m.end():m.end() + 120]))
     return found
 
@@ -302,6 +305,11 @@ def _replayable(line: str) -> list[str]:
     # Placeholders (<64 hex digits>, hf_..., ...) stand for what the user types: any text does.
     line = re.sub(r"<[^>]*>", "placeholder", line)
     return [("placeholder" if a == "..." else a) for a in shlex.split(line)[3:]]
+
+
+def _replay(stored: dict, line: str) -> None:
+    for command in line.split(" && "):
+        _set(stored, *_replayable(command))
 
 
 def test_readme_has_config_set_lines():
@@ -317,7 +325,7 @@ def test_readme_config_set_line_replays_and_loads(line, refused):
     for stack in STACKS:
         raw_doc = stack_file._load_first_document((ROOT / f"Pulumi.{stack}.yaml").read_text(), "s")
         stored = {stack_file._namespace_key(k, PROJECT): v for k, v in raw_doc["config"].items()}
-        _set(stored, *_replayable(line))
+        _replay(stored, line)
         text = cli_loader.dump_stack(stored)
         if refused:
             with pytest.raises(StackFileError, match="must be of type 'array<string>'"):
@@ -331,7 +339,7 @@ def test_all_readme_lines_together_load():
     stored: dict = {}
     for line, refused in README_LINES:
         if not refused:
-            _set(stored, *_replayable(line))
+            _replay(stored, line)
     cli_loader.load_stack_text(project, cli_loader.dump_stack(stored), "all")
 
 
@@ -341,3 +349,21 @@ def test_small_alias_expansion_is_accepted_as_yaml_v3_does():
     lines = ["a0: &a0 [x]"] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 4)]
     doc = stack_file._load_first_document("\n".join(lines) + "\n", "t.yaml")
     assert len(doc["a3"]) == 10 and doc["a3"][9][9] == [["x"]] * 10
+
+
+def test_readme_wandb_lines_keep_the_default_loggers():
+    """`grpoLogger`'s default is not in the stack file, so `--path 'grpoLogger[2]' wandb` alone stores
+    [null, null, wandb] (object.go newContainer; refused as array<string>) and `[0]` drops console and
+    tensorboard: the README's lines must leave every shipped stack with all three loggers and the key."""
+    lines = [line for line, refused in README_LINES if "grpoLogger" in line and not refused]
+    assert lines, "the README shows no `pulumi config set` line that adds wandb to grpoLogger"
+    project = cli_loader.load_project(ROOT / "Pulumi.yaml")
+    for stack in STACKS:
+        raw_doc = stack_file._load_first_document((ROOT / f"Pulumi.{stack}.yaml").read_text(), "s")
+        stored = {stack_file._namespace_key(k, PROJECT): v for k, v in raw_doc["config"].items()}
+        for line, _ in README_LINES:
+            if "wandbApiKey" in line or "grpoLogger" in line:
+                _replay(stored, line)
+        loaded = cli_loader.load_stack_text(project, cli_loader.dump_stack(stored), stack)
+        assert json.loads(loaded.values[f"{PROJECT}:grpoLogger"]) == ["console", "tensorboard", "wandb"], stack
+        assert f"{PROJECT}:wandbApiKey" in loaded.secret_keys, stack

@@ -107,5 +107,9 @@ def test_main_checks_the_python_version_first():
             "print('compose imported:', 'stacks.compose' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "EXIT verl-gke needs Python 3.11 or newer; venv has 3.10" in proc.stdout, proc.stdout + proc.stderr
+    # `pulumi install` recreates venv with $PULUMI_PYTHON_CMD, else the first python3 on PATH (pulumi/pulumi
+    # @ 1b5949891b3c sdk/python/toolchain/pip.go CommandPath): without naming a newer interpreter the user
+    # gets the same old venv back.
+    assert "PULUMI_PYTHON_CMD=python3.11 pulumi install" in proc.stdout, proc.stdout
     assert "compose imported: False" in proc.stdout
     assert "Traceback" not in proc.stderr

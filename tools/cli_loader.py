@@ -34,7 +34,10 @@ without the stack's secrets provider: a caller may pass `decrypt`; without it th
 secure value is skipped (the CLI would check the plaintext) and the program gets a placeholder.
 
 Divergences, all refusals of what no stack here needs: nesting beyond tools.stack_file.MAX_DEPTH
-levels (yaml.v3 allows 10,000); every problem of one file is reported, where the CLI stops at its first.
+levels (yaml.v3 allows 10,000); every problem of one file is reported, where the CLI stops at its first;
+a stack file's top-level field other than config/environment/secretsprovider/encryptedkey/encryptionsalt
+is refused (a typo such as `confg:` would otherwise deploy every default), where the CLI ignores it
+(sdk/go/common/encoding/marshal.go yamlMarshaler.Unmarshal is not strict).
 
 `config_set` is `pulumi config set [--path] [--secret] [--type T] KEY VALUE`
 (pkg/cmd/pulumi/config/config.go configSetCmd.Run, io.go parseConfigKey, resource/config/map.go Set,
