@@ -141,6 +141,12 @@ _COMPILE = "actor_rollout_ref.actor.use_torch_compile"  # false: the entropy run
 # dp_actor.py's other entropy paths (off by default): not measured, charged on the safe side (stacks.memory).
 _CHUNKED_ENTROPY = "actor_rollout_ref.actor.entropy_from_logits_with_chunking"
 _ENTROPY_CKPT = "actor_rollout_ref.actor.entropy_checkpointing"
+# verl defaults the calibration ran with whose opposite costs memory the model does not count: without
+# gradient checkpointing every layer's activations stay for the backward (fsdp_workers.py enables it only
+# when asked; model/hf_model.yaml default true); without reshard_after_forward (engine/fsdp.yaml default
+# true) every FSDP unit stays unsharded in bf16 from its forward to its backward (2 P bytes per GPU).
+_UNMODELLED_OFF = ("actor_rollout_ref.model.enable_gradient_checkpointing",
+                   "actor_rollout_ref.actor.fsdp_config.reshard_after_forward")
 ROLLOUT_MAX_NUM_SEQS = 1024  # verl rollout.yaml default
 
 # Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
@@ -341,7 +347,9 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
     where = f"{acc.key}: {b.torch_budget:.1f} GiB per GPU for PyTorch"
     extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
     headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
-    problems = []
+    problems = [f"{_key('grpoExtraOverrides')}: {k}=false: the memory model was calibrated with it on "
+                "(verl's default) and cannot tell whether the update fits without it; remove the override"
+                for k in _UNMODELLED_OFF if _extra_flag(extras, k, True) is False]
     layout = f"FSDP over {b.shard} GPUs ({_field_key('fsdp_size')} = {g.fsdp_size})"
     if not b.update_fits:
         field = "ppo_max_token_len_per_gpu" if g.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"

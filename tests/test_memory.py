@@ -357,3 +357,14 @@ def test_chunked_entropy_charges_one_chunk_in_the_log_prob_pass_and_checkpointin
     assert eager.logprob_entropy == pytest.approx(16384 * row)
     for b in (chunked, ckpt, eager):
         assert b.train_entropy == eager.train_entropy > 0 and b.update_peak > compiled.update_peak
+
+
+@pytest.mark.parametrize("key", ["actor_rollout_ref.model.enable_gradient_checkpointing",
+                                 "actor_rollout_ref.actor.fsdp_config.reshard_after_forward"])
+def test_turning_off_what_the_calibration_ran_with_is_refused(key):
+    """Both cost memory the model does not count (every layer's activations kept; every unit unsharded
+    from forward to backward): refused, naming the override, rather than passed as a fit."""
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=False"]), "s")
+    assert any(p.startswith(f"verl-gke:grpoExtraOverrides: {key}=false: the memory model") for p in err.value.problems)
+    config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=true"]), "s")  # verl's default: fine
