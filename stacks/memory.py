@@ -19,7 +19,9 @@ utils/torch_functional.py, trainer/config/actor/actor.yaml.
 
 Training terms are CALIBRATED on verl's own FSDP2 training path re-implemented on one H200
 (bench/memory_calibration.py run_case_fsdp2; table bench/memory_calibration_fsdp2.json; 0.5B-7B,
-three or four token budgets each, entropy on and off). The fit check uses the RESERVED peak: it is
+three or four token budgets each, entropy on and off). flash-attn was not on that GPU: sdpa stood in
+for its attention and a torch twin of its cross_entropy_loss (same saved tensors, same in-place
+gradient) for the log-prob (the table's logprob_impl). The fit check uses the RESERVED peak: it is
 what the caching allocator holds from the GPU, so it is what runs out (allocated sits 1-4 % below it
 with expandable segments, which verl turns on for training). Every measured case is predicted
 between 1.4 % under and 7.6 % over (bench/memory_calibration_fit.txt). With S the FSDP shard group
@@ -57,7 +59,9 @@ _build_model_optimizer: `cpu_offload = None if role == "actor" else CPUOffloadPo
 compute_ref_log_prob never reads ref.fsdp_config.param_offload): it costs no resident GPU memory, only
 its units copied in during its own pass. Units are per verl's apply_fsdp2 (utils/fsdp_utils.py).
 vLLM terms are ANALYTICAL (formulas cited where used). Models above the calibrated 7.6 B parameters
-are extrapolations of the same formula: `extrapolated` says so.
+are extrapolations of the same formula: `extrapolated` says so. actor.strategy=fsdp (FSDP1, verl's
+FullyShardedDataParallel with MixedPrecision bf16 / fp32 reduce on the same units) is charged with the
+FSDP2 numbers: not measured.
 """
 
 from __future__ import annotations
