@@ -138,6 +138,15 @@ _CHUNKED = "actor_rollout_ref.rollout.enable_chunked_prefill"
 _MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
 _MAX_SEQS = "actor_rollout_ref.rollout.max_num_seqs"
 _COMPILE = "actor_rollout_ref.actor.use_torch_compile"  # false: the entropy runs eager (stacks.memory)
+# dp_actor.py's other entropy paths (off by default): not measured, charged on the safe side (stacks.memory).
+_CHUNKED_ENTROPY = "actor_rollout_ref.actor.entropy_from_logits_with_chunking"
+_ENTROPY_CKPT = "actor_rollout_ref.actor.entropy_checkpointing"
+# verl defaults the calibration ran with whose opposite costs memory the model does not count: without
+# gradient checkpointing every layer's activations stay for the backward (fsdp_workers.py enables it only
+# when asked; model/hf_model.yaml default true); without reshard_after_forward (engine/fsdp.yaml default
+# true) every FSDP unit stays unsharded in bf16 from its forward to its backward (2 P bytes per GPU).
+_UNMODELLED_OFF = ("actor_rollout_ref.model.enable_gradient_checkpointing",
+                   "actor_rollout_ref.actor.fsdp_config.reshard_after_forward")
 ROLLOUT_MAX_NUM_SEQS = 1024  # verl rollout.yaml default
 
 # Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
@@ -303,7 +312,23 @@ def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.Memor
         ref_loaded=g.kl_loss_coef > 0,
         rollout_sequences=g.train_batch_size * g.rollout_n, max_model_len=sequence_tokens(g),
         fsdp_size=g.fsdp_size, entropy_in_update=g.entropy_coeff != 0,
-        entropy_eager=extras.get(_COMPILE, "true").strip().lower() == "false")
+        entropy_eager=_extra_flag(extras, _COMPILE, True) is False,
+        entropy_chunked=_extra_flag(extras, _CHUNKED_ENTROPY, False) is True,
+        entropy_checkpointing=_extra_flag(extras, _ENTROPY_CKPT, False) is True)
+
+
+def _extra_flag(extras: dict[str, str], key: str, default: bool) -> bool:
+    """A boolean extra override as Hydra reads it (true/false in any case), else verl's default."""
+    value = extras.get(key, "").strip().lower()
+    return {"true": True, "false": False}.get(value, default)
+
+
+def _entropy_path(extras: dict[str, str]) -> str:
+    """The extra overrides that make the memory model charge the entropy as eager, for messages."""
+    found = [f"{_COMPILE}=false"] if _extra_flag(extras, _COMPILE, True) is False else []
+    found += [f"{k}=true (not measured: charged as eager)" for k in (_CHUNKED_ENTROPY, _ENTROPY_CKPT)
+              if _extra_flag(extras, k, False)]
+    return ", ".join(found)
 
 
 def memory_breakdown(g: GrpoSettings, spec, acc: Accelerator, world: int,
@@ -322,11 +347,13 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
     where = f"{acc.key}: {b.torch_budget:.1f} GiB per GPU for PyTorch"
     extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
     headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
-    problems = []
+    problems = [f"{_key('grpoExtraOverrides')}: {k}=false: the memory model was calibrated with it on "
+                "(verl's default) and cannot tell whether the update fits without it; remove the override"
+                for k in _UNMODELLED_OFF if _extra_flag(extras, k, True) is False]
     layout = f"FSDP over {b.shard} GPUs ({_field_key('fsdp_size')} = {g.fsdp_size})"
     if not b.update_fits:
         field = "ppo_max_token_len_per_gpu" if g.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"
-        entropy = (f" + eager entropy {b.train_entropy:.1f} ({_COMPILE}=false with "
+        entropy = (f" + eager entropy {b.train_entropy:.1f} ({_entropy_path(extras)} with "
                    f"{_field_key('entropy_coeff')} = {g.entropy_coeff!r})" if b.train_entropy else "")
         problems.append(
             f"{_field_key(field)} = {getattr(g, field)!r}: the actor update needs {b.update_peak:.1f} GiB per GPU"
@@ -336,7 +363,7 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
             f"(0 = derive), add {_key('gpuNodes')}, or shard wider ({_field_key('fsdp_size')} = -1)")
     if not b.logprob_fits:
         field = "log_prob_max_token_len_per_gpu" if g.use_dynamic_bsz else "log_prob_micro_batch_size_per_gpu"
-        entropy = f" + eager entropy {b.logprob_entropy:.1f} ({_COMPILE}=false)" if b.logprob_entropy else ""
+        entropy = f" + eager entropy {b.logprob_entropy:.1f} ({_entropy_path(extras)})" if b.logprob_entropy else ""
         problems.append(
             f"{_field_key(field)} = {getattr(g, field)!r}: the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
             f"{extra} ({headroom}: {b.logprob_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "

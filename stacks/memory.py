@@ -19,7 +19,9 @@ utils/torch_functional.py, trainer/config/actor/actor.yaml.
 
 Training terms are CALIBRATED on verl's own FSDP2 training path re-implemented on one H200
 (bench/memory_calibration.py run_case_fsdp2; table bench/memory_calibration_fsdp2.json; 0.5B-7B,
-three or four token budgets each, entropy on and off). The fit check uses the RESERVED peak: it is
+three or four token budgets each, entropy on and off). flash-attn was not on that GPU: sdpa stood in
+for its attention and a torch twin of its cross_entropy_loss (same saved tensors, same in-place
+gradient) for the log-prob (the table's logprob_impl). The fit check uses the RESERVED peak: it is
 what the caching allocator holds from the GPU, so it is what runs out (allocated sits 1-4 % below it
 with expandable segments, which verl turns on for training). Every measured case is predicted
 between 1.4 % under and 7.6 % over (bench/memory_calibration_fit.txt). With S the FSDP shard group
@@ -44,14 +46,22 @@ the embedding / lm_head), T the micro-batch tokens on this GPU, h hidden, L laye
 Entropy through torch.compile (verl's default, actor.yaml use_torch_compile: true) was measured to add
 nothing to either peak: the fused kernel keeps no fp32 copy and the CopySlices peak comes later.
 Eager entropy (use_torch_compile=false) adds 20.5 bytes per token x vocab to the update and 12 to the
-log-prob pass (measured).
+log-prob pass (measured). verl's two other entropy paths (dp_actor.py, both off by default in
+dp_actor.yaml) were not measured and are charged on the safe side: entropy_from_logits_with_chunking
+(a Python loop over 2048-row fp32 chunks, compiled or not) keeps every chunk's fp32 copy and softmax
+for the backward, at most what eager keeps, so the update is charged as eager; the forward-only pass
+holds one chunk at a time, charged as eager over min(T, 2048) rows. entropy_checkpointing recomputes
+the entropy's forward inside the backward (at most eager's peak there): the update is charged as
+eager; under no_grad it is a plain call, so the log-prob pass is unchanged.
 
 The reference model is always CPU-offloaded by verl 0.6.1 under FSDP and FSDP2 (fsdp_workers.py
 _build_model_optimizer: `cpu_offload = None if role == "actor" else CPUOffloadPolicy(pin_memory=True)`;
 compute_ref_log_prob never reads ref.fsdp_config.param_offload): it costs no resident GPU memory, only
 its units copied in during its own pass. Units are per verl's apply_fsdp2 (utils/fsdp_utils.py).
 vLLM terms are ANALYTICAL (formulas cited where used). Models above the calibrated 7.6 B parameters
-are extrapolations of the same formula: `extrapolated` says so.
+are extrapolations of the same formula: `extrapolated` says so. actor.strategy=fsdp (FSDP1, verl's
+FullyShardedDataParallel with MixedPrecision bf16 / fp32 reduce on the same units) is charged with the
+FSDP2 numbers: not measured.
 """
 
 from __future__ import annotations
@@ -73,6 +83,7 @@ ENTROPY_EAGER_UPDATE_BYTES = 20.5  # e_u, measured with actor.use_torch_compile=
 UNIT_FORWARD_BYTES = 4.0  # forward only: two bf16 units in flight (the current one and the prefetched)
 LOGPROB_LOGIT_BYTES = 2.0  # bf16 logits of the forward-only pass
 ENTROPY_EAGER_LOGPROB_BYTES = 12.0  # e_l
+ENTROPY_CHUNK_ROWS = 2048  # torch_functional.py entropy_from_logits_with_chunking's chunk_size default
 RESERVED_RATIO = 1.02  # reserved over allocated (fitted, expandable segments)
 RESERVED_BASE_GIB = 0.5
 CALIBRATED_MAX_PARAMS = 7_615_616_512  # Qwen2.5-7B, the largest model measured
@@ -105,6 +116,20 @@ class MemoryInputs:
     fsdp_size: int = -1  # actor.fsdp_config.fsdp_size: -1 (or >= world) shards over all GPUs, else HSDP
     entropy_in_update: bool = False  # actor.entropy_coeff != 0
     entropy_eager: bool = False  # actor.use_torch_compile=false: entropy_from_logits runs uncompiled
+    entropy_chunked: bool = False  # actor.entropy_from_logits_with_chunking=true (not measured: see the docstring)
+    entropy_checkpointing: bool = False  # actor.entropy_checkpointing=true (not measured: see the docstring)
+
+    @property
+    def update_entropy_eager(self) -> bool:
+        """The update's entropy is charged as eager: measured so, or an unmeasured path it bounds."""
+        return self.entropy_in_update and (self.entropy_eager or self.entropy_chunked or self.entropy_checkpointing)
+
+    @property
+    def logprob_entropy_rows(self) -> int:
+        """Token rows the old-log-prob pass's entropy is charged as eager over (0: compiled, free)."""
+        if self.entropy_chunked:
+            return min(self.logprob_tokens, ENTROPY_CHUNK_ROWS)
+        return self.logprob_tokens if self.entropy_eager else 0
 
     @property
     def shard(self) -> int:
@@ -182,14 +207,16 @@ def update_peak_bytes(spec: ModelSpec, tokens: int, shard: int = 1, *, optimizer
 
 
 def logprob_peak_bytes(spec: ModelSpec, tokens: int, shard: int = 1, *, entropy_eager: bool = False,
-                       reference: bool = False) -> float:
+                       reference: bool = False, entropy_rows: int | None = None) -> float:
     """The calibrated forward-only peak (reserved bytes): the actor's old-log-prob pass (entropy always),
     or with `reference` the reference's pass (no entropy; its fp32 shard of each unit in flight is
-    copied in from the host: 2 units x 4 bytes / shard, analytical)."""
+    copied in from the host: 2 units x 4 bytes / shard, analytical). An eager entropy covers `entropy_rows`
+    token rows (default: all of them; fewer when chunked)."""
     p, u = spec.params, largest_unit(spec)
     units = UNIT_FORWARD_BYTES * u + (2 * 4 * u / shard if reference else 0.0)
-    per_token = LOGPROB_LOGIT_BYTES + (ENTROPY_EAGER_LOGPROB_BYTES if entropy_eager and not reference else 0.0)
-    return _reserved(12 * p / shard + units + per_token * tokens * spec.vocab)
+    rows = tokens if entropy_rows is None else entropy_rows
+    entropy = ENTROPY_EAGER_LOGPROB_BYTES * rows * spec.vocab if entropy_eager and not reference else 0.0
+    return _reserved(12 * p / shard + units + LOGPROB_LOGIT_BYTES * tokens * spec.vocab + entropy)
 
 
 def kv_bytes_per_token(spec: ModelSpec, tp: int) -> int:
@@ -215,14 +242,15 @@ def breakdown(spec: ModelSpec, m: MemoryInputs) -> MemoryBreakdown:
     u = largest_unit(spec)
     weights, grads, adam = 4 * p / s / g, 4 * p / s / g, 8 * p / s / g
     step = OPTIMIZER_STEP_BYTES * p / s / g
-    eager_update = m.entropy_in_update and m.entropy_eager
+    eager_update = m.update_entropy_eager
     act = ACT_BYTES * m.train_tokens * spec.hidden * spec.layers / g
     logits = LOGIT_BYTES * m.train_tokens * spec.vocab / g
     train_entropy = ENTROPY_EAGER_UPDATE_BYTES * m.train_tokens * spec.vocab / g if eager_update else 0.0
     update = update_peak_bytes(spec, m.train_tokens, s, entropy_eager=eager_update) / g
     lp_logits = LOGPROB_LOGIT_BYTES * m.logprob_tokens * spec.vocab / g
-    lp_entropy = ENTROPY_EAGER_LOGPROB_BYTES * m.logprob_tokens * spec.vocab / g if m.entropy_eager else 0.0
-    logprob = logprob_peak_bytes(spec, m.logprob_tokens, s, entropy_eager=m.entropy_eager) / g
+    rows = m.logprob_entropy_rows
+    lp_entropy = ENTROPY_EAGER_LOGPROB_BYTES * rows * spec.vocab / g
+    logprob = logprob_peak_bytes(spec, m.logprob_tokens, s, entropy_eager=rows > 0, entropy_rows=rows) / g
     units = UNIT_FORWARD_BYTES * u / g
     if m.ref_loaded:
         ref_pass = logprob_peak_bytes(spec, m.logprob_tokens, s, reference=True) / g

@@ -325,3 +325,46 @@ def test_every_catalogued_model_has_its_architecture():
     for name, spec in MODELS.items():
         assert spec.hidden % spec.attention_heads == 0 and spec.attention_heads % spec.kv_heads == 0, name
         assert spec.source.startswith("huggingface.co/"), name
+
+
+@pytest.mark.parametrize("extra", ["actor_rollout_ref.actor.entropy_from_logits_with_chunking=true",
+                                   "++actor_rollout_ref.actor.entropy_checkpointing=True"])
+def test_unmeasured_entropy_paths_are_charged_as_eager_in_the_update(extra):
+    """dp_actor.py's chunked and checkpointed entropy paths were not measured: the update charges them as
+    the eager entropy (an upper bound), so a budget that fits only with the compiled entropy is refused."""
+    keys = dict(accelerator="h200", model="Qwen/Qwen2.5-7B-Instruct", gpuNodes=1, grpoEntropyCoeff="0.001",
+                grpoPpoMaxTokenLenPerGpu=32768, grpoLogProbMaxTokenLenPerGpu=16384)
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw(**keys, grpoExtraOverrides=[extra]), "s")
+    (problem,) = [p for p in err.value.problems if p.startswith("verl-gke:grpoPpoMaxTokenLenPerGpu = 32768")]
+    assert "eager entropy" in problem and extra.lstrip("+").split("=")[0] in problem
+    # Without an entropy term in the loss the update computes no entropy: nothing to charge.
+    config.load(raw(**{**keys, "grpoEntropyCoeff": "0"}, grpoExtraOverrides=[extra]), "s")
+
+
+def test_chunked_entropy_charges_one_chunk_in_the_log_prob_pass_and_checkpointing_none():
+    spec = model_spec("Qwen/Qwen2.5-7B-Instruct")
+    base = memory.MemoryInputs(world=8, gpu_gib=139.8, tp=1, gpu_memory_utilization=0.5, train_tokens=8192,
+                               logprob_tokens=16384, ref_loaded=True, rollout_sequences=1024, max_model_len=1536,
+                               entropy_in_update=True)
+    compiled = memory.breakdown(spec, base)
+    chunked = memory.breakdown(spec, dataclasses.replace(base, entropy_chunked=True))
+    ckpt = memory.breakdown(spec, dataclasses.replace(base, entropy_checkpointing=True))
+    eager = memory.breakdown(spec, dataclasses.replace(base, entropy_eager=True))
+    row = memory.ENTROPY_EAGER_LOGPROB_BYTES * spec.vocab / GiB
+    assert compiled.logprob_entropy == ckpt.logprob_entropy == 0.0  # under no_grad checkpointing is a plain call
+    assert chunked.logprob_entropy == pytest.approx(memory.ENTROPY_CHUNK_ROWS * row)
+    assert eager.logprob_entropy == pytest.approx(16384 * row)
+    for b in (chunked, ckpt, eager):
+        assert b.train_entropy == eager.train_entropy > 0 and b.update_peak > compiled.update_peak
+
+
+@pytest.mark.parametrize("key", ["actor_rollout_ref.model.enable_gradient_checkpointing",
+                                 "actor_rollout_ref.actor.fsdp_config.reshard_after_forward"])
+def test_turning_off_what_the_calibration_ran_with_is_refused(key):
+    """Both cost memory the model does not count (every layer's activations kept; every unit unsharded
+    from forward to backward): refused, naming the override, rather than passed as a fit."""
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=False"]), "s")
+    assert any(p.startswith(f"verl-gke:grpoExtraOverrides: {key}=false: the memory model") for p in err.value.problems)
+    config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=true"]), "s")  # verl's default: fine

@@ -177,3 +177,12 @@ def test_memory_model_assumptions_are_verls(verl_defaults):
     # Gradient checkpointing is on (the calibration measured with it) and the optimizer state is saved.
     assert verl_defaults.actor_rollout_ref.model.enable_gradient_checkpointing is True
     assert "optimizer" in verl_defaults.actor_rollout_ref.actor.checkpoint.save_contents
+    # The calibrated entropy path (bench/memory_calibration.py run_case_fsdp2): compiled, unchunked, not
+    # checkpointed; the actor's FSDP units reshard after forward and nothing of the actor is offloaded.
+    actor = verl_defaults.actor_rollout_ref.actor
+    assert actor.use_torch_compile is True and actor.entropy_coeff == 0
+    assert actor.entropy_from_logits_with_chunking is False and actor.entropy_checkpointing is False
+    assert actor.fsdp_config.reshard_after_forward is True and actor.fsdp_config.fsdp_size == -1
+    assert not (actor.fsdp_config.offload_policy or actor.fsdp_config.param_offload
+                or actor.fsdp_config.optimizer_offload)
+    assert actor.fsdp_config.dtype == "bfloat16"  # MixedPrecisionPolicy param_dtype (fsdp_workers.py)
