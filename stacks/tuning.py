@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from catalog.accelerators import Accelerator
 from catalog.models import ModelSpec, model_spec, tp_choices
@@ -57,6 +58,17 @@ class LayoutOption:
     chosen: bool = False
 
 
+# How much faster (modelled) another layout must be before it replaces full FSDP.
+LAYOUT_MARGIN = 0.10
+
+
+def pick_layout(fitting: list[tuple[Any, Any]]) -> Any:
+    """The first (full FSDP) of (settings, summary) pairs, unless another's step is LAYOUT_MARGIN faster."""
+    fastest = min(fitting, key=lambda o: o[1].step_seconds)
+    clearly_faster = fastest[1].step_seconds < fitting[0][1].step_seconds * (1 - LAYOUT_MARGIN)
+    return fastest[0] if clearly_faster else fitting[0][0]
+
+
 def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, list[str]]:
     """Fill the auto settings; problems name the key to set by hand when nothing can be derived."""
     problems: list[str] = []
@@ -75,7 +87,9 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tu
     candidates = [lay.fsdp_size for lay in sizing.layouts(acc, nnodes)] if g.fsdp_size == AUTO else [g.fsdp_size]
     options = [_derive(dataclasses.replace(g, fsdp_size=f), spec, acc, nnodes) for f in candidates]
     fitting = [o for o in options if o[1].fits] or options[:1]  # none fits: full FSDP, preflight says why
-    chosen, _ = min(fitting, key=lambda o: o[1].step_seconds)
+    # Full FSDP (the first option) unless another layout is clearly faster: the step times are estimates,
+    # and a layout flip changes the job command and the checkpoints' layout (a running job is replaced).
+    chosen = pick_layout(fitting)
     summaries = tuple(dataclasses.replace(o[1], chosen=o[0] is chosen) for o in options)
     return dataclasses.replace(chosen, layout_options=summaries), problems
 
