@@ -78,6 +78,8 @@ class DataPrepArgs:
     await_margin_seconds: int = 15 * 60
     # Small files to copy into the bucket too: in-pod path under MOUNT -> text (e.g. the run supervisor).
     extra_files: dict[str, str] = field(default_factory=dict)
+    # False when the stack trains on its own files (components.task_files uploads them): GSM8K is not staged.
+    stage_gsm8k: bool = True
 
 
 class DataPrep(pulumi.ComponentResource):
@@ -214,6 +216,7 @@ def command_flags(args: DataPrepArgs) -> list[str]:
         "--termination-log", TERMINATION_LOG,
         *[flag for dest in args.extra_files
           for flag in ("--ship", f"{posixpath.join(SCRIPTS_DIR, _extra_key(dest))}={dest}")],
+        *([] if args.stage_gsm8k else ["--steps", "verl,model"]),
     ]
 
 
@@ -253,6 +256,8 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
             raise bad("extra_files", dest, f"must be a normalised path under {MOUNT}/ whose file name is a "
                       f"unique ConfigMap key other than {SCRIPT_KEY}")
 
+    if not isinstance(args.stage_gsm8k, bool):
+        raise bad("stage_gsm8k", args.stage_gsm8k, "must be true or false")
     if not isinstance(args.disk_budget, DiskBudget):
         raise bad("disk_budget", args.disk_budget, "must be catalog.gcsfuse.staging_disk_budget(...)")
     for arg in ("cpu_request", "memory_request", "memory_limit"):

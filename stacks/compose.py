@@ -6,6 +6,7 @@ plan and the tests all run this one function.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -32,6 +33,7 @@ from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
 from components.storage import TrainingStorage, TrainingStorageArgs
+from components.task_files import TaskFiles, TaskFilesArgs, TaskUpload
 from stacks import config, cost, grpo, keys, preflight, quotas
 from stacks.config import StackConfig
 
@@ -122,7 +124,13 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
         node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
         extra_files={script_path(paths): script_text()},  # the run supervisor the Ray job runs
+        stage_gsm8k=cfg.task is None,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[storage, *image_deps]))
+    # The stack's own data and reward, checked offline by config.load, uploaded content-addressed.
+    task_files = None if cfg.task is None else TaskFiles("task-files", TaskFilesArgs(
+        bucket=storage.bucket_name,
+        files=tuple(TaskUpload(role, Path(f.asset_path), f.object_name) for role, f in
+                    (("train", cfg.task.train), ("val", cfg.task.val), ("reward", cfg.task.reward)) if f)))
 
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
@@ -187,7 +195,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
-        outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
+        outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep, task_files))
     return outputs
 
 
@@ -249,13 +257,13 @@ def _worker_secret_env(storage: TrainingStorage) -> dict[str, tuple[pulumi.Outpu
 
 
 def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage: TrainingStorage,
-              ray: RayCluster, prep: DataPrep) -> dict[str, Any]:
+              ray: RayCluster, prep: DataPrep, task_files: TaskFiles | None = None) -> dict[str, Any]:
     acc = cfg.accelerator
     overrides = grpo.overrides(cfg.grpo, stack=cfg.stack, nnodes=cfg.gpu_nodes, gpus_per_node=acc.gpus_per_node,
-                               paths=paths)
+                               paths=paths, task=cfg.task)
     release = None
     # The cluster component too: on destroy the job is stopped before any node pool goes.
-    depends: list[pulumi.Resource] = [ray, prep, cluster]
+    depends: list[pulumi.Resource] = [ray, prep, cluster, *([task_files] if task_files else [])]
     if cfg.job.release_gpus:
         depends.append(GpuReleaseAccess("gpu-release", GpuReleaseAccessArgs(
             namespace=storage.namespace, service_account=storage.ksa_name, raycluster=ray.name,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from catalog.accelerators import Accelerator
+from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec, tp_choices
 from stacks import memory
 from stacks.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
@@ -34,8 +35,10 @@ MIN_SEQUENCES_PER_MICRO_BATCH = 2  # perf_tuning.rst: "at least 2 x (max_prompt_
 REF_OFFLOAD_ABOVE_PARAMS = 8_000_000_000  # "above 7B" (issue #13 table; Qwen2.5-7B has 7.6 B)
 
 
-def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, list[str]]:
-    """Fill the auto settings; problems name the key to set by hand when nothing can be derived."""
+def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
+            data: DatasetFacts = GSM8K) -> tuple[GrpoSettings, list[str]]:
+    """Fill the auto settings; problems name the key to set by hand when nothing can be derived.
+    `data`: the run's dataset (its mean lengths size the unpadded micro-batches)."""
     problems: list[str] = []
     world = nnodes * acc.gpus_per_node
     spec = model_spec(model)
@@ -50,13 +53,13 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tu
             g = dataclasses.replace(g, ref_param_offload=True)
         return g, problems
     if g.tensor_parallel_size == AUTO:
-        g = dataclasses.replace(g, tensor_parallel_size=_tensor_parallel(g, spec, acc, world))
+        g = dataclasses.replace(g, tensor_parallel_size=_tensor_parallel(g, spec, acc, world, data))
     if g.ref_param_offload is None:
         on_gpu = spec.params <= REF_OFFLOAD_ABOVE_PARAMS and _fits(
             _with_budgets(g, sequence_tokens(g) * MIN_SEQUENCES_PER_MICRO_BATCH, ref_param_offload=False),
-            spec, acc, world)
+            spec, acc, world, data)
         g = dataclasses.replace(g, ref_param_offload=not on_gpu)
-    return _token_budgets(g, spec, acc, world), problems
+    return _token_budgets(g, spec, acc, world, data), problems
 
 
 def _with_budgets(g: GrpoSettings, tokens: int, **changes: object) -> GrpoSettings:
@@ -64,11 +67,12 @@ def _with_budgets(g: GrpoSettings, tokens: int, **changes: object) -> GrpoSettin
     return dataclasses.replace(g, **fill, **changes)
 
 
-def _fits(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> bool:
-    return memory.breakdown(spec, memory_inputs(g, acc, world)).fits
+def _fits(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int, data: DatasetFacts) -> bool:
+    return memory.breakdown(spec, memory_inputs(g, acc, world, data)).fits
 
 
-def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> GrpoSettings:
+def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int,
+                   data: DatasetFacts) -> GrpoSettings:
     unit = sequence_tokens(g)
     low = unit * MIN_SEQUENCES_PER_MICRO_BATCH
     if g.ppo_max_token_len_per_gpu == AUTO:
@@ -76,7 +80,7 @@ def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: in
         chosen = low
         for k in range(top, MIN_SEQUENCES_PER_MICRO_BATCH - 1, -1):
             trial = dataclasses.replace(g, ppo_max_token_len_per_gpu=unit * k, log_prob_max_token_len_per_gpu=low)
-            if memory.breakdown(spec, memory_inputs(trial, acc, world)).update_fits:
+            if memory.breakdown(spec, memory_inputs(trial, acc, world, data)).update_fits:
                 chosen = unit * k
                 break
         g = dataclasses.replace(g, ppo_max_token_len_per_gpu=chosen)
@@ -85,19 +89,19 @@ def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: in
         chosen = low
         for k in range(top, MIN_SEQUENCES_PER_MICRO_BATCH - 1, -1):
             trial = dataclasses.replace(g, log_prob_max_token_len_per_gpu=unit * k)
-            if memory.breakdown(spec, memory_inputs(trial, acc, world)).logprob_fits:
+            if memory.breakdown(spec, memory_inputs(trial, acc, world, data)).logprob_fits:
                 chosen = unit * k
                 break
         g = dataclasses.replace(g, log_prob_max_token_len_per_gpu=chosen)
     return g
 
 
-def _tensor_parallel(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> int:
+def _tensor_parallel(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int, data: DatasetFacts) -> int:
     choices = [t for t in tp_choices(spec, acc.gpus_per_node) if not world % t]
     for tp in choices:
         trial = _with_budgets(g, sequence_tokens(g) * MIN_SEQUENCES_PER_MICRO_BATCH, tensor_parallel_size=tp,
                               ref_param_offload=True if g.ref_param_offload is None else g.ref_param_offload)
-        b = memory.breakdown(spec, memory_inputs(trial, acc, world))
+        b = memory.breakdown(spec, memory_inputs(trial, acc, world, data))
         if b.vllm_weights <= b.vllm_pool / 2 and b.kv_holds_batch and b.rollout_fits:
             return tp
     return choices[-1] if choices else 1

@@ -97,15 +97,18 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     from stacks import grpo, sizing
 
     spec = model_spec(cfg.model)
+    # The data the run trains on: GSM8K's figures or what stacks.dataset read from the stack's files.
+    dataset = {**cfg.data.as_dict(), "notes": list(cfg.task_notes)}
     if spec is None:
-        return {"memory": None, "sizing": None, "warnings": list(cfg.warnings)}
+        return {"memory": None, "sizing": None, "dataset": dataset, "warnings": list(cfg.warnings)}
     g = cfg.grpo
     mem = grpo.memory_breakdown(g, spec, cfg.accelerator, cfg.total_gpus).as_dict()
     mem["settings"] = {"tensor_parallel_size": g.tensor_parallel_size, "ppo_max_token_len_per_gpu":
                        g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
                        "use_dynamic_bsz": g.use_dynamic_bsz, "ref_param_offload": g.ref_param_offload,
                        "gpu_memory_utilization": g.gpu_memory_utilization}
-    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "warnings": list(cfg.warnings)}
+    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "dataset": dataset,
+            "warnings": list(cfg.warnings)}
 
 
 def report(plan: dict[str, Any]) -> str:
@@ -130,6 +133,7 @@ def report(plan: dict[str, Any]) -> str:
         f"{'fits' if m['rollout_fits'] else 'DOES NOT FIT'}",
         f"  KV cache    {m['kv_tokens']:,} tokens per replica ({m['kv_bytes_per_token']:,} B/token/GPU) for "
         f"{m['kv_tokens_needed']:,} needed  {'holds the batch' if m['kv_holds_batch'] else 'TOO SMALL: preemption'}",
+        *_dataset_lines(plan.get("dataset")),
         "Run sizing",
         f"  steps       {z['steps_per_epoch']} per epoch x {z['total_epochs']} = {z['total_steps']} "
         f"({z['updates_per_step']} updates each); {z['rollout_sequences_per_step']} sequences, "
@@ -142,6 +146,14 @@ def report(plan: dict[str, Any]) -> str:
     ]
     lines += [f"warning: {w}" for w in plan.get("warnings") or []]
     return "\n".join(lines)
+
+
+def _dataset_lines(d: dict[str, Any] | None) -> list[str]:
+    if not d:
+        return []
+    return [f"Dataset {d['name']}: {d['train_rows']:,} training rows ({d['dropped_rows']:,} dropped as overlong), "
+            f"{d['val_rows']:,} validation rows; mean prompt {d['mean_prompt_tokens']} / response "
+            f"{d['mean_response_tokens']} tokens ({d['lengths_basis']})", *(f"  {n}" for n in d.get("notes", []))]
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
