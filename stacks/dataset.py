@@ -276,8 +276,9 @@ def prompt_tokens(size: int, messages: int, bytes_per_token: float = BYTES_PER_T
 # --- the whole task ---------------------------------------------------------------------------
 
 
-def inspect_task(task: TaskSpec, timeout_s: float = PROBE_TIMEOUT_S) -> Inspection:
+def inspect_task(task: TaskSpec, timeout_s: float | None = None) -> Inspection:
     """Read both files and smoke-test the reward (what does not depend on the GRPO settings)."""
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     out = Inspection()
     for split, f in (("train", task.train), ("val", task.val)):
         reading, problems = read_parquet(f.key, f.local)
