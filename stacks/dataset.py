@@ -17,6 +17,7 @@ Every problem names the config key, the file, and where it can the row and the c
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import keyword
@@ -131,8 +132,11 @@ def resolve_file(key: str, value: str, role_name: str, problems: list[str]) -> T
         return None
     path = Path(value).expanduser()
     path = path if path.is_absolute() else PROJECT_ROOT / path
-    if not path.is_file():
+    if not path.exists():
         problems.append(f"{key} = {value!r}: no such file ({path})")
+        return None
+    if not path.is_file():
+        problems.append(f"{key} = {value!r}: is not a regular file ({path})")
         return None
     try:
         digest = sha256_file(path)
@@ -276,9 +280,20 @@ def prompt_tokens(size: int, messages: int, bytes_per_token: float = BYTES_PER_T
 # --- the whole task ---------------------------------------------------------------------------
 
 
+_READINGS: dict[tuple, Inspection] = {}  # one reading per content in a process (the plan loads a stack often)
+
+
 def inspect_task(task: TaskSpec, timeout_s: float | None = None) -> Inspection:
     """Read both files and smoke-test the reward (what does not depend on the GRPO settings)."""
     timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
+    key = (tuple((f.key, str(f.local), f.sha256) for f in task.files), task.reward_function,
+           task.reward_packages, timeout_s)
+    if key not in _READINGS:
+        _READINGS[key] = _inspect(task, timeout_s)
+    return copy.deepcopy(_READINGS[key])
+
+
+def _inspect(task: TaskSpec, timeout_s: float) -> Inspection:
     out = Inspection()
     for split, f in (("train", task.train), ("val", task.val)):
         reading, problems = read_parquet(f.key, f.local)

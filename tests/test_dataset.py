@@ -385,3 +385,28 @@ def test_task_overrides_compose_into_verls_config():
     assert OmegaConf.select(composed, "custom_reward_function.path") == cfg.task.reward.in_pod
     assert OmegaConf.select(composed, "custom_reward_function.name") == "compute_score"
     assert OmegaConf.select(composed, "data.train_files") == cfg.task.train.in_pod
+
+
+def test_the_plan_exits_2_naming_file_row_and_column(tmp_path, files, capsys):
+    rows = [row(i) for i in range(40)]
+    rows[7] = row(7, reward_model={"style": "rule", "ground_truth": None})
+    files["dataTrainFile"] = write(tmp_path / "t.parquet", rows)
+    stack_file = tmp_path / "Pulumi.dev.yaml"
+    text = (ROOT / "Pulumi.dev.yaml").read_text().replace("  verl-gke:grpoTrainBatchSize: 64\n", "")
+    stack_file.write_text(text + "".join(f"  verl-gke:{k}: {json.dumps(v)}\n" for k, v in files.items()))
+    assert plan_tool.main(["--stack", "dev", "--config", str(stack_file), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "verl-gke:dataTrainFile (t.parquet), row 7, column reward_model.ground_truth" in err
+    assert not (tmp_path / "out" / "plan.json").exists()
+
+
+def test_pulumi_preview_refuses_before_registering_anything(tmp_path, files):
+    from stacks.compose import program
+    from tools import mocking
+
+    files["rewardFile"] = reward_file(tmp_path, "def compute_score(**kw):\n    raise ValueError('boom')\n")
+    raw = dev_raw(**files)
+    # The program's gate raises before its first registration: the run fails, nothing is created.
+    with pytest.raises(Exception, match="compute_score raised on .*ValueError: boom"):
+        mocking.run(lambda: program(allow_placeholder_project=True), raw, "dev", [],
+                    project=config.PROJECT, preview=True)
