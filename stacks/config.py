@@ -75,7 +75,7 @@ _BOUNDS: dict[str, tuple[int, str]] = {
     "grpoLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
     "grpoRefLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
     "grpoTensorParallelSize": (_GPUS_PER_NODE, "vLLM shards a model within one node's GPUs"),
-    "grpoTotalEpochs": (1000, "passes over GSM8K; more is a typo"),
+    "grpoTotalEpochs": (1000, "passes over the training data; more is a typo"),
     "grpoSaveFreq": (1_000_000, "steps; more is a typo"),
     "grpoTestFreq": (1_000_000, "steps; more is a typo"),
     "grpoMaxCheckpointsToKeep": (1000, "checkpoints; more is a typo"),
