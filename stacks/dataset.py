@@ -365,7 +365,7 @@ def probe_reward(reward: Path, function: str, cases: list[dict], timeout_s: floa
 def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
     reward = task.reward
     assert reward is not None
-    fn_key = reward.key.replace("rewardFile", "rewardFunction")
+    fn_key = _key("rewardFunction")
     where = f"{reward.key} ({reward.local.name})"
     status, detail = result.get("status"), result.get("detail", "")
     at = ""
@@ -401,8 +401,8 @@ def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
         what = "failed to import" if status == "import_error" else f"{task.reward_function} raised"
         out.problems.append(f"{where}: {what}{at}: {detail}")
     elif status == "timeout":
-        out.problems.append(f"{where}: the reward smoke test got {detail} (import plus "
-                            f"{len(result.get('scores', []))} calls); the reward runs once per response")
+        out.problems.append(f"{where}: the reward smoke test got {detail}: its import or a call on a real row "
+                            "hangs or is far too slow (verl calls it once per generated response)")
     else:
         out.problems.append(f"{where}: the reward smoke test crashed ({detail})")
 
