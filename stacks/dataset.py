@@ -146,7 +146,18 @@ def resolve_file(key: str, value: str, role_name: str, problems: list[str]) -> T
     return TaskFile(key, value, path, role_name, digest)
 
 
+_DIGESTS: dict[tuple, str] = {}  # (path, size, mtime): a large file is hashed once per process
+
+
 def sha256_file(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _sha256(path)
+    return _DIGESTS[key]
+
+
+def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
