@@ -6,6 +6,7 @@ GRPO recipe reads from here. Nothing else spells these paths.
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from dataclasses import dataclass
 
@@ -66,6 +67,15 @@ def task_file(sha256: str, file_name: str, in_pod: bool = True) -> str:
     file keeps its object (never uploaded twice) and a changed one gets a new folder, so a reader's
     cache never sees a file change. in_pod: the path under MOUNT; else the object name."""
     relative = posixpath.join(TASKS_DIR, sha256, file_name)
+    return posixpath.join(MOUNT, relative) if in_pod else relative
+
+
+def task_copy(source_url: str, file_name: str, in_pod: bool = True) -> str:
+    """Where the staging Job copies a gs:// task file: tasks/gs-<sha256 of the URL>/<file name>. The
+    plan cannot read the object (no credentials offline), so the name is fixed by its URL: one URL is
+    copied once, and new content needs a new object name (a reader's cache never sees a file change)."""
+    digest = hashlib.sha256(source_url.encode()).hexdigest()
+    relative = posixpath.join(TASKS_DIR, f"gs-{digest}", file_name)
     return posixpath.join(MOUNT, relative) if in_pod else relative
 
 

@@ -75,6 +75,7 @@ _BOUNDS: dict[str, tuple[int, str]] = {
     "grpoLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
     "grpoRefLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
     "grpoTensorParallelSize": (_GPUS_PER_NODE, "vLLM shards a model within one node's GPUs"),
+    "dataTrainRows": (10**10, "rows; more is a typo"),
     "grpoTotalEpochs": (1000, "passes over the training data; more is a typo"),
     "grpoSaveFreq": (1_000_000, "steps; more is a typo"),
     "grpoTestFreq": (1_000_000, "steps; more is a typo"),
@@ -434,6 +435,8 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
         if packages:
             r.bad("rewardPackages", list(packages), "only applies with rewardFile")
     if not train:
+        if not r.is_default("dataTrainRows"):
+            r.bad("dataTrainRows", r.int("dataTrainRows", minimum=0), "only applies with a gs:// dataTrainFile")
         return None, None, True
     before = len(r.problems)
     if not val:
@@ -451,13 +454,24 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
     r.problems += found
     if len(r.problems) > before:
         return None, None, False
+    declared = r.int("dataTrainRows", minimum=0)
+    if files["train"].source and declared < 1:
+        r.bad("dataTrainRows", declared, f"must be the number of rows of {train}: the plan cannot read a gs:// file "
+              "(no credentials offline) and sizes the run with it; the staging Job checks it against the file "
+              "(rows: pyarrow.parquet.ParquetFile(f).metadata.num_rows)")
+    elif not files["train"].source and declared:
+        r.bad("dataTrainRows", declared, "only applies when dataTrainFile is a gs:// path (a local file's rows are "
+              "read from it)")
+    if len(r.problems) > before:
+        return None, None, False
     task = dataset.TaskSpec(train=files["train"], val=files["val"], reward=files.get("reward"),
-                            reward_function=function, reward_packages=packages)
+                            reward_function=function, reward_packages=packages,
+                            train_rows=declared if files["train"].source else 0)
     reading = dataset.inspect_task(task)
     r.problems += reading.problems
     if reading.problems:
         return task, reading, False
-    rows = reading.readings["train"].rows
+    rows = declared if task.train.source else reading.readings["train"].rows
     # The batch bounds follow the stack's rows instead of GSM8K's (the filter's cut is checked later).
     r.bounds.update({"grpoTrainBatchSize": (rows, f"the {rows} rows of dataTrainFile"),
                      "grpoPpoMiniBatchSize": (rows, f"the {rows} rows of dataTrainFile"),

@@ -21,8 +21,8 @@ import copy
 import hashlib
 import json
 import keyword
-import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,51 +31,66 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.datasets import VERL_SCORED_PREFIXES, VERL_SCORED_SOURCES, DatasetFacts
-from catalog.paths import task_file
+from catalog.paths import task_copy, task_file
+
+# The parquet checks live with the staging script, which runs them on gs:// files in the cluster.
+from components.scripts.task_check import (  # noqa: F401 - re-exported: one place for each check
+    BYTES_PER_TOKEN,
+    BYTES_PER_TOKEN_PESSIMISTIC,
+    ESTIMATE,
+    MAX_PROBLEMS_PER_FILE,
+    PROBE_ROWS,
+    ROLES,
+    SCAN_ROWS,
+    FileReading,
+    prompt_summary,
+    prompt_tokens,
+    read_parquet,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is: the CLI runs the program here
 PROBE = Path(__file__).resolve().parent / "reward_probe.py"
-SCAN_ROWS = 200_000  # rows read per file for the row checks and the length estimate (bounded scan)
-MAX_PROBLEMS_PER_FILE = 5
-PROBE_ROWS = 3  # training rows the reward function is called on (plus one validation row)
 PROBE_TIMEOUT_S = 120.0  # import + a handful of calls; generous for a loaded machine
-ROLES = ("system", "user", "assistant", "tool")
-# Prompt length estimate without the tokenizer (labelled as one wherever it is shown): UTF-8 bytes
-# per token for English text with a BPE vocabulary like Qwen2.5's (~4; 3 as the pessimistic bound),
-# plus the chat template: `<|im_start|>role\n ... <|im_end|>\n` per message and, when the prompt has
-# no system message, Qwen2.5's default system prompt, plus the generation prompt (tokenizer_config.json).
-BYTES_PER_TOKEN = 4.0
-BYTES_PER_TOKEN_PESSIMISTIC = 3.0
-MESSAGE_OVERHEAD_TOKENS = 5
-DEFAULT_SYSTEM_TOKENS = 20
-GENERATION_PROMPT_TOKENS = 3
 VERL_SOURCE_GB = 0.01  # verl's source, staged next to the data
-ESTIMATE = "estimated without the tokenizer (~4 UTF-8 bytes per token + chat template)"
 
 
 @dataclass(frozen=True)
 class TaskFile:
-    """One file the stack names: where it is here and where the pods read it."""
+    """One file the stack names: where it is here (local) or its gs:// URL (source), and where the pods
+    read it."""
 
     key: str  # the config key, e.g. verl-gke:dataTrainFile
     value: str  # as written in the stack
-    local: Path  # resolved local path
+    local: Path | None  # resolved local path; None for a gs:// file
     role_name: str  # file name in the bucket: train.parquet, val.parquet, reward.py
-    sha256: str = ""
+    sha256: str = ""  # of the content (local) or of the URL (gs://)
+    source: str = ""  # gs://bucket/object: copied into the stack's bucket by the staging Job
+
+    @property
+    def label(self) -> str:
+        """How messages name the file: its local name, or its gs:// URL."""
+        return self.source or self.local.name
+
+    @property
+    def source_bucket(self) -> str:
+        return self.source.removeprefix("gs://").partition("/")[0]
 
     @property
     def object_name(self) -> str:
-        """Content-addressed object in the stack's bucket: an unchanged file keeps its name."""
+        """The object in the stack's bucket: content-addressed for a local file, URL-addressed for a copy."""
+        if self.source:
+            return task_copy(self.source, self.role_name, in_pod=False)
         return task_file(self.sha256, self.role_name, in_pod=False)
 
     @property
     def in_pod(self) -> str:
-        return task_file(self.sha256, self.role_name, in_pod=True)
+        return task_copy(self.source, self.role_name) if self.source else task_file(self.sha256, self.role_name)
 
     @property
     def asset_path(self) -> str:
         """The path Pulumi's FileAsset records: relative to the project folder (where the CLI runs the
         program) when inside it, so the state does not depend on where the checkout lives."""
+        assert self.local is not None, "a gs:// file is copied by the staging Job, not uploaded"
         try:
             return str(self.local.relative_to(PROJECT_ROOT))
         except ValueError:
@@ -91,22 +106,21 @@ class TaskSpec:
     reward: TaskFile | None
     reward_function: str
     reward_packages: tuple[str, ...] = ()
+    train_rows: int = 0  # dataTrainRows: the declared rows of a gs:// training file (0 for a local one)
 
     @property
     def files(self) -> tuple[TaskFile, ...]:
         return tuple(f for f in (self.train, self.val, self.reward) if f is not None)
 
+    @property
+    def uploads(self) -> tuple[TaskFile, ...]:
+        """The local files `pulumi up` uploads."""
+        return tuple(f for f in self.files if not f.source)
 
-@dataclass
-class FileReading:
-    """What the bounded scan of one parquet file found."""
-
-    rows: int = 0
-    size_bytes: int = 0
-    scanned: int = 0
-    prompt_bytes: list[tuple[int, int]] = field(default_factory=list)  # (content bytes, messages) per row
-    sources: dict[str, int] = field(default_factory=dict)  # data_source -> first row
-    samples: list[dict] = field(default_factory=list)  # the first rows, for the reward smoke test
+    @property
+    def copies(self) -> tuple[TaskFile, ...]:
+        """The gs:// files the staging Job copies in and checks."""
+        return tuple(f for f in self.files if f.source)
 
 
 @dataclass
@@ -124,11 +138,27 @@ def identifier_problem(name: str) -> str | None:
     return None
 
 
+# gs://bucket/object: a bucket name as GCS allows it (3-63 of a-z 0-9 . _ -, alphanumeric at both ends;
+# cloud.google.com/storage/docs/buckets#naming) and an object name without gsutil wildcards or a
+# trailing slash (a folder is not a file).
+_GS_URL = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])/([^*?\[\]#\x00-\x1f\x7f]*[^/*?\[\]#\x00-\x1f\x7f])")
+GS_ROLES = ("train.parquet", "val.parquet")  # only the data may be a gs:// URL: the reward is smoke-tested here
+
+
 def resolve_file(key: str, value: str, role_name: str, problems: list[str]) -> TaskFile | None:
-    """A local path (relative to the project folder) that exists, with its content hash."""
-    if value.startswith(("gs://", "hdfs://", "http://", "https://")) or "://" in value:
-        problems.append(f"{key} = {value!r}: must be a local path to the file; `pulumi up` uploads it to the "
-                        "stack's bucket (gs:// and other URLs are not read by this version)")
+    """A local path (relative to the project folder) that exists, with its content hash; or, for the
+    data files, a gs:// URL that the staging Job copies into the stack's bucket (not read here)."""
+    if value.startswith("gs://") and role_name in GS_ROLES:
+        if not _GS_URL.fullmatch(value) or len(value.encode()) > 1024 + 70:
+            problems.append(f"{key} = {value!r}: must be gs://<bucket>/<object>, one object (no wildcard, no "
+                            "trailing /), with a valid bucket name")
+            return None
+        return TaskFile(key, value, None, role_name, hashlib.sha256(value.encode()).hexdigest(), source=value)
+    if "://" in value:
+        allowed = ("a local path (uploaded by `pulumi up`) or gs://<bucket>/<object> (copied in during staging)"
+                   if role_name in GS_ROLES else "a local path to the file, which `pulumi up` uploads to the "
+                   "stack's bucket (the plan smoke-tests it, so it must be here)")
+        problems.append(f"{key} = {value!r}: must be {allowed}")
         return None
     path = Path(value).expanduser()
     path = path if path.is_absolute() else PROJECT_ROOT / path
@@ -165,128 +195,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-# --- parquet ----------------------------------------------------------------------------------
-
-
-def _is_string(t) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-
-
-def _schema_problems(schema, where: str) -> list[str]:
-    """Column types verl's RLHFDataset and the reward manager read (prepare_data.rst)."""
-    import pyarrow as pa
-
-    problems = []
-    names = set(schema.names)
-    for column in ("data_source", "prompt", "reward_model"):
-        if column not in names:
-            problems.append(f"{where}, column {column}: missing (columns: {', '.join(schema.names)}); verl's RL "
-                            "format needs data_source, prompt, reward_model.ground_truth (ability and extra_info "
-                            "optional), docs/preparation/prepare_data.rst")
-    if problems:
-        return problems
-    if not _is_string(schema.field("data_source").type):
-        problems.append(f"{where}, column data_source: is {schema.field('data_source').type}, must be a string "
-                        "(it picks the reward function)")
-    prompt = schema.field("prompt").type
-    item = prompt.value_type if pa.types.is_list(prompt) or pa.types.is_large_list(prompt) else None
-    if item is None or not pa.types.is_struct(item) or {"role", "content"} - {item.field(i).name for i in
-                                                                              range(item.num_fields)}:
-        problems.append(f"{where}, column prompt: is {prompt}, must be a list of chat messages "
-                        "{{role: string, content: string}} (verl applies the chat template to it)")
-    elif not _is_string(item.field("content").type) or not _is_string(item.field("role").type):
-        problems.append(f"{where}, column prompt: messages are {item}, role and content must be strings "
-                        "(a text model's chat template)")
-    reward = schema.field("reward_model").type
-    if not pa.types.is_struct(reward) or "ground_truth" not in {reward.field(i).name
-                                                                for i in range(reward.num_fields)}:
-        problems.append(f"{where}, column reward_model: is {reward}, must be a struct with a ground_truth field "
-                        "(the reward manager reads reward_model['ground_truth'])")
-    for column, ok, allowed in (("ability", _is_string, "a string"),
-                                ("extra_info", lambda t: pa.types.is_struct(t) or pa.types.is_null(t),
-                                 "a struct (a dict per row) or null")):
-        if column in names and not ok(schema.field(column).type):
-            problems.append(f"{where}, column {column}: is {schema.field(column).type}, must be {allowed}")
-    return problems
-
-
-def read_parquet(key: str, path: Path, scan_rows: int = SCAN_ROWS) -> tuple[FileReading, list[str]]:
-    """The file's rows, checked one by one up to `scan_rows` (bounded for large files)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    where = f"{key} ({path.name})"
-    reading = FileReading(size_bytes=path.stat().st_size)
-    try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as err:
-        return reading, [f"{where}: not a parquet file verl can read ({err})"]
-    reading.rows = pf.metadata.num_rows
-    problems = _schema_problems(pf.schema_arrow, where)
-    if problems:
-        return reading, problems
-    if reading.rows == 0:
-        return reading, [f"{where}: has no rows"]
-    columns = [c for c in ("data_source", "prompt", "reward_model", "extra_info", "ability")
-               if c in pf.schema_arrow.names]
-    row = 0
-    try:
-        for batch in pf.iter_batches(batch_size=4096, columns=columns):
-            for values in batch.to_pylist():
-                if row >= scan_rows or len(problems) >= MAX_PROBLEMS_PER_FILE:
-                    break
-                problems += _row_problems(where, row, values, reading)
-                row += 1
-            if row >= scan_rows or len(problems) >= MAX_PROBLEMS_PER_FILE:
-                break
-    except (pa.ArrowException, OSError) as err:
-        problems.append(f"{where}, row {row}: unreadable ({err})")
-    reading.scanned = row
-    return reading, problems
-
-
-def _row_problems(where: str, row: int, values: dict, reading: FileReading) -> list[str]:
-    at = f"{where}, row {row}"
-    source = values.get("data_source")
-    messages = values.get("prompt")
-    reward = values.get("reward_model")
-    problems = []
-    if not isinstance(source, str) or not source:
-        problems.append(f"{at}, column data_source: is {source!r}, must be a non-empty string")
-    else:
-        reading.sources.setdefault(source, row)
-    if not messages:
-        problems.append(f"{at}, column prompt: is {messages!r}, must hold at least one message")
-    else:
-        size = 0
-        for i, m in enumerate(messages):
-            role, content = (m or {}).get("role"), (m or {}).get("content")
-            if role not in ROLES:
-                problems.append(f"{at}, column prompt[{i}].role: is {role!r}, must be one of {', '.join(ROLES)}")
-            if not isinstance(content, str):
-                problems.append(f"{at}, column prompt[{i}].content: is {content!r}, must be a string")
-            else:
-                size += len(content.encode("utf-8"))
-        if not any((m or {}).get("role") == "system" for m in messages):
-            size = -size - 1  # sign marks "no system message": the template adds the default one
-        reading.prompt_bytes.append((size, len(messages)))
-    if not isinstance(reward, dict) or reward.get("ground_truth") is None:
-        problems.append(f"{at}, column reward_model.ground_truth: is missing or null "
-                        f"({reward!r}); the reward function compares against it")
-    if not problems and len(reading.samples) < PROBE_ROWS:
-        reading.samples.append({"row": row, **values})
-    return problems
-
-
-def prompt_tokens(size: int, messages: int, bytes_per_token: float = BYTES_PER_TOKEN) -> int:
-    """Estimated prompt tokens after the chat template (see ESTIMATE)."""
-    system = size < 0
-    content = -size - 1 if system else size
-    return (math.ceil(content / bytes_per_token) + MESSAGE_OVERHEAD_TOKENS * messages
-            + (DEFAULT_SYSTEM_TOKENS + MESSAGE_OVERHEAD_TOKENS if system else 0) + GENERATION_PROMPT_TOKENS)
-
 
 # --- the whole task ---------------------------------------------------------------------------
 
@@ -307,6 +215,11 @@ def inspect_task(task: TaskSpec, timeout_s: float | None = None) -> Inspection:
 def _inspect(task: TaskSpec, timeout_s: float) -> Inspection:
     out = Inspection()
     for split, f in (("train", task.train), ("val", task.val)):
+        if f.source:  # no credentials here: the staging Job checks its copy (components/scripts/task_check.py)
+            out.notes.append(f"{f.key} = {f.source}: not read by the plan (no credentials offline); checked in "
+                             "staging: the Job copies it into the stack's bucket and checks schema, rows and prompt "
+                             "lengths before the GRPO job is submitted")
+            continue
         reading, problems = read_parquet(f.key, f.local)
         out.readings[split] = reading
         out.problems += problems
@@ -314,6 +227,8 @@ def _inspect(task: TaskSpec, timeout_s: float) -> Inspection:
         return out
     if task.reward is None:
         for split, f in (("train", task.train), ("val", task.val)):
+            if split not in out.readings:
+                continue
             for source, row in out.readings[split].sources.items():
                 if source not in VERL_SCORED_SOURCES and not source.startswith(VERL_SCORED_PREFIXES):
                     out.problems.append(
@@ -323,8 +238,12 @@ def _inspect(task: TaskSpec, timeout_s: float) -> Inspection:
         return out
     cases = []
     for split in ("train", "val"):
-        for sample in out.readings[split].samples[: PROBE_ROWS if split == "train" else 1]:
+        reading = out.readings.get(split, FileReading())
+        for sample in reading.samples[: PROBE_ROWS if split == "train" else 1]:
             cases += _cases(split, sample)
+    if not cases:  # gs:// data only: the probe still imports the file and checks the function's signature
+        out.notes.append(f"{task.reward.key} ({task.reward.label}): imported and its signature checked; not called "
+                         "on rows (the data is gs://, which the plan does not read)")
     result = probe_reward(task.reward.local, task.reward_function, cases, timeout_s)
     _judge_probe(task, result, out)
     return out
@@ -383,12 +302,14 @@ def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
     if "case" in result:
         case = result["case"]
         f = task.train if case["split"] == "train" else task.val
-        at = (f" on {f.key} ({f.local.name}) row {case['row']} with the made-up response "
+        at = (f" on {f.key} ({f.label}) row {case['row']} with the made-up response "
               f"{case['solution_str'][:60]!r}")
-    if status == "ok":
+    if status == "ok" and result.get("calls", 0):
         out.notes.append(f"reward smoke test passed: {reward.local.name}:{task.reward_function} answered "
                          f"{', '.join(map(str, result.get('scores', [])))} on {result.get('calls', 0)} made-up "
                          "responses to real rows")
+    elif status == "ok":
+        pass  # no rows to call it on: the note above says so
     elif status == "missing_module":
         module = result.get("module", "")
         top = module.split(".")[0]
@@ -429,37 +350,57 @@ def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
     kept: dict[str, int] = {}
     means: dict[str, float] = {}
     for split, f in (("train", task.train), ("val", task.val)):
+        if f.source:
+            # Not read offline: the declared training rows (dataTrainRows, checked in staging), padded prompts.
+            kept[split] = task.train_rows if split == "train" else kept.get("train", task.train_rows)
+            means[split] = float(max_prompt_length)
+            continue
         r = inspection.readings[split]
-        tokens = [prompt_tokens(s, m) for s, m in r.prompt_bytes]
-        worst = [prompt_tokens(s, m, BYTES_PER_TOKEN_PESSIMISTIC) for s, m in r.prompt_bytes]
-        scanned = max(1, len(tokens))
-        drop = sum(t > max_prompt_length for t in tokens)
-        drop_worst = sum(t > max_prompt_length for t in worst)
-        # A bounded scan extrapolates to the file's rows.
-        scale = r.rows / scanned
-        dropped = round(drop * scale)
-        kept[split] = r.rows - dropped
-        fitting = [t for t in tokens if t <= max_prompt_length]
-        means[split] = sum(fitting) / len(fitting) if fitting else float(max_prompt_length)
-        basis = "" if r.scanned >= r.rows else f", from the first {r.scanned:,} rows"
-        notes.append(f"{f.key} ({f.local.name}): {r.rows:,} rows, prompts {min(tokens, default=0)}-"
-                     f"{max(tokens, default=0)} tokens, mean {means[split]:.0f} ({ESTIMATE}{basis})")
-        if drop_worst:
-            text = (f"{f.key} ({f.local.name}): {dropped:,} of {r.rows:,} rows would be dropped by verl's "
+        p = prompt_summary(r, max_prompt_length)
+        kept[split], means[split] = p.kept, p.mean_kept
+        notes.append(f"{f.key} ({f.label}): {r.rows:,} rows, prompts {p.tokens_min}-{p.tokens_max} tokens, "
+                     f"mean {p.mean_kept:.0f} ({ESTIMATE}{p.basis})")
+        if p.dropped_worst:
+            text = (f"{f.key} ({f.label}): {p.dropped:,} of {r.rows:,} rows would be dropped by verl's "
                     f"overlong-prompt filter at grpoMaxPromptLength = {max_prompt_length} (up to "
-                    f"{round(drop_worst * scale):,} at 3 bytes per token; {ESTIMATE}{basis})")
-            (warnings if dropped else notes).append(text)
-        if kept[split] < 1:
+                    f"{p.dropped_worst:,} at 3 bytes per token; {ESTIMATE}{p.basis})")
+            (warnings if p.dropped else notes).append(text)
+        if p.kept < 1:
             problems.append(f"{_key('grpoMaxPromptLength')} = {max_prompt_length}: every row of {f.key} "
-                            f"({f.local.name}) is longer (estimate: shortest prompt {min(tokens)} tokens); verl's "
+                            f"({f.label}) is longer (estimate: shortest prompt {p.tokens_min} tokens); verl's "
                             "filter would leave it empty")
+    if task.train.source:
+        basis = (f"{task.train.source} checked in staging: {_key('dataTrainRows')} rows as declared, prompts assumed "
+                 "grpoMaxPromptLength (not read offline), responses half of grpoMaxResponseLength")
+    else:
+        basis = f"prompts {ESTIMATE}; responses assumed half of grpoMaxResponseLength"
+    if task.val.source:
+        basis += f"; validation rows assumed as many as the training rows ({task.val.source} not read offline)"
+    train_reading = inspection.readings.get("train")
     data = DatasetFacts(
-        name=f"{task.train.local.name}", train_rows=max(0, kept["train"]), val_rows=max(0, kept["val"]),
+        name=task.train.label if task.train.source else task.train.local.name,
+        train_rows=max(0, kept["train"]), val_rows=max(0, kept["val"]),
         mean_prompt_tokens=means["train"], mean_response_tokens=max_response_length / 2,
         data_gb=sum(r.size_bytes for r in inspection.readings.values()) / 1e9 + VERL_SOURCE_GB,
-        lengths_basis=f"prompts {ESTIMATE}; responses assumed half of grpoMaxResponseLength",
-        dropped_rows=inspection.readings["train"].rows - kept["train"])
+        lengths_basis=basis,
+        dropped_rows=train_reading.rows - kept["train"] if train_reading else 0)
     return data, problems, warnings, notes
+
+
+def staging_check(task: TaskSpec, *, train_batch_size: int, max_prompt_length: int) -> dict | None:
+    """What the staging Job copies in and checks (stage_data.py --task): None without gs:// files."""
+    if not task.copies:
+        return None
+    return {
+        "files": [{"key": f.key, "split": "train" if f is task.train else "val", "source": f.source,
+                   "path": f.in_pod, "rows": task.train_rows if f is task.train else None}
+                  for f in task.copies],
+        "train_batch_size": train_batch_size, "max_prompt_length": max_prompt_length,
+        # Without a reward file verl scores by data_source (catalog.datasets); with one, any value goes.
+        "scored_sources": None if task.reward else sorted(VERL_SCORED_SOURCES),
+        "scored_prefixes": list(VERL_SCORED_PREFIXES),
+        "rows_key": _key("dataTrainRows"), "reward_key": _key("rewardFile"),
+    }
 
 
 def _key(name: str) -> str:

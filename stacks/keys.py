@@ -104,8 +104,12 @@ KEYS: tuple[Key, ...] = (
     # Bring your own task (stacks.dataset): empty dataTrainFile = GSM8K, staged by verl's own script.
     Key("dataTrainFile", "string", "",
         "Training parquet in verl's RL format (data_source, prompt, ability, reward_model.ground_truth, "
-        "extra_info): a local path, uploaded to the bucket by pulumi up; empty = GSM8K."),
-    Key("dataValFile", "string", "", "Validation parquet in the same format (required with dataTrainFile)."),
+        "extra_info): a local path, uploaded to the bucket by pulumi up, or gs://<bucket>/<object>, copied into "
+        "the bucket and checked by the staging Job; empty = GSM8K."),
+    Key("dataValFile", "string", "",
+        "Validation parquet in the same format (required with dataTrainFile): a local path or gs://<bucket>/<object>."),
+    Key("dataTrainRows", "integer", 0,
+        "Rows of a gs:// dataTrainFile, which the plan cannot read (sizes the run; the staging Job checks it)."),
     Key("rewardFile", "string", "",
         "Python file with the reward function (a local path, uploaded next to the data); empty = verl's "
         "built-in scorer for the rows' data_source."),

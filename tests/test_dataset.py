@@ -208,7 +208,7 @@ def test_not_parquet_and_missing_files(tmp_path, files):
     junk.write_text("data_source,prompt\n")
     assert "(junk.parquet): not a parquet file verl can read" in refused(**{**files, "dataTrainFile": str(junk)})
     assert "verl-gke:dataValFile = 'nope.parquet': no such file" in refused(**{**files, "dataValFile": "nope.parquet"})
-    assert "must be a local path" in refused(**{**files, "dataTrainFile": "gs://other/t.parquet"})
+    assert "must be a local path" in refused(**{**files, "dataTrainFile": "https://example.com/t.parquet"})
 
 
 def test_keys_that_need_each_other(files):
