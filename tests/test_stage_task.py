@@ -85,9 +85,9 @@ class FakeGcs:
                 fake.requests.append(("media" if media else "meta", f"gs://{bucket}/{name}"))
                 faults = fake.faults.get((bucket, name), [])
                 if "403" in faults:
-                    return self.error(403, f"staging@example.iam does not have storage.objects.get access to the "
-                                           f"Google Cloud Storage object. Permission 'storage.objects.get' denied "
-                                           f"on resource (or it may not exist).")
+                    return self.error(403, "staging@example.iam does not have storage.objects.get access to the "
+                                           "Google Cloud Storage object. Permission 'storage.objects.get' denied "
+                                           "on resource (or it may not exist).")
                 if faults and faults[0] == "503":
                     faults.pop(0)
                     return self.error(503, "Backend Error")
@@ -249,7 +249,7 @@ def test_missing_column_and_wrong_row_count_and_batch(stage, gcs, tmp_path):
 def test_unscored_data_source_without_reward_file(stage):
     result = stage(reward=False)
     assert result.returncode == 5
-    assert f"row 0, column data_source: 'my/task' has no built-in scorer" in result.stderr
+    assert "row 0, column data_source: 'my/task' has no built-in scorer" in result.stderr
     assert REWARD_KEY in result.stderr
 
 
