@@ -51,3 +51,40 @@ class TaskFiles(pulumi.ComponentResource):
             for f in args.files
         }
         self.register_outputs({"objects": {role: o.name for role, o in self.objects.items()}})
+
+
+# What the staging identity needs on a gs:// task file's bucket: read objects (storage.objects.get), no more.
+SOURCE_ROLE = "roles/storage.objectViewer"
+
+
+@dataclass
+class TaskSourceAccessArgs:
+    buckets: tuple[str, ...]  # the gs:// task files' buckets, other than the stack's own
+    member: pulumi.Input[str]  # the pods' Workload Identity principal (components.storage)
+
+
+class TaskSourceAccess(pulumi.ComponentResource):
+    """A read grant on each bucket a gs:// task file comes from, for the staging identity (the pods'
+    Kubernetes service account): the Job copies the files into the stack's bucket, since verl reads
+    local paths only and the pods' mount is the stack's bucket. Member-level (BucketIAMMember): the
+    bucket's other bindings are left alone, and `pulumi destroy` removes only this one."""
+
+    grants: dict[str, gcp.storage.BucketIAMMember]
+
+    def __init__(self, name: str, args: TaskSourceAccessArgs, opts: pulumi.ResourceOptions | None = None):
+        for bucket in args.buckets:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", bucket) or args.buckets.count(bucket) > 1:
+                raise ValueError(f"TaskSourceAccessArgs.buckets: {bucket!r} must be a unique bucket name")
+        super().__init__("verl-gke:task_files:TaskSourceAccess", name, None, opts)
+        self.grants = {
+            bucket: gcp.storage.BucketIAMMember(
+                grant_name(name, bucket), bucket=bucket, role=SOURCE_ROLE, member=args.member,
+                opts=pulumi.ResourceOptions(parent=self))
+            for bucket in args.buckets
+        }
+        self.register_outputs({"buckets": list(self.grants)})
+
+
+def grant_name(component: str, bucket: str) -> str:
+    """The grant's resource name, which the staging Job's permission-denied message names."""
+    return f"{component}-{bucket}"

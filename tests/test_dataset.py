@@ -410,3 +410,104 @@ def test_pulumi_preview_refuses_before_registering_anything(tmp_path, files):
     with pytest.raises(Exception, match="compute_score raised on .*ValueError: boom"):
         mocking.run(lambda: program(allow_placeholder_project=True), raw, "dev", [],
                     project=config.PROJECT, preview=True)
+
+
+# --- gs:// train/validation files: copied in and checked by the staging Job ---------------------
+
+
+GS_TRAIN, GS_VAL = "gs://their-data/sets/train.parquet", "gs://their-data/sets/val.parquet"
+
+
+def gs_plan(**extra: str) -> dict:
+    raw = dev_raw(dataTrainFile=GS_TRAIN, dataValFile=GS_VAL, dataTrainRows="4000", **extra)
+    return plan_tool.build_plan("dev", raw, [])
+
+
+def test_gs_files_are_not_read_offline_and_say_checked_in_staging():
+    cfg = load(dataTrainFile=GS_TRAIN, dataValFile=GS_VAL, dataTrainRows="4000")
+    assert cfg.task.train.source == GS_TRAIN and cfg.task.train.local is None
+    assert cfg.data.train_rows == 4000 and cfg.data.mean_prompt_tokens == cfg.grpo.max_prompt_length
+    assert "checked in staging" in cfg.data.lengths_basis
+    notes = "\n".join(cfg.task_notes)
+    assert f"{GS_TRAIN}: not read by the plan" in notes and "checked in staging" in notes
+    # The reward file is still imported and its signature checked; it is not called without local rows.
+    assert "imported and its signature checked" in notes
+    p = gs_plan()
+    report = plan_tool.report(p)
+    assert "checked in staging" in report and "4,000 training rows" in report
+    assert p["sizing"]["steps_per_epoch"] == 4000 // 16
+
+
+def test_gs_files_are_copied_by_the_staging_job_with_a_read_grant():
+    p = gs_plan()
+    by_type = lambda t: [r for r in p["resources"] if r["type"] == t]  # noqa: E731
+    dest = {u: f"{MOUNT}/tasks/gs-{hashlib.sha256(u.encode()).hexdigest()}/{n}"
+            for u, n in ((GS_TRAIN, "train.parquet"), (GS_VAL, "val.parquet"))}
+    # Only the reward is uploaded; the data is copied in by the staging Job.
+    assert [o["inputs"]["name"].rsplit("/", 1)[1] for o in by_type("gcp:storage/bucketObject:BucketObject")] == [
+        "reward.py"]
+    members = by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    (grant,) = [g for g in members if g["inputs"]["bucket"] == "their-data"]
+    pods = next(g for g in members if g["name"] == "storage-bucket-access")
+    assert grant["inputs"]["role"] == "roles/storage.objectViewer"
+    assert grant["inputs"]["member"] == pods["inputs"]["member"]  # the pods' (staging) identity, read-only
+    # The staging component waits for the grant (its children wait for its registration, which waits for it).
+    assert grant["urn"] in next(r for r in by_type("verl-gke:data_prep:DataPrep"))["dependsOn"]
+    stage = next(r for r in by_type("kubernetes:batch/v1:Job"))
+    container = stage["inputs"]["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--steps") + 1] == "verl,model,task"
+    spec = json.loads(args[args.index("--task") + 1])
+    assert [(f["source"], f["path"], f["rows"]) for f in spec["files"]] == [
+        (GS_TRAIN, dest[GS_TRAIN], 4000), (GS_VAL, dest[GS_VAL], None)]
+    assert spec["train_batch_size"] == 16 and spec["max_prompt_length"] == load().grpo.max_prompt_length
+    assert spec["scored_sources"] is None  # a reward file is set
+    assert "task-source-their-data" in spec["files"][0]["grant"]
+    rules = stage["inputs"]["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"]
+    assert 5 in rules  # a missing file or failed check is not retried
+    cm = next(r for r in by_type("kubernetes:core/v1:ConfigMap") if "stage_data.py" in r["inputs"]["data"])
+    assert cm["inputs"]["data"]["task_check.py"] == (ROOT / "components" / "scripts" / "task_check.py").read_text()
+    entry = next(r for r in p["resources"] if r["type"].endswith("RayJob"))["inputs"]["entrypoint"]
+    assert f" data.train_files={dest[GS_TRAIN]} " in entry and f" data.val_files={dest[GS_VAL]} " in entry
+
+
+def test_the_stacks_own_bucket_needs_no_grant(files):
+    own = "gs://" + load().name("data") + "-0a1b2c3d/mine/train.parquet"
+    p = plan_tool.build_plan("dev", dev_raw(dataTrainFile=own, dataValFile=files["dataValFile"],
+                                            dataTrainRows="4000"), [])
+    grants = [r for r in p["resources"] if r["type"] == "gcp:storage/bucketIAMMember:BucketIAMMember"]
+    assert [g["name"] for g in grants] == ["storage-bucket-access"]
+    stage = next(r for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
+    args = stage["inputs"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    (f,) = json.loads(args[args.index("--task") + 1])["files"]
+    assert f["source"] == own and "own bucket" in f["grant"]
+    # The local validation file is uploaded as before.
+    assert any(o["inputs"]["name"].endswith("/val.parquet") for o in p["resources"]
+               if o["type"] == "gcp:storage/bucketObject:BucketObject")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"dataTrainFile": GS_TRAIN, "dataValFile": GS_VAL}, "verl-gke:dataTrainRows = 0: must be the number of rows"),
+    ({"dataTrainRows": "100"}, "verl-gke:dataTrainRows = 100: only applies when dataTrainFile is a gs:// path"),
+    ({"dataTrainFile": "gs://their-data/sets/*.parquet", "dataValFile": GS_VAL, "dataTrainRows": "9"},
+     "must be gs://<bucket>/<object>, one object (no wildcard"),
+    ({"dataTrainFile": "gs://their-data/sets/", "dataValFile": GS_VAL, "dataTrainRows": "9"},
+     "no trailing /"),
+    ({"dataTrainFile": "gs://A_Bad/x.parquet", "dataValFile": GS_VAL, "dataTrainRows": "9"}, "valid bucket name"),
+    ({"rewardFile": "gs://their-data/reward.py"}, "verl-gke:rewardFile = 'gs://their-data/reward.py': must be a "
+                                                  "local path to the file"),
+])
+def test_gs_keys_are_checked(extra, expected):
+    assert expected in refused(**extra)
+
+
+def test_gsm8k_refuses_data_train_rows():
+    raw, _ = plan_tool.read_stack_file(ROOT / "Pulumi.dev.yaml")
+    raw["verl-gke:dataTrainRows"] = "10"
+    with pytest.raises(config.ConfigError, match="dataTrainRows = 10: only applies with a gs:// dataTrainFile"):
+        config.load(raw, "dev", allow_placeholder_project=True)
+
+
+def test_the_batch_bound_follows_the_declared_rows():
+    assert "grpoTrainBatchSize = 64: must be at most 40" in refused(
+        dataTrainFile=GS_TRAIN, dataValFile=GS_VAL, dataTrainRows="40", grpoTrainBatchSize="64")
