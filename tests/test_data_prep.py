@@ -141,7 +141,7 @@ def test_job_runs_the_script_with_the_shared_paths(stack):
     assert "ttlSecondsAfterFinished" not in job["spec"]
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "FailJob", "onExitCodes": {
-        "containerName": c["name"], "operator": "In", "values": [2, 3, 4]}}
+        "containerName": c["name"], "operator": "In", "values": [2, 3, 4, 5]}}
 
 
 def test_job_is_auto_named_and_awaited():
