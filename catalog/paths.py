@@ -71,10 +71,11 @@ def task_file(sha256: str, file_name: str, in_pod: bool = True) -> str:
 
 
 def task_copy(source_url: str, file_name: str, in_pod: bool = True) -> str:
-    """Where the staging Job copies a gs:// task file: tasks/gs-<sha256 of the URL>/<file name>. The
-    plan cannot read the object (no credentials offline), so the name is fixed by its URL: one URL is
-    copied once, and new content needs a new object name (a reader's cache never sees a file change)."""
-    digest = hashlib.sha256(source_url.encode()).hexdigest()
+    """Where the staging Job copies a gs:// task file: tasks/gs-<sha256 of the URL and file name>/<file name>
+    (one folder per copy, with its own marker, even when train and validation name one URL). The plan
+    cannot read the object (no credentials offline), so the name is fixed by its URL: one URL is copied
+    once, and new content needs a new object name (a reader's cache never sees a file change)."""
+    digest = hashlib.sha256(f"{source_url}\n{file_name}".encode()).hexdigest()
     relative = posixpath.join(TASKS_DIR, f"gs-{digest}", file_name)
     return posixpath.join(MOUNT, relative) if in_pod else relative
 

@@ -63,7 +63,7 @@ class TaskFile:
     value: str  # as written in the stack
     local: Path | None  # resolved local path; None for a gs:// file
     role_name: str  # file name in the bucket: train.parquet, val.parquet, reward.py
-    sha256: str = ""  # of the content (local) or of the URL (gs://)
+    sha256: str = ""  # of the content (local) or of the URL (gs://; catalog.paths.task_copy names the copy)
     source: str = ""  # gs://bucket/object: copied into the stack's bucket by the staging Job
 
     @property

@@ -441,8 +441,10 @@ def test_gs_files_are_not_read_offline_and_say_checked_in_staging():
 def test_gs_files_are_copied_by_the_staging_job_with_a_read_grant():
     p = gs_plan()
     by_type = lambda t: [r for r in p["resources"] if r["type"] == t]  # noqa: E731
-    dest = {u: f"{MOUNT}/tasks/gs-{hashlib.sha256(u.encode()).hexdigest()}/{n}"
-            for u, n in ((GS_TRAIN, "train.parquet"), (GS_VAL, "val.parquet"))}
+    digest = {u: hashlib.sha256((u + "\n" + n).encode()).hexdigest()
+              for u, n in ((GS_TRAIN, "train.parquet"), (GS_VAL, "val.parquet"))}
+    dest = {GS_TRAIN: f"{MOUNT}/tasks/gs-{digest[GS_TRAIN]}/train.parquet",
+            GS_VAL: f"{MOUNT}/tasks/gs-{digest[GS_VAL]}/val.parquet"}
     # Only the reward is uploaded; the data is copied in by the staging Job.
     assert [o["inputs"]["name"].rsplit("/", 1)[1] for o in by_type("gcp:storage/bucketObject:BucketObject")] == [
         "reward.py"]

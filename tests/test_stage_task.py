@@ -261,3 +261,16 @@ def test_task_step_needs_its_spec():
     result = subprocess.run([sys.executable, str(SCRIPT), "--steps", "task", "--task", bad], capture_output=True,
                             text=True, check=False)
     assert result.returncode == 2 and "gs://" in result.stderr
+
+
+def test_one_url_as_both_train_and_val(stage, gcs, tmp_path):
+    from catalog.paths import task_copy
+
+    files = [{"key": "verl-gke:dataTrainFile", "split": "train", "source": TRAIN, "rows": 40,
+              "path": str(tmp_path / "data") + task_copy(TRAIN, "train.parquet")},
+             {"key": "verl-gke:dataValFile", "split": "val", "source": TRAIN, "rows": None,
+              "path": str(tmp_path / "data") + task_copy(TRAIN, "val.parquet")}]
+    assert Path(files[0]["path"]).parent != Path(files[1]["path"]).parent  # one folder and marker per copy
+    result = stage(files=files)
+    assert result.returncode == 0, result.stderr
+    assert all(Path(f["path"]).is_file() and (Path(f["path"]).parent / MARKER).is_file() for f in files)
