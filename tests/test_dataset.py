@@ -513,3 +513,20 @@ def test_gsm8k_refuses_data_train_rows():
 def test_the_batch_bound_follows_the_declared_rows():
     assert "grpoTrainBatchSize = 64: must be at most 40" in refused(
         dataTrainFile=GS_TRAIN, dataValFile=GS_VAL, dataTrainRows="40", grpoTrainBatchSize="64")
+
+
+@pytest.mark.parametrize("buckets", [("their-data", "their-data"), ("Bad_Bucket",)])
+def test_source_grants_refuse_bad_bucket_lists_before_registering(buckets):
+    from components.task_files import TaskSourceAccess, TaskSourceAccessArgs
+    from tools import mocking
+
+    errors = []
+
+    def program():
+        try:
+            TaskSourceAccess("task-source", TaskSourceAccessArgs(buckets=buckets, member="principal://x"))
+        except ValueError as e:
+            errors.append(str(e))
+
+    run = mocking.run(program, {}, "dev")
+    assert errors and "must be a unique bucket name" in errors[0] and not run.resources
