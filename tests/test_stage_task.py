@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -91,6 +92,13 @@ class FakeGcs:
                 if faults and faults[0] == "503":
                     faults.pop(0)
                     return self.error(503, "Backend Error")
+                if faults and faults[0] == "slow":  # answers long after the client's timeout
+                    faults.pop(0)
+                    time.sleep(10)
+                    return None  # the client gave up long ago
+                if faults and faults[0] == "stray404" and media:  # a 404 for an object that is there
+                    faults.pop(0)
+                    return self.error(404, "No such object")
                 if (bucket, name) not in fake.objects:
                     return self.error(404, "No such object: " + f"{bucket}/{name}")
                 data, gen = fake.objects[(bucket, name)], fake.generations[(bucket, name)]
@@ -274,3 +282,20 @@ def test_one_url_as_both_train_and_val(stage, gcs, tmp_path):
     result = stage(files=files)
     assert result.returncode == 0, result.stderr
     assert all(Path(f["path"]).is_file() and (Path(f["path"]).parent / MARKER).is_file() for f in files)
+
+
+def test_a_slow_answer_and_a_stray_404_on_the_bytes_are_retried_not_taken_as_gone(stage, gcs):
+    gcs.faults[("their-data", "sets/train.parquet")] = ["slow", "stray404"]
+    result = stage("--gcs-timeout", "2")  # the stand-in answers after 10 s
+    assert result.returncode == 0, result.stderr
+    assert "timed out" in result.stderr and "changed while being copied" in result.stderr
+    assert stage.train.read_bytes() == gcs.objects[("their-data", "sets/train.parquet")]
+
+
+def test_a_refused_connection_is_retried_then_fails_naming_the_file(stage, gcs):
+    gcs.server.shutdown()
+    gcs.server.server_close()  # nothing listens on the port any more
+    result = stage("--retries", "1")
+    assert result.returncode == 1
+    assert "retry 1/1" in result.stderr and "Connection refused" in result.stderr
+    assert TRAIN in result.stderr and not stage.train.parent.joinpath(MARKER).exists()

@@ -400,7 +400,7 @@ def copy_with_grant_wait(reader: GcsReader, f: dict, args: argparse.Namespace) -
 
 def stage_task(args: argparse.Namespace) -> tuple[bool, str]:
     spec = args.task
-    reader = GcsReader(args.gcs_api, args.gcs_token_url)
+    reader = GcsReader(args.gcs_api, args.gcs_token_url, args.gcs_timeout)
     copied: dict[str, dict] = {}
     for f in spec["files"]:
         folder, file_name = os.path.split(f["path"])
@@ -674,6 +674,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--task", help="JSON: the gs:// task files to copy and check (stacks.dataset.staging_check)")
     p.add_argument("--gcs-api", default=GcsStore.API, help="Cloud Storage JSON API root (tests: a stand-in)")
     p.add_argument("--gcs-token-url", default=GcsStore.TOKEN_URL, help="metadata server token URL (tests: a stand-in)")
+    p.add_argument("--gcs-timeout", type=float, default=60.0, help="s without an answer before a request is retried")
     p.add_argument("--grant-wait", type=float, default=600.0,
                    help="s a 403 on a task file is asked again (a new IAM grant takes minutes to apply)")
     p.add_argument("--grant-poll", type=float, default=30.0, help="s between those asks")
@@ -704,8 +705,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--retries must be >= 0")
     if args.max_workers < 1:
         p.error("--max-workers must be >= 1")
-    if args.grant_wait < 0 or args.grant_poll <= 0:
-        p.error("--grant-wait must be >= 0, --grant-poll > 0")
+    if args.grant_wait < 0 or args.grant_poll <= 0 or args.gcs_timeout <= 0:
+        p.error("--grant-wait must be >= 0, --grant-poll and --gcs-timeout > 0")
     if args.lease_ttl <= 0 or args.lease_wait < 0 or args.lease_poll <= 0:
         p.error("--lease-ttl and --lease-poll must be > 0, --lease-wait >= 0")
     return args

@@ -3,8 +3,9 @@
 stacks.dataset runs them offline on local files (the plan, `pulumi preview`); the staging Job
 (components/scripts/stage_data.py, step "task") runs them on the files it copied from gs://, which
 the plan cannot read (no credentials offline). Shipped next to stage_data.py in the staging Job's
-ConfigMap, so it imports nothing from this repository: the standard library and pyarrow only (verl's
-image ships pyarrow, a verl dependency).
+ConfigMap, so it imports nothing from this repository: the standard library and pyarrow only (a verl
+dependency, volcengine/verl requirements.txt `pyarrow>=19.0.0` @035d7a79, so in verl's image; the GSM8K
+step's `datasets` writes its parquet with it too).
 
 verl's RL format: parquet with `data_source`, `prompt` (chat messages), `ability`,
 `reward_model.ground_truth` and `extra_info` (volcengine/verl docs/preparation/prepare_data.rst
