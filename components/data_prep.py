@@ -1,5 +1,6 @@
 """DataPrep: an in-cluster Job on CPU nodes that stages the verl source, the model weights and the
-GSM8K parquet files into the training bucket (GCS FUSE PVC at MOUNT).
+GSM8K parquet files into the training bucket (GCS FUSE PVC at MOUNT), or copies in and checks the
+stack's gs:// task files (step "task", with components/scripts/task_check.py shipped next to the script).
 
 The Job runs components/scripts/stage_data.py, shipped in a ConfigMap (the file is the single
 source). Every folder it writes carries COMPLETE_MARKER, so a rerun skips what is staged and

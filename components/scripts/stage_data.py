@@ -13,7 +13,7 @@ from ever writing the same folders; a lease whose holder stopped renewing it is 
 On failure the reason also goes to the termination log, which Kubernetes shows in the Job's status.
 
 Step "task" copies the stack's gs:// train/validation files (which the plan cannot read) from their
-bucket into tasks/gs-<sha256 of the URL>/ through the JSON API with the pod's Workload Identity token,
+bucket into tasks/gs-<sha256 of URL and role>/ through the JSON API with the pod's Workload Identity token,
 verifies size and MD5, and runs the plan's parquet checks on the copies (task_check.py, shipped next
 to this script): a file that fails them fails the Job, so the GRPO job, which waits for staging, is
 never submitted. A copy is marked complete only once checked; a missing marker means copy again.
