@@ -70,6 +70,27 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
     )
 
 
+TASKS_DIR = "tasks"  # a stack's own data and reward files, one folder per file content (sha256)
+
+
+def task_file(sha256: str, file_name: str, in_pod: bool = True) -> str:
+    """A user's task file in the bucket, content-addressed: tasks/<sha256>/<file name>. An unchanged
+    file keeps its object (never uploaded twice) and a changed one gets a new folder, so a reader's
+    cache never sees a file change. in_pod: the path under MOUNT; else the object name."""
+    relative = posixpath.join(TASKS_DIR, sha256, file_name)
+    return posixpath.join(MOUNT, relative) if in_pod else relative
+
+
+def task_copy(source_url: str, file_name: str, in_pod: bool = True) -> str:
+    """Where the staging Job copies a gs:// task file: tasks/gs-<sha256 of the URL and file name>/<file name>
+    (one folder per copy, with its own marker, even when train and validation name one URL). The plan
+    cannot read the object (no credentials offline), so the name is fixed by its URL: one URL is copied
+    once, and new content needs a new object name (a reader's cache never sees a file change)."""
+    digest = hashlib.sha256(f"{source_url}\n{file_name}".encode()).hexdigest()
+    relative = posixpath.join(TASKS_DIR, f"gs-{digest}", file_name)
+    return posixpath.join(MOUNT, relative) if in_pod else relative
+
+
 def gs_url(bucket: str, in_pod_path: str) -> str:
     """The gs:// URL of an in-pod path: the whole bucket is mounted at MOUNT (no only-dir)."""
     relative = posixpath.relpath(in_pod_path, MOUNT)

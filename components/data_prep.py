@@ -1,5 +1,6 @@
 """DataPrep: an in-cluster Job on CPU nodes that stages the verl source, the model weights and the
-GSM8K parquet files into the training bucket (GCS FUSE PVC at MOUNT).
+GSM8K parquet files into the training bucket (GCS FUSE PVC at MOUNT), or copies in and checks the
+stack's gs:// task files (step "task", with components/scripts/task_check.py shipped next to the script).
 
 The Job runs components/scripts/stage_data.py, shipped in a ConfigMap (the file is the single
 source). Every folder it writes carries COMPLETE_MARKER, so a rerun skips what is staged and
@@ -12,6 +13,7 @@ Face token reaches the pod only through a secretKeyRef.
 
 from __future__ import annotations
 
+import json
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,19 +25,24 @@ from catalog import naming
 from catalog.gcsfuse import EPHEMERAL_STORAGE_LIMIT as FUSE_STORAGE_LIMIT
 from catalog.gcsfuse import SIDECAR_ANNOTATION as FUSE_VOLUMES
 from catalog.gcsfuse import STAGING_SCRATCH_GIB, DiskBudget, gib_quantity, staging_disk_budget
-from catalog.paths import COMPLETE_MARKER, MOUNT, STAGING_LEASE, BucketPaths
+from catalog.paths import COMPLETE_MARKER, MOUNT, STAGING_LEASE, TASKS_DIR, BucketPaths
 from catalog.versions import VERL_IMAGE, VERL_REPO
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
 SCRIPT_KEY = "stage_data.py"
+# The parquet checks the "task" step runs on gs:// task files (the plan's own, components/scripts/task_check.py),
+# shipped next to the script when the stack has such files.
+CHECK_FILE = SCRIPT_FILE.parent / "task_check.py"
+CHECK_KEY = "task_check.py"
 SCRIPTS_DIR = "/scripts"  # the ConfigMap, read-only
 SCRATCH_DIR = "/scratch"  # emptyDir: temp clone, preprocessing, HF datasets cache
 HF_HOME = posixpath.join(SCRATCH_DIR, "huggingface")
 CONTAINER = "stage"
 TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
 # The script's exit codes that no retry can fix: 2 bad arguments, 3 model gated/private/missing,
-# 4 another staging run holds the bucket's lease (it waited --lease-wait already).
-PERMANENT_EXIT_CODES = (2, 3, 4)
+# 4 another staging run holds the bucket's lease (it waited --lease-wait already), 5 a gs:// task file is
+# missing, still unreadable after the grant had time to propagate, or fails the checks.
+PERMANENT_EXIT_CODES = (2, 3, 4, 5)
 # Sequential weight downloads (see stage_data.SEQUENTIAL_ENV; set here too so nothing in the image
 # that reads them first, such as verl's base image turning hf_transfer on, wins).
 SEQUENTIAL_ENV = {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
@@ -78,6 +85,10 @@ class DataPrepArgs:
     await_margin_seconds: int = 15 * 60
     # Small files to copy into the bucket too: in-pod path under MOUNT -> text (e.g. the run supervisor).
     extra_files: dict[str, str] = field(default_factory=dict)
+    # False when the stack trains on its own files (components.task_files uploads them): GSM8K is not staged.
+    stage_gsm8k: bool = True
+    # stacks.dataset.staging_check(...): gs:// task files to copy in and check (step "task"); None: none.
+    task_check: dict | None = None
 
 
 class DataPrep(pulumi.ComponentResource):
@@ -104,7 +115,8 @@ class DataPrep(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
             metadata={"namespace": args.namespace, "labels": LABELS},
-            data={SCRIPT_KEY: script, **{_extra_key(dest): text for dest, text in args.extra_files.items()}},
+            data={SCRIPT_KEY: script, **({CHECK_KEY: CHECK_FILE.read_text()} if args.task_check else {}),
+                  **{_extra_key(dest): text for dest, text in args.extra_files.items()}},
             immutable=True,
             opts=child,
         )
@@ -217,6 +229,9 @@ def command_flags(args: DataPrepArgs) -> list[str]:
         "--termination-log", TERMINATION_LOG,
         *[flag for dest in args.extra_files
           for flag in ("--ship", f"{posixpath.join(SCRIPTS_DIR, _extra_key(dest))}={dest}")],
+        *([] if args.stage_gsm8k and not args.task_check else ["--steps", ",".join(
+            ["verl", "model", *(["dataset"] if args.stage_gsm8k else []), *(["task"] if args.task_check else [])])]),
+        *(["--task", json.dumps(args.task_check, sort_keys=True)] if args.task_check else []),
     ]
 
 
@@ -251,11 +266,20 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
     keys = [_extra_key(dest) for dest in args.extra_files]
     for dest in args.extra_files:
         if (posixpath.normpath(dest) != dest or not dest.startswith(MOUNT + "/")
-                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) == SCRIPT_KEY
+                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) in (SCRIPT_KEY, CHECK_KEY)
                 or keys.count(_extra_key(dest)) > 1):
             raise bad("extra_files", dest, f"must be a normalised path under {MOUNT}/ whose file name is a "
-                      f"unique ConfigMap key other than {SCRIPT_KEY}")
+                      f"unique ConfigMap key other than {SCRIPT_KEY} and {CHECK_KEY}")
+    if args.task_check is not None:
+        files = args.task_check.get("files") if isinstance(args.task_check, dict) else None
+        if not files or not all(
+                str(f.get("source", "")).startswith("gs://")
+                and str(f.get("path", "")).startswith(posixpath.join(MOUNT, TASKS_DIR) + "/") for f in files):
+            raise bad("task_check", args.task_check, f"must be stacks.dataset.staging_check(...): gs:// files copied "
+                      f"under {posixpath.join(MOUNT, TASKS_DIR)}/")
 
+    if not isinstance(args.stage_gsm8k, bool):
+        raise bad("stage_gsm8k", args.stage_gsm8k, "must be true or false")
     if not isinstance(args.disk_budget, DiskBudget):
         raise bad("disk_budget", args.disk_budget, "must be catalog.gcsfuse.staging_disk_budget(...)")
     for arg in ("cpu_request", "memory_request", "memory_limit"):

@@ -6,13 +6,15 @@ plan and the tests all run this one function.
 
 from __future__ import annotations
 
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
 
-from catalog import egress, gke
+from catalog import egress, gke, naming
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.gcsfuse import staging_sidecar
@@ -31,8 +33,17 @@ from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
 from components.stack_guard import StackGuard
-from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import component_rules, config, cost, grpo, keys, preflight, quotas, singletons
+from components.storage import BUCKET_ROLE, TrainingStorage, TrainingStorageArgs
+from components.task_files import (
+    SOURCE_ROLE,
+    TaskFiles,
+    TaskFilesArgs,
+    TaskSourceAccess,
+    TaskSourceAccessArgs,
+    TaskUpload,
+    grant_name,
+)
+from stacks import component_rules, config, cost, dataset, grpo, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -120,6 +131,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     # starts on the pool's first Ready node instead of after the pool operation (tools/critical_path).
     cpu_selector = ({COMPUTE_CLASS_SELECTOR: PERFORMANCE.selector} if cl.autopilot
                     else {"cloud.google.com/gke-nodepool": CPU_POOL_NAME})
+    task_check, source_access = _task_sources(cfg, storage)
     prep = DataPrep("data-prep", DataPrepArgs(
         namespace=storage.namespace, service_account=storage.ksa_name,
         pvc_name=storage.writer_pvc_name, paths=paths, model_id=cfg.model, verl_version=cfg.verl_version,
@@ -128,9 +140,17 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
         node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
         extra_files={script_path(paths): script_text()},  # the run supervisor the Ray job runs
+        stage_gsm8k=cfg.task is None, task_check=task_check,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider,
                                    # Hugging Face and the git clone of verl go out through the region's NAT.
-                                   depends_on=[storage, *image_deps, *network.handle.egress]))
+                                   depends_on=[storage, *image_deps, *network.handle.egress,
+                                               *([source_access] if source_access else [])]))
+    # The stack's own data and reward, checked offline by config.load, uploaded content-addressed.
+    task_files = None if cfg.task is None else TaskFiles("task-files", TaskFilesArgs(
+        bucket=storage.bucket_name,
+        files=tuple(TaskUpload(role, Path(f.asset_path), f.object_name) for role, f in
+                    (("train", cfg.task.train), ("val", cfg.task.val), ("reward", cfg.task.reward))
+                    if f and not f.source)))
 
     ray = RayCluster("ray", RayClusterArgs(
         name=cfg.name("ray"), namespace=storage.namespace, accelerator=acc,
@@ -201,7 +221,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     }
     outputs["logsCommand"] = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     if cfg.job.submit:
-        outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
+        outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep, task_files))
     return outputs
 
 
@@ -267,14 +287,36 @@ def _worker_secret_env(storage: TrainingStorage) -> dict[str, tuple[pulumi.Outpu
     return {"WANDB_API_KEY": (storage.wandb_secret_name, storage.wandb_secret_key)}
 
 
+def _task_sources(cfg: StackConfig, storage: TrainingStorage) -> tuple[dict | None, TaskSourceAccess | None]:
+    """gs:// task files: what the staging Job copies and checks, and a read grant on each source bucket
+    that is not this stack's own (whose name is only known once deployed: <namePrefix>-data-<8 hex>)."""
+    if cfg.task is None:
+        return None, None
+    spec = dataset.staging_check(cfg.task, train_batch_size=cfg.grpo.train_batch_size,
+                                 max_prompt_length=cfg.grpo.max_prompt_length)
+    if spec is None:
+        return None, None
+    own = re.compile(re.escape(cfg.name("data")) + f"-[0-9a-f]{{{2 * naming.BUCKET_SUFFIX_BYTES}}}")
+    component = "task-source"
+    buckets = tuple(dict.fromkeys(f.source_bucket for f in cfg.task.copies if not own.fullmatch(f.source_bucket)))
+    for f in spec["files"]:
+        bucket = f["source"].removeprefix("gs://").partition("/")[0]
+        f["grant"] = (f"{BUCKET_ROLE} on this stack's own bucket gs://{bucket} (the storage component's grant)"
+                      if bucket not in buckets else
+                      f"{SOURCE_ROLE} on gs://{bucket} (Pulumi resource {grant_name(component, bucket)})")
+    access = TaskSourceAccess(component, TaskSourceAccessArgs(
+        buckets=buckets, member=storage.bucket_access.member)) if buckets else None
+    return spec, access
+
+
 def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage: TrainingStorage,
-              ray: RayCluster, prep: DataPrep) -> dict[str, Any]:
+              ray: RayCluster, prep: DataPrep, task_files: TaskFiles | None = None) -> dict[str, Any]:
     acc = cfg.accelerator
     overrides = grpo.overrides(cfg.grpo, stack=cfg.stack, nnodes=cfg.gpu_nodes, gpus_per_node=acc.gpus_per_node,
-                               paths=paths)
+                               paths=paths, task=cfg.task)
     release = None
     # The cluster component too: on destroy the job is stopped before any node pool goes.
-    depends: list[pulumi.Resource] = [ray, prep, cluster]
+    depends: list[pulumi.Resource] = [ray, prep, cluster, *([task_files] if task_files else [])]
     if cfg.job.release_gpus:
         depends.append(GpuReleaseAccess("gpu-release", GpuReleaseAccessArgs(
             namespace=storage.namespace, service_account=storage.ksa_name, raycluster=ray.name,

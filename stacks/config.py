@@ -28,12 +28,13 @@ from catalog.accelerators import (
     gke_reserved_memory_gib,
 )
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.datasets import GSM8K, DatasetFacts
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
-from stacks import component_rules, tuning
+from stacks import component_rules, dataset, tuning
 from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
 from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
@@ -87,7 +88,8 @@ _BOUNDS: dict[str, tuple[int, str]] = {
     "grpoLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
     "grpoRefLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
     "grpoTensorParallelSize": (_GPUS_PER_NODE, "vLLM shards a model within one node's GPUs"),
-    "grpoTotalEpochs": (1000, "passes over GSM8K; more is a typo"),
+    "dataTrainRows": (10**10, "rows; more is a typo"),
+    "grpoTotalEpochs": (1000, "passes over the training data; more is a typo"),
     "grpoSaveFreq": (1_000_000, "steps; more is a typo"),
     "grpoTestFreq": (1_000_000, "steps; more is a typo"),
     "grpoMaxCheckpointsToKeep": (1000, "checkpoints; more is a typo"),
@@ -177,6 +179,10 @@ class StackConfig:
     bucket_soft_delete_days: int = 0
     image_mirror: bool = True
     bucket_name: str = ""  # an existing bucket to adopt (import); empty: the stack's own
+    # The run's data: GSM8K (task None) or the stack's own files (dataTrainFile, ...), read offline.
+    data: DatasetFacts = GSM8K
+    task: dataset.TaskSpec | None = None
+    task_notes: tuple[str, ...] = ()  # what the offline reading found (the plan prints it)
 
     @property
     def total_gpus(self) -> int:
@@ -199,6 +205,7 @@ class _Reader:
         self.raw = raw
         self.problems: list[str] = []
         self.missing: set[str] = set()
+        self.bounds: dict[str, tuple[int, str]] = {}  # per-stack maxima (the stack's own data rows)
 
     def bad(self, key: str, value: object, allowed: str) -> None:
         self.problems.append(f"{KEYS_BY_NAME[key].full} = {shown(value)}: {allowed}")
@@ -231,7 +238,7 @@ class _Reader:
         sign, decimal digits, int64), at most MAXIMUM[key]: every count has an upper bound."""
         value = self._value(key)
         text = str(value)
-        maximum = MAXIMUM[key]
+        maximum, why = self.bounds.get(key, (MAXIMUM[key], MAX_WHY[key]))
         if not _ATOI.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             self.bad(key, value, f"must be an integer from {minimum if minimum is not None else 0} "
                      f"to {maximum}")
@@ -240,7 +247,7 @@ class _Reader:
         if minimum is not None and number < minimum:
             self.bad(key, number, f"must be an integer >= {minimum}")
         elif number > maximum:
-            self.bad(key, number, f"must be at most {maximum} ({MAX_WHY[key]})")
+            self.bad(key, number, f"must be at most {maximum} ({why})")
             return minimum or 0
         return number
 
@@ -378,18 +385,27 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     delete_bucket = r.bool("bucketDeleteOnDestroy")
     soft_delete = r.int("bucketSoftDeleteDays")
     r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
+    task, reading, task_ok = _task(r)
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
     warnings: list[str] = []
+    data, notes = GSM8K, []
+    if task is not None and reading is not None and task_ok and len(r.problems) == parsed_so_far:
+        data, found, task_warnings, notes = dataset.facts(
+            task, reading, max_prompt_length=grpo.max_prompt_length, max_response_length=grpo.max_response_length)
+        r.problems += found
+        warnings += reading.warnings + task_warnings
+        notes = reading.notes + notes
+        task_ok = not found
     # Arithmetic only on values that parsed, and on a model id that is one (else it reports the wrong thing).
-    if len(r.problems) == parsed_so_far and gpu_nodes >= 1 and not naming.model_id(model):
-        grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes)
+    if len(r.problems) == parsed_so_far and gpu_nodes >= 1 and task_ok and not naming.model_id(model):
+        grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes, data=data)
         r.problems += derive_problems
         if not derive_problems:
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
-            found = preflight(grpo, accelerator=acc, **shape)
+            found = preflight(grpo, accelerator=acc, data=data, **shape)
             r.problems += found
-            warnings = [] if found else grpo_warnings(grpo, accelerator=acc, **shape)
+            warnings += [] if found else grpo_warnings(grpo, accelerator=acc, data=data, **shape)
     warnings += _ignored_keys(r)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
     if "wandb" in grpo.logger and not has_wandb_key:
@@ -417,7 +433,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         has_wandb_key=has_wandb_key,
         verl_version=verl_version, image=image, ray_version=ray_version, grpo=grpo, job=job, budget=budget,
         warnings=tuple(warnings), bucket_soft_delete_days=soft_delete, image_mirror=image_mirror,
-        bucket_name=bucket_name,
+        bucket_name=bucket_name, data=data, task=task, task_notes=tuple(notes),
     )
     # Every component's own rules on the args this config gives it (stacks.component_rules).
     if problems := component_rules.problems(cfg):
@@ -490,6 +506,69 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
                             f"{', '.join(n + ':' for n in READ_NAMESPACES)} keys), so the value would be "
                             f"silently ignored{hint}")
     return problems
+
+
+def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | None, bool]:
+    """The stack's own data and reward (stacks.dataset): paths checked, files read and the reward
+    smoke-tested here, so a broken file fails the plan and `pulumi preview` before anything exists.
+    Returns (task, its reading, whether it is usable); (None, None, True) for GSM8K."""
+    train, val, reward = r.str("dataTrainFile"), r.str("dataValFile"), r.str("rewardFile")
+    function, packages = r.str("rewardFunction"), r.list("rewardPackages")
+    if not train:
+        for key, value in (("dataValFile", val), ("rewardFile", reward)):
+            if value:
+                r.bad(key, value, "needs dataTrainFile: GSM8K is scored by verl's built-in gsm8k scorer (to score "
+                      "GSM8K your way, write it as parquet with verl's examples/data_preprocess/gsm8k.py and name it)")
+    if not reward:
+        if not r.is_default("rewardFunction"):
+            r.bad("rewardFunction", function, "only applies with rewardFile")
+        if packages:
+            r.bad("rewardPackages", list(packages), "only applies with rewardFile")
+    if not train:
+        if not r.is_default("dataTrainRows"):
+            r.bad("dataTrainRows", r.int("dataTrainRows", minimum=0), "only applies with a gs:// dataTrainFile")
+        return None, None, True
+    before = len(r.problems)
+    if not val:
+        r.bad("dataValFile", val, "must be set with dataTrainFile: verl validates on it (data.val_files)")
+    if problem := dataset.identifier_problem(function):
+        r.bad("rewardFunction", function, problem)
+    for name in packages:
+        if problem := dataset.identifier_problem(name):
+            r.bad("rewardPackages", name, f"{problem} (a top-level module name, e.g. sympy)")
+    found: list[str] = []
+    files = {role: dataset.resolve_file(KEYS_BY_NAME[key].full, value, name, found)
+             for role, key, value, name in (("train", "dataTrainFile", train, "train.parquet"),
+                                             ("val", "dataValFile", val, "val.parquet"),
+                                             ("reward", "rewardFile", reward, "reward.py")) if value}
+    r.problems += found
+    if len(r.problems) > before:
+        return None, None, False
+    declared = r.int("dataTrainRows", minimum=0)
+    if files["train"].source and declared < 1:
+        r.bad("dataTrainRows", declared, f"must be the number of rows of {train}: the plan cannot read a gs:// file "
+              "(no credentials offline) and sizes the run with it; the staging Job checks it against the file "
+              "(rows: pyarrow.parquet.ParquetFile(f).metadata.num_rows)")
+    elif not files["train"].source and declared:
+        r.bad("dataTrainRows", declared, "only applies when dataTrainFile is a gs:// path (a local file's rows are "
+              "read from it)")
+    if len(r.problems) > before:
+        return None, None, False
+    task = dataset.TaskSpec(train=files["train"], val=files["val"], reward=files.get("reward"),
+                            reward_function=function, reward_packages=packages,
+                            train_rows=declared if files["train"].source else 0)
+    reading = dataset.inspect_task(task)
+    r.problems += reading.problems
+    if reading.problems:
+        return task, reading, False
+    rows = declared if task.train.source else reading.readings["train"].rows
+    # The batch bounds follow the stack's rows instead of GSM8K's (the filter's cut is checked later).
+    r.bounds.update({"grpoTrainBatchSize": (rows, f"the {rows} rows of dataTrainFile"),
+                     "grpoPpoMiniBatchSize": (rows, f"the {rows} rows of dataTrainFile"),
+                     **{k: (rows * 1024, "a full batch's samples") for k in (
+                         "grpoPpoMicroBatchSizePerGpu", "grpoLogProbMicroBatchSizePerGpu",
+                         "grpoRefLogProbMicroBatchSizePerGpu")}})
+    return task, reading, True
 
 
 def _budget(r: _Reader) -> BudgetConfig | None:

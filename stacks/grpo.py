@@ -21,9 +21,11 @@ from typing import Any
 
 from catalog import secret_shapes
 from catalog.accelerators import Accelerator, nccl_env
+from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
 from catalog.paths import BucketPaths
 from stacks import keys, memory
+from stacks.dataset import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,11 @@ ENTRY_MODULE = "verl.trainer.main_ppo"
 # verl/utils/tracking.py Tracking.supported_backend (v0.6.1); the deprecated alias "tracking" is left out.
 LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio",
            "file")
-# Rows in gsm8k train.parquet (REFERENCE.md). The loader drops the last partial batch, so a bigger
-# batch leaves it empty and RayPPOTrainer asserts "Train dataloader is empty!".
-GSM8K_TRAIN_ROWS = 7473
-# GSM8K mean lengths (issue #13: prompts ~100 tokens, responses ~270 of the 1024 padded). Used where a
-# micro-batch is counted in sequences (use_dynamic_bsz off) and by the step-time estimate (stacks.sizing).
-MEAN_PROMPT_TOKENS = 100
-MEAN_RESPONSE_TOKENS = 270
+# GSM8K's figures (catalog.datasets, the default dataset), kept under their old names. A stack with its
+# own data passes its DatasetFacts (stacks.dataset) to preflight, the memory model and the sizing.
+GSM8K_TRAIN_ROWS = GSM8K.train_rows
+MEAN_PROMPT_TOKENS = GSM8K.mean_prompt_tokens
+MEAN_RESPONSE_TOKENS = GSM8K.mean_response_tokens
 # verl rollout defaults (trainer/config/rollout/rollout.yaml) that the length check depends on.
 ROLLOUT_MAX_NUM_BATCHED_TOKENS = 8192
 
@@ -127,6 +127,8 @@ _FIXED = {
 _DERIVED = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "trainer.default_local_dir",
             "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.project_name", "trainer.experiment_name",
             "actor_rollout_ref.actor.use_kl_loss")
+# The stack's own task (stacks.dataset.TaskSpec): set through its config keys, never as an extra override.
+_TASK = {"custom_reward_function.path": "rewardFile", "custom_reward_function.name": "rewardFunction"}
 # Deprecated global micro batches: verl rejects them next to the *_per_gpu keys the recipe sets.
 _EXCLUSIVE = ("actor_rollout_ref.actor.ppo_micro_batch_size",
               "actor_rollout_ref.rollout.log_prob_micro_batch_size",
@@ -172,7 +174,7 @@ field_key = _field_key
 
 
 def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
-              accelerator: Accelerator | None = None) -> list[str]:
+              accelerator: Accelerator | None = None, data: DatasetFacts = GSM8K) -> list[str]:
     """What verl rejects only on the running cluster; each names the key, value and what is allowed.
 
     With the accelerator, also what would run out of GPU memory (stacks.memory).
@@ -206,9 +208,11 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
     if samples % world:
         bad("train_batch_size", g.train_batch_size,
             f"x rollout n {g.rollout_n} = {samples} samples must divide evenly over {shape}")
-    if g.train_batch_size > GSM8K_TRAIN_ROWS:
-        bad("train_batch_size", g.train_batch_size, f"exceeds the {GSM8K_TRAIN_ROWS} GSM8K training rows: "
-            "no full batch, so the train dataloader is empty")
+    if g.train_batch_size > data.train_rows:
+        kept = (f" (after the {data.dropped_rows} overlong prompts verl's filter drops, an estimate)"
+                if data.dropped_rows else "")
+        bad("train_batch_size", g.train_batch_size, f"exceeds the {data.train_rows} {data.name} training rows"
+            f"{kept}: no full batch, so the train dataloader is empty")
     # verl/workers/config/actor.py ActorConfig.validate.
     if g.ppo_mini_batch_size > g.train_batch_size:
         bad("ppo_mini_batch_size", g.ppo_mini_batch_size, f"must be <= train batch size {g.train_batch_size}")
@@ -277,7 +281,7 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
     if not 0 < g.gpu_memory_utilization <= 1:
         bad("gpu_memory_utilization", g.gpu_memory_utilization, "must be in (0, 1]")
     elif spec is not None and accelerator is not None and not problems:
-        problems += _memory_problems(g, spec, accelerator, world, extras)
+        problems += _memory_problems(g, spec, accelerator, world, extras, data)
     if not g.logger:
         bad("logger", list(g.logger), "needs at least one of " + ", ".join(LOGGERS))
     for name in g.logger:
@@ -290,17 +294,18 @@ def sequence_tokens(g: GrpoSettings) -> int:
     return g.max_prompt_length + g.max_response_length
 
 
-def tokens_per_sequence(g: GrpoSettings) -> int:
+def tokens_per_sequence(g: GrpoSettings, data: DatasetFacts = GSM8K) -> int:
     """Tokens a sequence occupies in a training pass: padded, or the dataset mean once unpadded."""
     if g.use_remove_padding:
-        return min(MEAN_PROMPT_TOKENS, g.max_prompt_length) + min(MEAN_RESPONSE_TOKENS, g.max_response_length)
+        return round(min(data.mean_prompt_tokens, g.max_prompt_length)
+                     + min(data.mean_response_tokens, g.max_response_length))
     return sequence_tokens(g)
 
 
-def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int) -> memory.MemoryInputs:
+def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int, data: DatasetFacts = GSM8K) -> memory.MemoryInputs:
     """The memory model's view of the settings (every auto value already derived by stacks.tuning)."""
     extras = _parse_extras(g.extra_overrides)[0]
-    per_seq = tokens_per_sequence(g)
+    per_seq = tokens_per_sequence(g, data)
     if g.use_dynamic_bsz:
         train, logprob = g.ppo_max_token_len_per_gpu, g.log_prob_max_token_len_per_gpu
     else:
@@ -332,18 +337,19 @@ def _entropy_path(extras: dict[str, str]) -> str:
 
 
 def memory_breakdown(g: GrpoSettings, spec, acc: Accelerator, world: int,
-                     extras: dict[str, str] | None = None) -> memory.MemoryBreakdown:
+                     extras: dict[str, str] | None = None, data: DatasetFacts = GSM8K) -> memory.MemoryBreakdown:
     """The memory model for these settings (extra overrides may change vLLM's batch limits)."""
     extras = extras if extras is not None else _parse_extras(g.extra_overrides)[0]
-    m = memory_inputs(g, acc, world)
+    m = memory_inputs(g, acc, world, data)
     m = dataclasses.replace(
         m, max_num_batched_tokens=_extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, []),
         max_num_seqs=_extra_int(extras, _MAX_SEQS, ROLLOUT_MAX_NUM_SEQS, []))
     return memory.breakdown(spec, m)
 
 
-def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras: dict[str, str]) -> list[str]:
-    b = memory_breakdown(g, spec, acc, world, extras)
+def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras: dict[str, str],
+                     data: DatasetFacts) -> list[str]:
+    b = memory_breakdown(g, spec, acc, world, extras, data)
     where = f"{acc.key}: {b.torch_budget:.1f} GiB per GPU for PyTorch"
     extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
     headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
@@ -384,12 +390,13 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
     return problems
 
 
-def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, accelerator: Accelerator) -> list[str]:
+def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, accelerator: Accelerator,
+             data: DatasetFacts = GSM8K) -> list[str]:
     """What runs but slower than it should: the KV cache cannot hold one rollout batch."""
     spec = model_spec(model)
     if spec is None:
         return []
-    b = memory_breakdown(g, spec, accelerator, nnodes * gpus_per_node)
+    b = memory_breakdown(g, spec, accelerator, nnodes * gpus_per_node, data=data)
     if not b.rollout_fits or b.kv_holds_batch:
         return []
     return [f"{_field_key('gpu_memory_utilization')} = {g.gpu_memory_utilization!r}: each vLLM replica's KV cache "
@@ -403,7 +410,8 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     owned = {**{k: f"set {_field_key(f)} instead" for k, f in _FROM_SETTINGS.items()},
              **{k: "is fixed by the recipe" for k in _FIXED},
              **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
-             **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE}}
+             **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
+             **{k: f"comes from {_key(name)}" for k, name in _TASK.items()}}
     where = _key("grpoExtraOverrides")
     parsed: dict[str, str] = {}
     problems: list[str] = []
@@ -439,8 +447,9 @@ def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[st
 
 
 def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
-           paths: BucketPaths) -> dict[str, object]:
-    """verl config key -> typed value, before Hydra formatting (tests compare it with the composed config)."""
+           paths: BucketPaths, task: TaskSpec | None = None) -> dict[str, object]:
+    """verl config key -> typed value, before Hydra formatting (tests compare it with the composed config).
+    `task`: the stack's own files (None: GSM8K as staged), read by every pod from the bucket mount."""
     values: dict[str, object] = {
         **_FIXED,
         "data.train_files": paths.train_file,
@@ -459,15 +468,23 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},
     }
     values["trainer.logger"] = list(g.logger)
+    if task is not None:
+        # verl reads local paths only (verl/utils/fs.py copies hdfs:// alone): the bucket mount, which the
+        # TaskRunner and the reward workers (every Ray pod) see.
+        values["data.train_files"] = task.train.in_pod
+        values["data.val_files"] = task.val.in_pod
+        if task.reward is not None:
+            values["custom_reward_function.path"] = task.reward.in_pod
+            values["custom_reward_function.name"] = task.reward_function
     if g.total_training_steps > 0:  # verl: trainer.total_training_steps replaces epochs x batches
         values["trainer.total_training_steps"] = g.total_training_steps
     return values
 
 
 def overrides(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
-              paths: BucketPaths) -> list[str]:
+              paths: BucketPaths, task: TaskSpec | None = None) -> list[str]:
     """verl Hydra overrides for the stack's GRPO run; the extra overrides come last."""
-    values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths)
+    values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths, task=task)
     return [f"{k}={_hydra(v)}" for k, v in values.items()] + [o.strip() for o in g.extra_overrides]
 
 

@@ -109,6 +109,23 @@ KEYS: tuple[Key, ...] = (
         "Scale the GPU workers to 0 when the run ends (the next submission scales them back)."),
     Key("jobMergeModel", "boolean", True,
         "Merge the final checkpoint into a Hugging Face folder in the bucket (output mergedModel)."),
+    # Bring your own task (stacks.dataset): empty dataTrainFile = GSM8K, staged by verl's own script.
+    Key("dataTrainFile", "string", "",
+        "Training parquet in verl's RL format (data_source, prompt, ability, reward_model.ground_truth, "
+        "extra_info): a local path, uploaded to the bucket by pulumi up, or gs://<bucket>/<object>, copied into "
+        "the bucket and checked by the staging Job; empty = GSM8K."),
+    Key("dataValFile", "string", "",
+        "Validation parquet in the same format (required with dataTrainFile): a local path or gs://<bucket>/<object>."),
+    Key("dataTrainRows", "integer", 0,
+        "Rows of a gs:// dataTrainFile, which the plan cannot read (sizes the run; the staging Job checks it)."),
+    Key("rewardFile", "string", "",
+        "Python file with the reward function (a local path, uploaded next to the data); empty = verl's "
+        "built-in scorer for the rows' data_source."),
+    Key("rewardFunction", "string", "compute_score",
+        "Name of the reward function in rewardFile: fn(data_source, solution_str, ground_truth, extra_info) "
+        "returning a number or a dict with \"score\"."),
+    Key("rewardPackages", "array", [],
+        "Modules rewardFile imports that only the container image has (the offline smoke test skips them)."),
     Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step)."),
     Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt)."),
     Key("grpoMaxPromptLength", "integer", 512, "data.max_prompt_length (tokens)."),

@@ -38,8 +38,8 @@ The step time is a simple model, labelled an estimate everywhere it is shown. Pe
                the same assumption.
   overhead     reward scoring, Ray dispatch and data movement: a fixed estimate.
 
-Sequence lengths are GSM8K's means by default (stacks.grpo), passed in as parameters. Attention
-FLOPs are left out (short sequences).
+Rows and mean lengths come from the run's dataset (catalog.datasets.DatasetFacts: GSM8K's, or the user's
+data as stacks.dataset read it). Attention FLOPs are left out (short sequences).
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from catalog.accelerators import Accelerator
+from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec
 from stacks import memory
-from stacks.grpo import GSM8K_TRAIN_ROWS, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_TOKENS, GrpoSettings
+from stacks.grpo import GrpoSettings
 
 GB = 1e9
 MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
@@ -62,8 +63,8 @@ PCIE_GBPS = 25.0  # host-to-GPU copy of an offloaded shard (PCIe Gen5 x16 shared
 STEP_OVERHEAD_S = 10.0  # reward, Ray dispatch, data movement (estimate)
 CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # fp32 model shards + AdamW exp_avg/exp_avg_sq (save_contents default)
 HF_BYTES_PER_PARAM = 2  # the staged bf16 safetensors copy of the model
-GSM8K_VAL_ROWS = 1319  # openai/gsm8k test split; validation generates one response each (val_kwargs.n = 1)
-DATA_GB = 0.01  # the two GSM8K parquet files and verl's source (a few MB)
+GSM8K_VAL_ROWS = GSM8K.val_rows  # validation generates one response each (val_kwargs.n = 1)
+DATA_GB = GSM8K.data_gb
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class RunSizing:
     total_steps: int
     updates_per_step: int
     rollout_sequences_per_step: int
-    rollout_tokens_per_step: int  # estimated (GSM8K mean lengths)
+    rollout_tokens_per_step: int  # estimated (the dataset's mean lengths)
     rollout_tokens_per_step_max: int  # every response at max_response_length
     checkpoint_gb: float  # one saved step (actor model + optimizer shards)
     checkpoints_saved: int  # over the whole run (every save_freq steps and the last)
@@ -197,14 +198,14 @@ def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, s
     return max(compute, decode_floor) + tp_traffic + kv_reads
 
 
-def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, *,
-              mean_prompt: float = MEAN_PROMPT_TOKENS, mean_response: float = MEAN_RESPONSE_TOKENS) -> StepTime:
+def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
+              data: DatasetFacts = GSM8K) -> StepTime:
     world = nnodes * acc.gpus_per_node
     p = spec.params
     samples = g.train_batch_size * g.rollout_n
     per_gpu = samples / world
-    prompt = min(mean_prompt, g.max_prompt_length)
-    response = min(mean_response, g.max_response_length)
+    prompt = min(data.mean_prompt_tokens, g.max_prompt_length)
+    response = min(data.mean_response_tokens, g.max_response_length)
     seq = prompt + response if g.use_remove_padding else g.max_prompt_length + g.max_response_length
     tokens = per_gpu * seq  # tokens each GPU computes per pass
     updates = max(1, g.train_batch_size // g.ppo_mini_batch_size)
@@ -232,9 +233,10 @@ def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, *
     )
 
 
-def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, train_rows: int) -> RunSizing:
+def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
+           data: DatasetFacts = GSM8K) -> RunSizing:
     world = nnodes * acc.gpus_per_node
-    steps_per_epoch = train_rows // g.train_batch_size  # verl's train loader drops the last partial batch
+    steps_per_epoch = data.train_rows // g.train_batch_size  # verl's train loader drops the last partial batch
     total = steps_per_epoch * g.total_epochs
     if g.total_training_steps > 0:  # verl stops at total_training_steps when it is set
         total = min(total, g.total_training_steps)
@@ -246,10 +248,10 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
     # HSDP each replica holds a whole copy, so a checkpoint is `replicas` times larger.
     ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params * layout(acc, nnodes, g.fsdp_size).replicas / GB
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
-    st = step_time(g, spec, acc, nnodes)
-    prompt = min(MEAN_PROMPT_TOKENS, g.max_prompt_length)
-    response = min(MEAN_RESPONSE_TOKENS, g.max_response_length)
-    val_s = generation_seconds(spec, acc, world, g.tensor_parallel_size, GSM8K_VAL_ROWS, prompt, response,
+    st = step_time(g, spec, acc, nnodes, data)
+    prompt = min(data.mean_prompt_tokens, g.max_prompt_length)
+    response = min(data.mean_response_tokens, g.max_response_length)
+    val_s = generation_seconds(spec, acc, world, g.tensor_parallel_size, data.val_rows, prompt, response,
                                g.max_response_length) + STEP_OVERHEAD_S
     validations = (1 if g.val_before_train else 0)
     if g.test_freq > 0 and total:
@@ -261,10 +263,10 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, trai
         steps_per_epoch=steps_per_epoch, total_epochs=g.total_epochs, total_steps=total,
         updates_per_step=max(1, g.train_batch_size // g.ppo_mini_batch_size),
         rollout_sequences_per_step=samples,
-        rollout_tokens_per_step=samples * (prompt + response),
+        rollout_tokens_per_step=round(samples * (prompt + response)),
         rollout_tokens_per_step_max=samples * (g.max_prompt_length + g.max_response_length),
         checkpoint_gb=ckpt_gb, checkpoints_saved=saved, checkpoints_kept=kept, model_gb=model_gb,
-        bucket_gb=model_gb + kept * ckpt_gb + DATA_GB,
+        bucket_gb=model_gb + kept * ckpt_gb + data.data_gb,
         est_step_seconds=st.total, est_step_breakdown=breakdown, validations=validations,
         est_validation_seconds=val_s, est_run_hours=run_hours, gpus=world, gpu_hours=world * run_hours,
     )
@@ -278,6 +280,7 @@ class SizedStack(Protocol):
     grpo: GrpoSettings
     accelerator: Accelerator
     gpu_nodes: int
+    data: DatasetFacts
 
 
 def run_sizing(cfg: SizedStack) -> RunSizing:
@@ -285,4 +288,4 @@ def run_sizing(cfg: SizedStack) -> RunSizing:
     spec = model_spec(cfg.model)
     if spec is None:
         raise ValueError(f"{cfg.model} is not in catalog/models.py: no size figures")
-    return sizing(cfg.grpo, spec, cfg.accelerator, cfg.gpu_nodes, GSM8K_TRAIN_ROWS)
+    return sizing(cfg.grpo, spec, cfg.accelerator, cfg.gpu_nodes, cfg.data)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.accelerators import Accelerator
+from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec, tp_choices
 from stacks import memory, sizing
 from stacks.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
@@ -69,8 +70,10 @@ def pick_layout(fitting: list[tuple[Any, Any]]) -> Any:
     return fastest[0] if clearly_faster else fitting[0][0]
 
 
-def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, list[str]]:
-    """Fill the auto settings; problems name the key to set by hand when nothing can be derived."""
+def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
+            data: DatasetFacts = GSM8K) -> tuple[GrpoSettings, list[str]]:
+    """Fill the auto settings; problems name the key to set by hand when nothing can be derived.
+    `data`: the run's dataset (its mean lengths size the unpadded micro-batches)."""
     problems: list[str] = []
     world = nnodes * acc.gpus_per_node
     spec = model_spec(model)
@@ -85,7 +88,7 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tu
             g = dataclasses.replace(g, fsdp_size=-1)
         return g, problems
     candidates = [lay.fsdp_size for lay in sizing.layouts(acc, nnodes)] if g.fsdp_size == AUTO else [g.fsdp_size]
-    options = [_derive(dataclasses.replace(g, fsdp_size=f), spec, acc, nnodes) for f in candidates]
+    options = [_derive(dataclasses.replace(g, fsdp_size=f), spec, acc, nnodes, data) for f in candidates]
     fitting = [o for o in options if o[1].fits] or options[:1]  # none fits: full FSDP, preflight says why
     # Full FSDP (the first option) unless another layout is clearly faster: the step times are estimates,
     # and a layout flip changes the job command and the checkpoints' layout (a running job is replaced).
@@ -94,17 +97,19 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int) -> tu
     return dataclasses.replace(chosen, layout_options=summaries), problems
 
 
-def _derive(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> tuple[GrpoSettings, LayoutOption]:
+def _derive(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
+            data: DatasetFacts) -> tuple[GrpoSettings, LayoutOption]:
     world = nnodes * acc.gpus_per_node
     if g.tensor_parallel_size == AUTO:
-        g = dataclasses.replace(g, tensor_parallel_size=_tensor_parallel(g, spec, acc, world))
-    g = _token_budgets(g, spec, acc, world)
-    b = memory.breakdown(spec, memory_inputs(g, acc, world))
+        g = dataclasses.replace(g, tensor_parallel_size=_tensor_parallel(g, spec, acc, world, data))
+    g = _token_budgets(g, spec, acc, world, data)
+    b = memory.breakdown(spec, memory_inputs(g, acc, world, data))
     lay = sizing.layout(acc, nnodes, g.fsdp_size)
     c = sizing.collectives(spec, acc, lay)
     option = LayoutOption(
         name=lay.name, fsdp_size=g.fsdp_size, fits=b.fits, update_peak_gib=round(b.update_peak, 1),
-        logprob_peak_gib=round(b.logprob_peak, 1), step_seconds=round(sizing.step_time(g, spec, acc, nnodes).total, 1),
+        logprob_peak_gib=round(b.logprob_peak, 1),
+        step_seconds=round(sizing.step_time(g, spec, acc, nnodes, data).total, 1),
         checkpoint_gb=round(sizing.CHECKPOINT_BYTES_PER_PARAM * spec.params * lay.replicas / sizing.GB, 1),
         internode_share=round(c.internode_share, 3), collective_s=round(2 * c.gather_s + c.reduce_s + c.replica_s, 2),
         ppo_max_token_len_per_gpu=g.ppo_max_token_len_per_gpu,
@@ -117,7 +122,8 @@ def _with_budgets(g: GrpoSettings, tokens: int, **changes: object) -> GrpoSettin
     return dataclasses.replace(g, **fill, **changes)
 
 
-def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> GrpoSettings:
+def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int,
+                   data: DatasetFacts) -> GrpoSettings:
     unit = sequence_tokens(g)
     low = unit * MIN_SEQUENCES_PER_MICRO_BATCH
     if g.ppo_max_token_len_per_gpu == AUTO:
@@ -125,7 +131,7 @@ def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: in
         chosen = low
         for k in range(top, MIN_SEQUENCES_PER_MICRO_BATCH - 1, -1):
             trial = dataclasses.replace(g, ppo_max_token_len_per_gpu=unit * k, log_prob_max_token_len_per_gpu=low)
-            if memory.breakdown(spec, memory_inputs(trial, acc, world)).update_fits:
+            if memory.breakdown(spec, memory_inputs(trial, acc, world, data)).update_fits:
                 chosen = unit * k
                 break
         g = dataclasses.replace(g, ppo_max_token_len_per_gpu=chosen)
@@ -134,18 +140,18 @@ def _token_budgets(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: in
         chosen = low
         for k in range(top, MIN_SEQUENCES_PER_MICRO_BATCH - 1, -1):
             trial = dataclasses.replace(g, log_prob_max_token_len_per_gpu=unit * k)
-            if memory.breakdown(spec, memory_inputs(trial, acc, world)).logprob_fits:
+            if memory.breakdown(spec, memory_inputs(trial, acc, world, data)).logprob_fits:
                 chosen = unit * k
                 break
         g = dataclasses.replace(g, log_prob_max_token_len_per_gpu=chosen)
     return g
 
 
-def _tensor_parallel(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int) -> int:
+def _tensor_parallel(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, world: int, data: DatasetFacts) -> int:
     choices = [t for t in tp_choices(spec, acc.gpus_per_node) if not world % t]
     for tp in choices:
         trial = _with_budgets(g, sequence_tokens(g) * MIN_SEQUENCES_PER_MICRO_BATCH, tensor_parallel_size=tp)
-        b = memory.breakdown(spec, memory_inputs(trial, acc, world))
+        b = memory.breakdown(spec, memory_inputs(trial, acc, world, data))
         if b.vllm_weights <= b.vllm_pool / 2 and b.kv_holds_batch and b.rollout_fits:
             return tp
     return choices[-1] if choices else 1

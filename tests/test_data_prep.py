@@ -141,7 +141,7 @@ def test_job_runs_the_script_with_the_shared_paths(stack):
     assert "ttlSecondsAfterFinished" not in job["spec"]
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "FailJob", "onExitCodes": {
-        "containerName": c["name"], "operator": "In", "values": [2, 3, 4]}}
+        "containerName": c["name"], "operator": "In", "values": [2, 3, 4, 5]}}
 
 
 def test_job_is_auto_named_and_awaited():
@@ -286,6 +286,9 @@ DEV_PATHS = bucket_paths("dev", "Qwen/Qwen2.5-1.5B-Instruct", VERL_VERSION)
     ("disk_budget", {"disk_budget": "50Gi"}),
     ("active_deadline_seconds", {"active_deadline_seconds": 0}),
     ("backoff_limit", {"backoff_limit": -1}),
+    ("task_check", {"task_check": {"files": [{"source": "s3://b/o", "path": "/data/tasks/gs-x/train.parquet"}]}}),
+    ("task_check", {"task_check": {"files": [{"source": "gs://b/o", "path": "/data/models/train.parquet"}]}}),
+    ("task_check", {"task_check": {"files": []}}),
 ])
 def test_bad_args_are_named_and_create_nothing(arg, overrides):
     errors = []
@@ -397,3 +400,20 @@ def test_the_jobs_command_without_a_secret(env):  # noqa: F811 - pytest fixture
     (hub,) = [e for e in stub_log(env) if "hub" in e]
     assert hub["token"] is None
     assert (in_data(data, paths.dataset_dir) / COMPLETE_MARKER).is_file()
+
+
+def test_gs_task_files_add_the_task_step_and_ship_the_checker():
+    """Issue 27: a stack with gs:// task files runs step "task" with the spec, the checker next to the script."""
+    spec = {"files": [{"key": "verl-gke:dataTrainFile", "split": "train", "source": "gs://b/t.parquet",
+                       "path": "/data/tasks/gs-x/train.parquet", "rows": 10}], "train_batch_size": 2,
+            "max_prompt_length": 512, "scored_sources": None, "scored_prefixes": [], "rows_key": "k", "reward_key": "r"}
+    run = run_data_prep(stage_gsm8k=False, task_check=spec)
+    args = container(run)["args"]
+    assert args[args.index("--steps") + 1] == "verl,model,task"
+    assert json.loads(args[args.index("--task") + 1]) == spec
+    (cm,) = [r for r in run.resources if r.type == "kubernetes:core/v1:ConfigMap"]
+    assert cm.inputs["data"]["task_check.py"] == (SCRIPT.parent / "task_check.py").read_text()
+    plain = container(run_data_prep())["args"]
+    assert "--task" not in plain and "--steps" not in plain  # GSM8K stacks: unchanged flags
+    (cm,) = [r for r in run_data_prep().resources if r.type == "kubernetes:core/v1:ConfigMap"]
+    assert "task_check.py" not in cm.inputs["data"]

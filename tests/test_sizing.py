@@ -88,8 +88,8 @@ def test_collectives_count_the_network_from_the_topology():
 
 def test_hsdp_checkpoints_hold_a_copy_per_replica():
     cfg = load()
-    full = sizing.sizing(dataclasses.replace(cfg.grpo, fsdp_size=-1), model_spec(cfg.model), cfg.accelerator, 2, 7473)
-    hsdp = sizing.sizing(dataclasses.replace(cfg.grpo, fsdp_size=8), model_spec(cfg.model), cfg.accelerator, 2, 7473)
+    full = sizing.sizing(dataclasses.replace(cfg.grpo, fsdp_size=-1), model_spec(cfg.model), cfg.accelerator, 2)
+    hsdp = sizing.sizing(dataclasses.replace(cfg.grpo, fsdp_size=8), model_spec(cfg.model), cfg.accelerator, 2)
     assert hsdp.checkpoint_gb == pytest.approx(2 * full.checkpoint_gb)
 
 

@@ -127,17 +127,19 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     from stacks import grpo, sizing
 
     spec = model_spec(cfg.model)
+    # The data the run trains on: GSM8K's figures or what stacks.dataset read from the stack's files.
+    dataset = {**cfg.data.as_dict(), "notes": list(cfg.task_notes)}
     if spec is None:
-        return {"memory": None, "sizing": None, "warnings": list(cfg.warnings)}
+        return {"memory": None, "sizing": None, "dataset": dataset, "warnings": list(cfg.warnings)}
     g = cfg.grpo
-    mem = grpo.memory_breakdown(g, spec, cfg.accelerator, cfg.total_gpus).as_dict()
+    mem = grpo.memory_breakdown(g, spec, cfg.accelerator, cfg.total_gpus, data=cfg.data).as_dict()
     mem["settings"] = {"tensor_parallel_size": g.tensor_parallel_size, "ppo_max_token_len_per_gpu":
                        g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
                        "use_dynamic_bsz": g.use_dynamic_bsz, "fsdp_size": g.fsdp_size,
                        "gpu_memory_utilization": g.gpu_memory_utilization}
     # Each layout the recipe weighed (stacks.tuning), derived in full; `chosen` is the one in the command.
     layouts = [dataclasses.asdict(o) for o in g.layout_options]
-    return {"memory": mem, "layouts": layouts, "sizing": sizing.run_sizing(cfg).as_dict(),
+    return {"memory": mem, "layouts": layouts, "sizing": sizing.run_sizing(cfg).as_dict(), "dataset": dataset,
             "warnings": list(cfg.warnings)}
 
 
@@ -166,6 +168,7 @@ def report(plan: dict[str, Any]) -> str:
         f"  KV cache    {m['kv_tokens']:,} tokens per replica ({m['kv_bytes_per_token']:,} B/token/GPU) for "
         f"{m['kv_tokens_needed']:,} needed  {'holds the batch' if m['kv_holds_batch'] else 'TOO SMALL: preemption'}",
         *_layout_lines(plan.get("layouts") or []),
+        *_dataset_lines(plan.get("dataset")),
         "Run sizing",
         f"  steps       {z['steps_per_epoch']} per epoch x {z['total_epochs']} = {z['total_steps']} "
         f"({z['updates_per_step']} updates each); {z['rollout_sequences_per_step']} sequences, "
@@ -200,6 +203,14 @@ def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
             f"{', the replica all-reduce all on them' if o['name'].startswith('HSDP') else ''})  "
             f"{'fits' if o['fits'] else 'DOES NOT FIT'}")
     return lines
+
+
+def _dataset_lines(d: dict[str, Any] | None) -> list[str]:
+    if not d:
+        return []
+    return [f"Dataset {d['name']}: {d['train_rows']:,} training rows ({d['dropped_rows']:,} dropped as overlong), "
+            f"{d['val_rows']:,} validation rows; mean prompt {d['mean_prompt_tokens']} / response "
+            f"{d['mean_response_tokens']} tokens ({d['lengths_basis']})", *(f"  {n}" for n in d.get("notes", []))]
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:

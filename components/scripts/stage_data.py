@@ -1,4 +1,5 @@
-"""Stage verl source, model weights and GSM8K into the training bucket (mounted by GCS FUSE).
+"""Stage verl source, model weights and GSM8K (or the stack's gs:// task files) into the training bucket
+(mounted by GCS FUSE).
 
 Runs in a Kubernetes Job in the verl image, which ships verl's dependencies but not verl.
 Each output folder gets a marker file, written last, holding a JSON identity of what was staged:
@@ -11,14 +12,22 @@ only order GCS FUSE streams without staging whole files on local disk. A lease o
 from ever writing the same folders; a lease whose holder stopped renewing it is taken over.
 On failure the reason also goes to the termination log, which Kubernetes shows in the Job's status.
 
+Step "task" copies the stack's gs:// train/validation files (which the plan cannot read) from their
+bucket into tasks/gs-<sha256 of URL and role>/ through the JSON API with the pod's Workload Identity token,
+verifies size and MD5, and runs the plan's parquet checks on the copies (task_check.py, shipped next
+to this script): a file that fails them fails the Job, so the GRPO job, which waits for staging, is
+never submitted. A copy is marked complete only once checked; a missing marker means copy again.
+
 The Hugging Face token is read from HF_TOKEN only: never an argument, never printed.
 Exit codes: 0 done, 1 a step failed, 2 bad arguments, 3 model gated/private/not found,
-4 another staging run holds the lease.
+4 another staging run holds the lease, 5 a gs:// task file is missing, unreadable (no grant) or fails
+the checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import errno
 import fcntl
 import hashlib
@@ -36,10 +45,11 @@ import urllib.parse
 import urllib.request
 import uuid
 
-STEPS = ("verl", "model", "dataset")
+STEPS = ("verl", "model", "dataset", "task")
+DEFAULT_STEPS = ("verl", "model", "dataset")  # "task" only when the stack names gs:// task files
 GSM8K_SCRIPT = "examples/data_preprocess/gsm8k.py"
 DATASET_FILES = ("train.parquet", "test.parquet")
-EXIT_FAILED, EXIT_MODEL_ACCESS, EXIT_LEASE = 1, 3, 4  # 2 is argparse's usage error
+EXIT_FAILED, EXIT_MODEL_ACCESS, EXIT_LEASE, EXIT_TASK = 1, 3, 4, 5  # 2 is argparse's usage error
 # Sequential downloads: xet and hf_transfer write chunks of one file in parallel, which GCS FUSE
 # cannot stream (huggingface_hub constants.py; Google's verl data-prep Jobs set HF_HUB_DISABLE_XET).
 SEQUENTIAL_ENV = {"HF_HUB_DISABLE_XET": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
@@ -270,6 +280,167 @@ def stage_dataset(args: argparse.Namespace) -> tuple[bool, str]:
     return False, f"gsm8k ({flag}) into {args.dataset_dir}"
 
 
+# --- the stack's gs:// task files --------------------------------------------------------------
+
+
+class GcsError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message = status, message
+
+
+class AccessDeniedError(StepError):
+    """403: the read grant is missing or has not propagated yet (IAM takes minutes)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code=EXIT_TASK, retry=False)
+
+
+class GcsReader:
+    """Reads objects through the JSON API (objects.get, alt=media pinned to one generation) with the
+    pod's Workload Identity token from the metadata server. Every network fault is an exception the
+    retry loop sees; a 404 is the only answer that means "not there"."""
+
+    def __init__(self, api: str, token_url: str, timeout: float = 60.0):
+        self.api, self.token_url, self.timeout = api.rstrip("/"), token_url, timeout
+        self._token, self._expires = "", 0.0
+
+    def _bearer(self) -> str:
+        if time.monotonic() >= self._expires:
+            req = urllib.request.Request(self.token_url, headers={"Metadata-Flavor": "Google"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                body = json.load(r)
+            self._token = body["access_token"]
+            self._expires = time.monotonic() + max(0.0, float(body.get("expires_in", 300)) - 60)
+        return self._token
+
+    def _open(self, bucket: str, name: str, query: dict):
+        url = (f"{self.api}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o/"
+               f"{urllib.parse.quote(name, safe='')}?{urllib.parse.urlencode(query)}")
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._bearer()}"})
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            try:
+                message = json.loads(e.read() or b"{}").get("error", {}).get("message", "")
+            except ValueError:
+                message = ""
+            raise GcsError(e.code, message or e.reason) from None
+
+    def metadata(self, bucket: str, name: str) -> dict:
+        with self._open(bucket, name, {"alt": "json"}) as r:
+            return json.load(r)
+
+    def download(self, bucket: str, name: str, generation: str, out) -> tuple[int, str]:
+        """Stream one generation of the object into `out`; returns (bytes, base64 MD5)."""
+        md5, size = hashlib.md5(), 0
+        with self._open(bucket, name, {"alt": "media", "generation": generation}) as r:
+            for chunk in iter(lambda: r.read(8 << 20), b""):  # a short body raises http.client.IncompleteRead
+                md5.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        return size, base64.b64encode(md5.digest()).decode()
+
+
+def _split_gs(url: str) -> tuple[str, str]:
+    bucket, _, name = url.removeprefix("gs://").partition("/")
+    return bucket, name
+
+
+def copy_object(reader: GcsReader, f: dict, args: argparse.Namespace) -> dict:
+    """One attempt: the object's metadata, then that generation's bytes to a temp name, checked
+    (size, MD5) and renamed into place. Returns what the marker records."""
+    url, dest = f["source"], f["path"]
+    bucket, name = _split_gs(url)
+    try:
+        meta = reader.metadata(bucket, name)
+    except GcsError as e:
+        if e.status == 404:
+            raise StepError(f"{f['key']}: {url} does not exist (HTTP 404: {e.message}); check the bucket and "
+                            "object name", code=EXIT_TASK, retry=False) from None
+        if e.status in (401, 403):
+            raise AccessDeniedError(f"{f['key']}: permission denied reading {url} (HTTP {e.status}: {e.message}). The "
+                               f"staging identity needs {f.get('grant') or f'roles/storage.objectViewer on gs://{bucket}'}"
+                               "; `pulumi up` grants it, which needs you to be allowed to set IAM policy on that "
+                               "bucket (in another project too) and no organization policy that refuses members "
+                               "from this project's Workload Identity pool") from None
+        raise StepError(f"{url}: {e}") from None
+    generation, size = str(meta["generation"]), int(meta["size"])
+    tmp = f"{dest}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as out:
+            got, md5 = reader.download(bucket, name, generation, out)
+    except GcsError as e:
+        if e.status == 404:  # that generation is gone: the object was replaced while we read it
+            raise StepError(f"{url} changed while being copied (generation {generation} is gone)") from None
+        raise StepError(f"{url}: {e}") from None
+    if got != size or (meta.get("md5Hash") and md5 != meta["md5Hash"]):
+        raise StepError(f"{url}: copy does not match the object (got {got} of {size} bytes, MD5 {md5}, object MD5 "
+                        f"{meta.get('md5Hash')})")
+    os.replace(tmp, dest)
+    return {"generation": generation, "size": size, "md5": meta.get("md5Hash", "")}
+
+
+def copy_with_grant_wait(reader: GcsReader, f: dict, args: argparse.Namespace) -> dict:
+    """Retries network faults and 5xx (with_retries); a 403 is asked again until --grant-wait has
+    passed, since a grant `pulumi up` just made can take minutes to reach Cloud Storage."""
+    deadline = time.monotonic() + args.grant_wait
+    while True:
+        try:
+            return with_retries(f"copy of {f['source']}", args, lambda: copy_object(reader, f, args))
+        except AccessDeniedError as e:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StepError(f"{e} (still denied after {args.grant_wait:g} s for IAM to propagate)",
+                                code=EXIT_TASK, retry=False) from None
+            log(f"  {f['source']}: permission denied; waiting for the read grant to propagate ({left:.0f} s left)",
+                err=True)
+            time.sleep(min(args.grant_poll, left))
+
+
+def stage_task(args: argparse.Namespace) -> tuple[bool, str]:
+    spec = args.task
+    reader = GcsReader(args.gcs_api, args.gcs_token_url, args.gcs_timeout)
+    copied: dict[str, dict] = {}
+    for f in spec["files"]:
+        folder, file_name = os.path.split(f["path"])
+        if is_complete(folder, args.marker_name, {"source": f["source"]}, required=(file_name,)):
+            log(f"  {f['source']}: already copied to {f['path']}")
+            continue
+        wipe(folder)  # this URL's own folder: a killed run's half file and temp files go
+        os.makedirs(folder, exist_ok=True)
+        copied[f["path"]] = copy_with_grant_wait(reader, f, args)
+        log(f"  copied {f['source']} to {f['path']} ({copied[f['path']]['size']:,} bytes)")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # task_check.py ships next to this script
+    import task_check
+
+    problems, notes = task_check.check_staged(spec)
+    for note in notes:
+        log(f"  {note}")
+    if problems:
+        raise StepError("the task files fail verl's checks (nothing marked complete; the GRPO job is not "
+                        "submitted):\n  " + "\n  ".join(problems), code=EXIT_TASK, retry=False)
+    for f in spec["files"]:  # marked only once checked: an unchecked copy is copied and checked again
+        if f["path"] in copied:
+            write_marker(os.path.dirname(f["path"]), args.marker_name, {"source": f["source"]}, **copied[f["path"]])
+    urls = ", ".join(f["source"] for f in spec["files"])
+    return not copied, f"{urls} (checked)"
+
+
+def parse_task(value: str) -> dict:
+    """--task: the JSON that stacks.dataset.staging_check writes."""
+    spec = json.loads(value)
+    for f in spec["files"]:
+        bucket, name = _split_gs(f["source"])
+        if not f["source"].startswith("gs://") or not bucket or not name or not os.path.isabs(f["path"]):
+            raise ValueError(f"file {f['source']!r} -> {f['path']!r}: needs a gs://bucket/object and an absolute path")
+        if f["split"] not in ("train", "val"):
+            raise ValueError(f"split {f['split']!r}: must be train or val")
+    for k in ("train_batch_size", "max_prompt_length", "rows_key", "reward_key"):
+        spec[k]  # noqa: B018 - KeyError names the missing field
+    return spec
+
+
 # --- lease ---------------------------------------------------------------------------------------
 
 
@@ -478,7 +649,7 @@ def ship(pairs: list[str]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", default=",".join(STEPS), help="comma-separated subset of: " + ", ".join(STEPS))
+    p.add_argument("--steps", default=",".join(DEFAULT_STEPS), help="comma-separated subset of: " + ", ".join(STEPS))
     p.add_argument("--verl-repo", default="https://github.com/volcengine/verl.git")
     p.add_argument("--verl-ref", help="git tag (or branch/commit) to stage, e.g. v0.6.1")
     p.add_argument("--verl-dir", help="bucket folder for the verl source, e.g. /data/verl/v0.6.1")
@@ -500,7 +671,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--termination-log", default=None, help="file for the failure reason (/dev/termination-log)")
     p.add_argument("--ship", action="append", default=[], metavar="SRC=DEST",
                    help="also copy the file SRC to DEST (e.g. the run supervisor into the bucket)")
+    p.add_argument("--task", help="JSON: the gs:// task files to copy and check (stacks.dataset.staging_check)")
+    p.add_argument("--gcs-api", default=GcsStore.API, help="Cloud Storage JSON API root (tests: a stand-in)")
+    p.add_argument("--gcs-token-url", default=GcsStore.TOKEN_URL, help="metadata server token URL (tests: a stand-in)")
+    p.add_argument("--gcs-timeout", type=float, default=60.0, help="s without an answer before a request is retried")
+    p.add_argument("--grant-wait", type=float, default=600.0,
+                   help="s a 403 on a task file is asked again (a new IAM grant takes minutes to apply)")
+    p.add_argument("--grant-poll", type=float, default=30.0, help="s between those asks")
     args = p.parse_args(argv)
+    if args.task:
+        try:
+            args.task = parse_task(args.task)
+        except (ValueError, KeyError, TypeError) as e:
+            p.error(f"--task: must be the JSON of stacks.dataset.staging_check with gs:// sources ({e})")
     for pair in args.ship:
         src, sep, dest = pair.partition("=")
         if not sep or not src or not dest.startswith("/"):
@@ -512,6 +695,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "verl": ("verl_ref", "verl_dir"),
         "model": ("model_id", "model_dir"),
         "dataset": ("verl_dir", "dataset_dir"),
+        "task": ("task",),
     }
     for step in args.steps:
         for name in needs[step]:
@@ -521,6 +705,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--retries must be >= 0")
     if args.max_workers < 1:
         p.error("--max-workers must be >= 1")
+    if args.grant_wait < 0 or args.grant_poll <= 0 or args.gcs_timeout <= 0:
+        p.error("--grant-wait must be >= 0, --grant-poll and --gcs-timeout > 0")
     if args.lease_ttl <= 0 or args.lease_wait < 0 or args.lease_poll <= 0:
         p.error("--lease-ttl and --lease-poll must be > 0, --lease-wait >= 0")
     return args
@@ -544,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_steps(args: argparse.Namespace, lease: Lease | None) -> int:
-    functions = {"verl": stage_verl, "model": stage_model, "dataset": stage_dataset}
+    functions = {"verl": stage_verl, "model": stage_model, "dataset": stage_dataset, "task": stage_task}
     try:
         ship(args.ship)
     except OSError as e:
