@@ -272,6 +272,7 @@ def nccl_env(acc: Accelerator) -> dict[str, str]:
     NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
     falling back to TCP sockets, which would train at a fraction of the speed. A machine without
     RDMA NICs gets none: NCCL's defaults (PCIe within the node, sockets between nodes) apply.
+    LD_LIBRARY_PATH is not here: it extends the image's value (stacks.grpo.library_path_env).
     """
     if not acc.rdma:
         return {}
@@ -288,6 +289,9 @@ def nccl_env(acc: Accelerator) -> dict[str, str]:
         "NCCL_IB_FIFO_TC": "84",
         "NCCL_TUNER_CONFIG_PATH": acc.nccl_tuner_file,
         "NCCL_DEBUG": "WARN",
-        "LD_LIBRARY_PATH": f"{NVIDIA_MOUNT}/lib64:{GIB_MOUNT}/lib64",
+        # NCCL's bootstrap and socket traffic on the pod network and the gVNIC, never an RDMA NIC: as
+        # Google's A4 recipes set it (AI-Hypercomputer/gpu-recipes @c2e6a21a training/a4/llama3-1-70b/
+        # nemo-pretraining-gke/16node-bf16-seq8192-gbs512-gcs/templates/workload-job.yaml).
+        "NCCL_SOCKET_IFNAME": "eth0,eth1",
         "GLOO_SOCKET_IFNAME": "eth0",
     }

@@ -32,7 +32,7 @@ from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
 from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
 from components.storage import TrainingStorage, TrainingStorageArgs
-from stacks import config, cost, grpo, keys, preflight, quotas
+from stacks import checkpoints, config, cost, grpo, keys, preflight, quotas
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -61,7 +61,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
           wandb_api_key: pulumi.Output[str] | None = None) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     acc, cl, net = cfg.accelerator, cfg.cluster, cfg.network
-    paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    paths = run_paths(cfg)
     # Disk: the staging budget from the largest weight file; the readers' caches from the weights.
     budget = staging_disk_budget(largest_file_gib(cfg.model))
     cache_gib = file_cache_gib(weights_gib(cfg.model))
@@ -130,6 +130,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name,
         network_annotations=mapping.pod_annotations if mapping else {},
         paths=paths, writer_pvc_name=storage.writer_pvc_name, checkpoint_pvc_name=storage.checkpoint_pvc_name,
+        head_checkpoint_pvc_name=storage.head_checkpoint_pvc_name,
         file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
         gpu_pool_name=cluster.gpu_pool_name, zone=cfg.zone if cl.autopilot else None,
         # One budget for "the cluster is up": pulumi-kubernetes waits this long for the head, the
@@ -189,6 +190,14 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     if cfg.job.submit:
         outputs.update(_grpo_job(cfg, paths, cluster, storage, ray, prep))
     return outputs
+
+
+def run_paths(cfg: StackConfig) -> BucketPaths:
+    """The stack's bucket paths, checkpoints and merged model keyed by the run (stacks.checkpoints)."""
+    base = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    identity = checkpoints.run_identity(cfg.grpo, model=cfg.model, nnodes=cfg.gpu_nodes,
+                                        gpus_per_node=cfg.accelerator.gpus_per_node, dataset_dir=base.dataset_dir)
+    return bucket_paths(cfg.stack, cfg.model, cfg.verl_version, run=checkpoints.run_key(identity))
 
 
 def cloud_logging_command(cfg: StackConfig, cluster_name: pulumi.Output[str], namespace: pulumi.Output[str],
@@ -252,7 +261,7 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
               ray: RayCluster, prep: DataPrep) -> dict[str, Any]:
     acc = cfg.accelerator
     overrides = grpo.overrides(cfg.grpo, stack=cfg.stack, nnodes=cfg.gpu_nodes, gpus_per_node=acc.gpus_per_node,
-                               paths=paths)
+                               paths=paths, nccl_timeout=checkpoints.nccl_timeout_for(cfg))
     release = None
     # The cluster component too: on destroy the job is stopped before any node pool goes.
     depends: list[pulumi.Resource] = [ray, prep, cluster]
@@ -263,7 +272,8 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
         release = (ray.name, WORKER_GROUP)
     entrypoint = grpo.supervised(
         grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
-        expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release)
+        expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
+        keep=cfg.grpo.max_checkpoints_to_keep)
     runtime_env = grpo.runtime_env(acc, paths)
     logs_command = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     job = RayJob("grpo", RayJobArgs(

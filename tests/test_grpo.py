@@ -124,7 +124,7 @@ BAD = {
                                   "grpoExtraOverrides", "set verl-gke:grpoUseRemovePadding instead"),
     # verl's seqlen_balancing needs every sequence (512 + 512 tokens) to fit one micro-batch.
     "token-budget-below-sequence": ({"ppo_max_token_len_per_gpu": 1000}, 2, MODEL, "grpoPpoMaxTokenLenPerGpu",
-                                    "must hold one whole sequence: >= prompt + response = 1024"),
+                                    "must hold one whole sequence: >= prompt + response = 1536"),
     "log-prob-budget-below-sequence": ({"log_prob_max_token_len_per_gpu": 512}, 2, MODEL,
                                        "grpoLogProbMaxTokenLenPerGpu", ">= prompt + response = 1024"),
     "keep-no-checkpoint": ({"max_checkpoints_to_keep": 0}, 2, MODEL, "grpoMaxCheckpointsToKeep", ">= 1"),
