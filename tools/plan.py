@@ -5,7 +5,8 @@
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
 its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
 run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
-"warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
+"placement": where each process of the run lands and which mount serves each path it uses,
+tools.placement, whose problems fail the plan; "warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
 their dependencies), then prints the stack's hourly price by resource class and the estimated
 cost of the configured run (from the sizing).
 The stack file is read as the Pulumi CLI reads it (tools.stack_file). A bad stack name, stack
@@ -105,7 +106,29 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
                        g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
                        "use_dynamic_bsz": g.use_dynamic_bsz, "ref_param_offload": g.ref_param_offload,
                        "gpu_memory_utilization": g.gpu_memory_utilization}
-    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "warnings": list(cfg.warnings)}
+    return {"memory": mem, "sizing": sizing.run_sizing(cfg).as_dict(), "checkpoints": checkpoint_figures(cfg),
+            "warnings": list(cfg.warnings)}
+
+
+def checkpoint_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
+    """The run's checkpoint folder, one save's time and share of the run, the barrier's timeout, and how
+    to remove the folders of superseded runs (stacks.checkpoints)."""
+    import posixpath
+
+    from catalog.gcsfuse import CHECKPOINT_DIR
+    from catalog.paths import CHECKPOINT_MOUNT
+    from stacks import checkpoints
+    from stacks.compose import run_paths
+
+    t = checkpoints.stack_save_time(cfg)
+    folder = run_paths(cfg).checkpoint_dir
+    parent, run = posixpath.split(folder)
+    prefix = f"{CHECKPOINT_DIR}/{posixpath.relpath(parent, CHECKPOINT_MOUNT)}/"
+    return {"folder": folder, "run": run, "saveSeconds": round(t.seconds, 1), "saves": t.saves,
+            "saveShare": round(t.share, 3), "ncclTimeoutS": t.nccl_timeout_s,
+            "writeGBpsPerNode": checkpoints.WRITE_GBPS_PER_NODE,
+            "cleanup": (f'gcloud storage ls "gs://$(pulumi stack output bucket)/{prefix}" | grep -v "/{run}/$" '
+                        "| xargs -r gcloud storage rm -r")}
 
 
 def report(plan: dict[str, Any]) -> str:
@@ -136,6 +159,10 @@ def report(plan: dict[str, Any]) -> str:
         f"~{z['rollout_tokens_per_step']:,} tokens per step (max {z['rollout_tokens_per_step_max']:,})",
         f"  checkpoints {z['checkpoint_gb']} GB each, {z['checkpoints_saved']} saved, {z['checkpoints_kept']} kept; "
         f"bucket {z['bucket_gb']} GB (model {z['model_gb']})",
+        *([f"  saves       {c['saves']} x ~{c['saveSeconds']} s at {c['writeGBpsPerNode']} GB/s per node = "
+           f"{c['saveShare']:.0%} of the run (kept under 10 %); nccl_timeout {c['ncclTimeoutS']} s",
+           f"  run folder  {c['folder']} (a changed run starts in a new one)",
+           f"  superseded  {c['cleanup']}"] if (c := plan.get("checkpoints")) else []),
         f"  ESTIMATE    {z['est_step_seconds']} s per step {z['est_step_breakdown']}",
         f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; run "
         f"{z['est_run_hours']} h on {z['gpus']} GPUs = {z['gpu_hours']} GPU-hours",
@@ -412,6 +439,13 @@ def main(argv: list[str] | None = None) -> int:
         raw, secret_keys = read_stack_file(path)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
         plan["admission"] = admission(args.stack, raw, secret_keys, plan)
+        from tools import placement
+        rows, placement_problems = placement.table(plan)
+        plan["placement"] = placement.as_json(rows, placement_problems)
+        if placement_problems:
+            print(placement.text(rows, placement_problems), file=sys.stderr)
+            raise UsageError(f"stack {args.stack!r}: a process would not find what it needs where it runs:\n  "
+                             + "\n  ".join(placement_problems))
         cfg = stack_config.load(raw, args.stack, allow_placeholder_project=True)  # passed the gate in build_plan
         plan["storage"] = storage_summary(cfg)
         crit = critical_path(cfg, plan)
@@ -436,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         print(tree(plan))
         print(report(plan))
     print(admission_text(plan["admission"], plan["storage"]))
+    from tools import placement
+    print(placement.text([placement.Row(**r) for r in plan["placement"]["rows"]], plan["placement"]["problems"]))
     from tools.critical_path import text as critical_path_text
     print(critical_path_text(crit))
     print(price_report(cfg))
