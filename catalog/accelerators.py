@@ -246,10 +246,12 @@ ACCELERATORS: dict[str, Accelerator] = {
         daemon_memory_gib=16,
         nccl_installer=False,
         autopilot=False,  # no source for an Autopilot 2xL4 worker size: the smoke stack is Standard
-        # 100 GiB for the worker (/tmp, Ray spill, 2 x 16 GiB file caches) + the sidecar's 10 GiB + the
-        # node image and system pods (catalog.nodes: 30 + 20 GiB), with room for kubelet's eviction threshold.
+        # A 200 GB boot disk leaves ~94 GiB to pods (GKE's reservation and eviction threshold,
+        # catalog.nodes.boot_disk_allocatable_gib), less GKE's DaemonSets: the worker asks 64 GiB (/tmp,
+        # Ray spill, the datasets cache, one 16 GiB file cache: the checkpoint mount has none) + the
+        # sidecar's 10 GiB. Lowering the request keeps the pool: a bigger boot disk would replace it.
         boot_disk_gb=200,
-        worker_ephemeral_gib=100,
+        worker_ephemeral_gib=64,
     ),
 }
 

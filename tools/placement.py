@@ -275,7 +275,8 @@ def table(plan: dict[str, Any]) -> tuple[list[Row], list[str]]:
             elif use.write and m is not None and m.read_only:
                 problem = "written, but the mount is read-only"
             if problem:
-                problems.append(f"{proc.name} on the {pod.label if pod else proc.pod}: {use.path} ({use.what}): {problem}")
+                where = pod.label if pod else proc.pod
+                problems.append(f"{proc.name} on the {where}: {use.path} ({use.what}): {problem}")
             rows.append(Row(proc.name, pod.label if pod else proc.pod, proc.why, use.path,
                             "write" if use.write else "read", shown, problem))
     return rows, problems

@@ -6,7 +6,8 @@ Runs the real program under Pulumi mocks and writes DIR/plan.json (every registr
 its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
 run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
 "placement": where each process of the run lands and which mount serves each path it uses,
-tools.placement, whose problems fail the plan; "warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
+tools.placement, whose problems fail the plan; "warnings"),
+DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
 their dependencies), then prints the stack's hourly price by resource class and the estimated
 cost of the configured run (from the sizing).
 The stack file is read as the Pulumi CLI reads it (tools.stack_file). A bad stack name, stack
@@ -372,6 +373,15 @@ def other_mode(raw: dict[str, str], mode: str) -> dict[str, str]:
     return {**raw, key: "standard" if mode == "autopilot" else "autopilot"}
 
 
+def node_fit_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Standard: each pod against the allocatable CPU, memory and ephemeral storage of its pool's node."""
+    from tools import node_fit
+
+    return [{"pod": f.pod, "node": f.node, "need": {k: round(v, 2) for k, v in f.need.items()},
+             "allocatable": {k: round(v, 2) for k, v in f.have.items()}, "fits": not f.problems,
+             "problems": f.problems} for f in node_fit.fits(plan, pod_templates(plan))]
+
+
 def admission(stack: str, raw: dict[str, str], secret_keys: list[str], plan: dict[str, Any]) -> list[dict]:
     """The table for the stack in its own cluster mode and in the other one (same config otherwise)."""
     mode = plan["outputs"].get("clusterMode", "standard")
@@ -439,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         raw, secret_keys = read_stack_file(path)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
         plan["admission"] = admission(args.stack, raw, secret_keys, plan)
+        plan["nodeFit"] = node_fit_rows(plan)
+        if unfit := [p for row in plan["nodeFit"] for p in row["problems"]]:
+            raise UsageError(f"stack {args.stack!r}: a pod does not fit its node and would stay Pending:\n  "
+                             + "\n  ".join(unfit))
         from tools import placement
         rows, placement_problems = placement.table(plan)
         plan["placement"] = placement.as_json(rows, placement_problems)
@@ -470,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
         print(tree(plan))
         print(report(plan))
     print(admission_text(plan["admission"], plan["storage"]))
+    for row in plan["nodeFit"]:
+        need, have = row["need"], row["allocatable"]
+        print(f"  fits      {row['pod']:<34} on {row['node']}: CPU {need['cpu']:g}/{have['cpu']:g}, memory "
+              f"{need['memory']:g}/{have['memory']:g} GiB, ephemeral {need['ephemeral-storage']:g}/"
+              f"{have['ephemeral-storage']:g} GiB")
     from tools import placement
     print(placement.text([placement.Row(**r) for r in plan["placement"]["rows"]], plan["placement"]["problems"]))
     from tools.critical_path import text as critical_path_text
