@@ -73,7 +73,8 @@ def pod_requests(template: dict) -> tuple[dict[str, float], bool]:
     if annotations.get(gcsfuse.SIDECAR_ANNOTATION) == "true":
         for k, (req, _lim) in gcsfuse.sidecar_resources(annotations).items():
             need[k] += req or 0.0
-    return {"cpu": need["cpu"], "memory": need["memory"] / GiB, "ephemeral-storage": need["ephemeral-storage"] / GiB}, gpu
+    gib = {"cpu": need["cpu"], "memory": need["memory"] / GiB, "ephemeral-storage": need["ephemeral-storage"] / GiB}
+    return gib, gpu
 
 
 def fits(plan: dict[str, Any], pod_templates: list[tuple[str, dict]]) -> list[Fit]:
