@@ -42,6 +42,7 @@ class Mount:
     kind: str  # csi | emptyDir | hostPath | configMap | ...
     read_only: bool
     csi: tuple[str, str] | None = None  # (driver, volume handle) of a PV-backed volume
+    only_dir: str = ""  # the PV's only-dir mount option: the bucket folder this mount shows
 
 
 @dataclass
@@ -80,15 +81,17 @@ class Row:
     problem: str | None
 
 
-def _claims(plan: dict[str, Any]) -> dict[str, tuple[str, str, bool]]:
-    """PVC name -> (CSI driver, volume handle, read-only by mount option)."""
+def _claims(plan: dict[str, Any]) -> dict[str, tuple[str, str, bool, str]]:
+    """PVC name -> (CSI driver, volume handle, read-only by mount option, only-dir)."""
     pvs = {}
     for r in plan["resources"]:
         if r["type"] == "kubernetes:core/v1:PersistentVolume":
             spec = r["inputs"]["spec"]
             csi = spec.get("csi") or {}
+            options = spec.get("mountOptions") or []
+            only = next((o.split("=", 1)[1] for o in options if o.startswith("only-dir=")), "")
             pvs[r["inputs"]["metadata"]["name"]] = (csi.get("driver", ""), str(csi.get("volumeHandle", "")),
-                                                   "ro" in (spec.get("mountOptions") or []))
+                                                   "ro" in options, only)
     claims = {}
     for r in plan["resources"]:
         if r["type"] == "kubernetes:core/v1:PersistentVolumeClaim":
@@ -106,14 +109,14 @@ def _pod(role: str, label: str, template: dict, claims: dict) -> Pod:
     for m in container.get("volumeMounts") or []:
         v = volumes.get(m["name"], {})
         kind = next((k for k in v if k != "name"), "missing")
-        csi, ro = None, bool(m.get("readOnly"))
+        csi, ro, only = None, bool(m.get("readOnly")), ""
         if kind == "persistentVolumeClaim":
             claim = v["persistentVolumeClaim"]
             ro = ro or bool(claim.get("readOnly"))
             if claim.get("claimName") in claims:
-                driver, handle, ro_option = claims[claim["claimName"]]
+                driver, handle, ro_option, only = claims[claim["claimName"]]
                 csi, ro, kind = (driver, handle), ro or ro_option, "csi"
-        mounts.append(Mount(m["mountPath"], m["name"], kind, ro, csi))
+        mounts.append(Mount(m["mountPath"], m["name"], kind, ro, csi, only))
     env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
     return Pod(role, label, mounts, env)
 
