@@ -2,7 +2,10 @@
 
 The CPU pool's boot disk is shared by the image, the node's system, and the ephemeral storage of
 the staging Job and the Ray head (their containers' writable layers, emptyDirs and the GCS FUSE
-sidecars' buffers). Sized here from the pods' disk budgets so DiskPressure never evicts them.
+sidecars' buffers). Sized here from the pods' disk budgets so DiskPressure never evicts them. The
+size is kept as it was computed (a new size replaces the CPU pool); whether each pod fits the
+node's allocatable, with GKE's full system reservation, is checked by the plan (tools.node_fit,
+with the formulas below).
 """
 
 from __future__ import annotations

@@ -172,27 +172,39 @@ def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
     raise AssertionError(f"job {job_id} did not finish in {timeout}s")
 
 
-def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(tmp_path, env_path):
-    p = plan.build_plan("dev", *plan.read_stack_file(REPO / "Pulumi.dev.yaml"))
+def worker_shape(p: dict) -> tuple[int, int]:
+    """(GPU worker pods, GPUs each) as the stack renders them."""
+    rc = next(r for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")
+    group = rc["inputs"]["spec"]["workerGroupSpecs"][0]
+    per_pod = int(group["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+    return int(group["replicas"]), per_pod
+
+
+STACKS = [f.stem.split(".", 1)[1] for f in sorted(REPO.glob("Pulumi.*.yaml"))]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(stack, tmp_path, env_path):
+    p = plan.build_plan(stack, *plan.read_stack_file(REPO / f"Pulumi.{stack}.yaml"))
     run = Run(p, tmp_path)
     try:
-        gpus = next(int(r["inputs"]["expected_gpus"]) for r in p["resources"] if r["type"].endswith(":RayJob"))
-        worker = run.start(placement.WORKERS, gpus=gpus, cpus=2)
+        pods, gpus = worker_shape(p)
+        workers = [run.start(placement.WORKERS, gpus=gpus, cpus=2) for _ in range(pods)]
         job = submit(run, steps=6)
         paths = placement.processes(p, run.pods)
         ckpt_dir = next(u.path for proc in paths for u in proc.uses if u.what.startswith("checkpoint shards"))
         ckpt = run.host(placement.WORKERS, ckpt_dir)
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 900
         while not (ckpt / "steps.log").exists() or len((ckpt / "steps.log").read_text().split()) < 3:
             assert time.monotonic() < deadline, "the trainer never got to step 3"
             status = requests.get(f"{run.head.address}/api/jobs/{job}", timeout=30).json()["status"]
             assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
             time.sleep(1)
-        worker.stop()  # a spot preemption: the node and everything on it are gone
-        run.nodes.remove(worker)
+        workers[0].stop()  # a spot preemption: the node and everything on it are gone
+        run.nodes.remove(workers[0])
         time.sleep(5)
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
-        status, logs = wait_done(run, job)
+        status, logs = wait_done(run, job, timeout=1500)
         assert status == "SUCCEEDED", logs[-4000:]
         assert "recovery 1 of 2" in logs
         steps = [int(s) for s in (ckpt / "steps.log").read_text().split()]
@@ -204,6 +216,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(tmp_path, env_path)
         # verl's rotation in the second process forgot the first one's saves; the supervisor pruned them.
         assert sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) == \
             ["global_step_5", "global_step_6"]
+        assert len(list((ckpt / "global_step_6" / "actor").glob("model_world_size_*_rank_*.pt"))) == pods * gpus
         state = json.loads((ckpt / "verl-gke-run.json").read_text())  # on the bucket, not the head's disk
         assert state["attempts"]["1"]["outcome"] == "SUCCEEDED" and len(state["attempts"]["1"]["restarts"]) == 1
         merged = next(u.path for proc in paths for u in proc.uses if u.what.startswith("--merge-to"))
