@@ -14,6 +14,9 @@ an environment variable the stack registers. Where each process lands, and why:
 - verl's FSDP/vLLM workers on the GPU workers (GPU actors);
 - the model merge on one GPU worker: a Ray task asking for one GPU (supervise.py ON_WORKER);
 - the staging Job's container in its own pod.
+These placements are checked against real Ray (2.60 here) by tests/test_rehearsal.py: a head with
+num-cpus 0 and a worker node, each in its pod's mount namespace; the driver only finds the head's
+mounts, the TaskRunner and the merge only the workers'.
 
 Checks (each fails the plan): a path that must reach the bucket with no bucket mount in its pod; a
 path that must stay on the pod's disk served by a bucket mount; a written path on a read-only mount;
