@@ -249,10 +249,12 @@ ACCELERATORS: dict[str, Accelerator] = {
         daemon_memory_gib=16,
         nccl_installer=False,
         autopilot=False,  # no source for an Autopilot 2xL4 worker size: the smoke stack is Standard
-        # 100 GiB for the worker (/tmp, Ray spill, 2 x 16 GiB file caches) + the sidecar's 10 GiB + the
-        # node image and system pods (catalog.nodes: 30 + 20 GiB), with room for kubelet's eviction threshold.
+        # A 200 GB boot disk leaves ~94 GiB to pods (GKE's reservation and eviction threshold,
+        # catalog.nodes.boot_disk_allocatable_gib), less GKE's DaemonSets: the worker asks 64 GiB (/tmp,
+        # Ray spill, the datasets cache, one 16 GiB file cache: the checkpoint mount has none) + the
+        # sidecar's 10 GiB. Lowering the request keeps the pool: a bigger boot disk would replace it.
         boot_disk_gb=200,
-        worker_ephemeral_gib=100,
+        worker_ephemeral_gib=64,
     ),
 }
 
@@ -275,6 +277,7 @@ def nccl_env(acc: Accelerator) -> dict[str, str]:
     NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
     falling back to TCP sockets, which would train at a fraction of the speed. A machine without
     RDMA NICs gets none: NCCL's defaults (PCIe within the node, sockets between nodes) apply.
+    LD_LIBRARY_PATH is not here: it extends the image's value (stacks.grpo.library_path_env).
     """
     if not acc.rdma:
         return {}
@@ -291,6 +294,9 @@ def nccl_env(acc: Accelerator) -> dict[str, str]:
         "NCCL_IB_FIFO_TC": "84",
         "NCCL_TUNER_CONFIG_PATH": acc.nccl_tuner_file,
         "NCCL_DEBUG": "WARN",
-        "LD_LIBRARY_PATH": f"{NVIDIA_MOUNT}/lib64:{GIB_MOUNT}/lib64",
+        # NCCL's bootstrap and socket traffic on the pod network and the gVNIC, never an RDMA NIC: as
+        # Google's A4 recipes set it (AI-Hypercomputer/gpu-recipes @c2e6a21a training/a4/llama3-1-70b/
+        # nemo-pretraining-gke/16node-bf16-seq8192-gbs512-gcs/templates/workload-job.yaml).
+        "NCCL_SOCKET_IFNAME": "eth0,eth1",
         "GLOO_SOCKET_IFNAME": "eth0",
     }

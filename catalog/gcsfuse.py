@@ -7,6 +7,7 @@ GoogleCloudPlatform/gcs-fuse-csi-driver pkg/webhook (sidecar annotations; "0" = 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from catalog.gke import GCSFUSE_CSI_RELEASES, Floor
@@ -47,16 +48,53 @@ def reader_mount_options(cache_mib: int) -> tuple[str, ...]:
             "read_ahead_kb=1024")
 
 
-# Checkpoints: the checkpointing sample's options (samples/gke-csi-yaml/gpu/checkpointing-pv.yaml),
-# confined to the bucket's checkpoint folder (only-dir), with the cache bounded like the reader's.
+# Checkpoints: confined to the bucket's checkpoint folder (only-dir), written by every GPU worker and
+# read back by the trainer, the supervisor and the merge, each in another pod. A finite metadata TTL:
+# "if different clients access the same file ... these clients continue to read their cached
+# version ... until their individual TTL settings invalidate them" (Cloud Storage FUSE "Caching
+# overview", cloud.google.com/storage/docs/gcsfuse-cache, Considerations), and verl rewrites
+# latest_checkpointed_iteration.txt in place, so an infinite TTL can resume from an older step. No
+# file cache: each shard is read once (resume, merge) and a checkpoint (~393 GB for 32B) exceeds any
+# cache ("make sure the whole dataset fits in the cache capacity" to avoid thrashing, same page).
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_TTL_SECS = 5
 
 
-def checkpoint_mount_options(cache_mib: int) -> tuple[str, ...]:
-    return (f"only-dir={CHECKPOINT_DIR}", *_COMMON, "metadata-cache:ttl-secs:-1",
-            f"file-cache:max-size-mb:{cache_mib}", "file-cache:cache-file-for-range-read:true",
-            "file-cache:enable-parallel-downloads:true", "read_ahead_kb=1024",
-            "write:enable-streaming-writes:true")
+def checkpoint_mount_options() -> tuple[str, ...]:
+    """The GPU workers' checkpoint mount: streamed writes of the shards, no file cache."""
+    return (f"only-dir={CHECKPOINT_DIR}", *_COMMON, f"metadata-cache:ttl-secs:{CHECKPOINT_TTL_SECS}",
+            "file-cache:max-size-mb:0", "write:enable-streaming-writes:true")
+
+
+def head_checkpoint_mount_options() -> tuple[str, ...]:
+    """The head's checkpoint mount (the run supervisor: the tracker file, the recovery state, pruning):
+    the same folder and TTL, no file cache (the head's sidecar has 2 GiB of disk), no prefetch."""
+    return (f"only-dir={CHECKPOINT_DIR}", *_COMMON, f"metadata-cache:ttl-secs:{CHECKPOINT_TTL_SECS}",
+            "file-cache:max-size-mb:0")
+
+
+# The kubelet names a CSI volume "<driver>^<volumeHandle>" (kubernetes pkg/volume/csi/csi_plugin.go
+# GetVolumeName) and keeps one entry per name with one spec per pod (pkg/kubelet/volumemanager/cache/
+# desired_state_of_world.go AddPodToVolume @00661844: podsToMount[podName] is overwritten), so two
+# PVs of one pod with the same driver and handle collapse: one of them is never mounted and the pod
+# waits in ContainerCreating (the driver's e2e suite: "different PVs will be treated as the same
+# volume", test/e2e/testsuites/multivolume.go @5fcdc04a). The driver drops a `:suffix` from the
+# handle before it mounts (pkg/util/util.go ParseVolumeID, volumeIDRegEx `:.*$` @5fcdc04a), so
+# `<bucket>:<role>` is the same bucket under another volume name.
+HANDLE_SUFFIX = {"reader": "", "writer": "", "checkpoints": "ckpt", "head-checkpoints": "head-ckpt"}
+HANDLE_SUFFIX_FLOOR = Floor("1.33.0-gke.1932000", "GCS FUSE: one bucket mounted twice in a pod through distinct "
+                            "PersistentVolumes (volume handle <bucket>:<suffix>)", GCSFUSE_CSI_RELEASES)
+
+
+def volume_handle(bucket: str, role: str) -> str:
+    """The PV's csi.volumeHandle for a mount role: the bucket, with the role's suffix if it has one."""
+    suffix = HANDLE_SUFFIX[role]
+    return f"{bucket}:{suffix}" if suffix else bucket
+
+
+def bucket_of_handle(handle: str) -> str:
+    """What the driver mounts for a handle (its ParseVolumeID)."""
+    return re.sub(r":.*$", "", handle)
 
 
 # Kept for callers that want the tutorial's one-PV set (read + write, unbounded cache).
@@ -67,6 +105,7 @@ VOLUME_ATTRIBUTES = {
     "gcsfuseMetadataPrefetchOnMount": "true",
 }
 WRITER_VOLUME_ATTRIBUTES = {"skipCSIBucketAccessCheck": "true"}  # no prefetch: the writer changes the tree
+CHECKPOINT_VOLUME_ATTRIBUTES = {"skipCSIBucketAccessCheck": "true"}  # no prefetch: a finite TTL would drop it
 
 # --- the webhook's request/limit rule (gcs-fuse-csi-driver pkg/webhook/config.go populateResource,
 # prepareResourceList @5fcdc04a), modelled so tests see the sidecar the pod will really carry.
@@ -119,25 +158,28 @@ FEATURE_FLOORS: dict[str, tuple[Floor, ...]] = {
 }
 
 
-def mounts_in_use() -> list[tuple[tuple[str, ...], dict[str, str]]]:
-    """(mount options, volume attributes) of the three PVs the storage component creates; the cache
+def mounts_in_use() -> list[tuple[tuple[str, ...], dict[str, str], str]]:
+    """(mount options, volume attributes, role) of the PVs the storage component creates; the cache
     sizes do not change which features they turn on."""
-    return [(writer_mount_options(8), WRITER_VOLUME_ATTRIBUTES), (reader_mount_options(1024), VOLUME_ATTRIBUTES),
-            (checkpoint_mount_options(1024), VOLUME_ATTRIBUTES)]
+    return [(writer_mount_options(8), WRITER_VOLUME_ATTRIBUTES, "writer"),
+            (reader_mount_options(1024), VOLUME_ATTRIBUTES, "reader"),
+            (checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "checkpoints"),
+            (head_checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "head-checkpoints")]
 
 
 def gke_floors(mount_options: tuple[str, ...] | None = None,
-               volume_attributes: dict[str, str] | None = None) -> tuple[Floor, ...]:
-    """The floors of the features these options and attributes turn on ("false" turns nothing on);
-    without arguments, of every mount the stack creates."""
-    if mount_options is None and volume_attributes is None:
-        found = {f for options, attrs in mounts_in_use() for f in gke_floors(options, attrs)}
+               volume_attributes: dict[str, str] | None = None, role: str | None = None) -> tuple[Floor, ...]:
+    """The floors of the features these options and attributes turn on ("false" turns nothing on),
+    and of a suffixed volume handle for the role; without arguments, of every mount the stack creates."""
+    if mount_options is None and volume_attributes is None and role is None:
+        found = {f for options, attrs, r in mounts_in_use() for f in gke_floors(options, attrs, r)}
         return tuple(sorted(found, key=lambda f: f.version))
     attrs = volume_attributes or {}
     # Options are "key=value" (kernel) or "section:key:value" (gcsfuse config).
     pairs = [o.split("=", 1) if "=" in o else o.rsplit(":", 1) for o in mount_options or ()] + list(attrs.items())
     used = {key for key, value in pairs if value.lower() not in ("false", "0")}
-    return tuple(f for feature, floors in FEATURE_FLOORS.items() if feature in used for f in floors)
+    floors = tuple(f for feature, floors in FEATURE_FLOORS.items() if feature in used for f in floors)
+    return floors + ((HANDLE_SUFFIX_FLOOR,) if role and HANDLE_SUFFIX[role] else ())
 
 
 @dataclass(frozen=True)

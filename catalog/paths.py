@@ -14,6 +14,7 @@ MOUNT = "/data"  # the bucket's data (verl source, weights, datasets): writer PV
 # The bucket's `checkpoints/` folder, mounted on its own (catalog.gcsfuse.checkpoint_mount_options,
 # only-dir=checkpoints): checkpoints never pass through the data mounts and their caches.
 CHECKPOINT_MOUNT = "/checkpoints"
+DATASETS_CACHE = "/tmp/hf-datasets"
 # The staging lease object (created with ifGenerationMatch=0): one staging run per bucket at a time.
 STAGING_LEASE = ".verl-gke/staging.lease"
 # Written last into a staged folder; a folder without it is incomplete and is redone.
@@ -34,6 +35,9 @@ class BucketPaths:
     tensorboard_dir: str  # verl's TENSORBOARD_DIR (verl/utils/tracking.py; default: inside the pod's CWD)
     merged_dir: str  # the Hugging Face folder the last checkpoint is merged into
     scripts_dir: str  # our scripts the Ray job runs (the run supervisor), shipped by the staging Job
+    # HF datasets' Arrow cache (HF_DATASETS_CACHE): on the pod's own disk (the workers' /tmp emptyDir),
+    # never through GCS FUSE; verl's TaskRunner rebuilds it from the parquet files in seconds.
+    datasets_cache: str = DATASETS_CACHE
 
 
 def stack_segment(stack: str) -> str:
@@ -47,10 +51,13 @@ def stack_segment(stack: str) -> str:
 
 
 def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "gsm8k",
-                 model_revision: str = "main") -> BucketPaths:
+                 model_revision: str = "main", run: str = "") -> BucketPaths:
     """Paths for one stack. Every data folder is versioned (verl tag, model revision, the verl tag
     whose preprocessing script made the dataset): staging only ever writes a folder no completed
-    run has read, so a reader's infinite metadata TTL and file cache never see a file change."""
+    run has read, so a reader's infinite metadata TTL and file cache never see a file change.
+
+    `run` (stacks.grpo.run_key: what makes a checkpoint resumable) keys the checkpoints and the merged
+    model: `resume_mode=auto` resumes only the same run; a changed one starts in a folder of its own."""
     dataset_dir = posixpath.join(MOUNT, "datasets", dataset, verl_version)
     stack = stack_segment(stack)
     return BucketPaths(
@@ -62,10 +69,10 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
         hf_home=posixpath.join(MOUNT, "huggingface_cache"),
         # Per model too: `resume_mode=auto` must never load another model's checkpoint.
         # bucket object prefix checkpoints/<stack>/<model>/, as before the checkpoint mount existed.
-        checkpoint_dir=posixpath.join(CHECKPOINT_MOUNT, stack, model_id),
+        checkpoint_dir=posixpath.join(CHECKPOINT_MOUNT, stack, model_id, *([run] if run else [])),
         # Per stack and model like the checkpoints, so curves of different runs never mix.
         tensorboard_dir=posixpath.join(MOUNT, "tensorboard", stack, model_id),
-        merged_dir=posixpath.join(MOUNT, "merged", stack, model_id),
+        merged_dir=posixpath.join(MOUNT, "merged", stack, model_id, *([run] if run else [])),
         scripts_dir=posixpath.join(MOUNT, "scripts"),
     )
 

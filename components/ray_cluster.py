@@ -77,8 +77,9 @@ def shm_gib(acc: Accelerator, autopilot: bool = False) -> int:
 
 
 def worker_cache_gib(file_cache_gib: int) -> int:
-    """The worker's gke-gcsfuse-cache volume: the reader and checkpoint mounts' caches, each bounded."""
-    return 2 * file_cache_gib
+    """The worker's gke-gcsfuse-cache volume: the reader mount's bounded file cache (the checkpoint
+    mount has none: catalog.gcsfuse.checkpoint_mount_options)."""
+    return file_cache_gib
 
 
 def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
@@ -153,6 +154,9 @@ class RayClusterArgs:
     # cache: the head reads a few small files once).
     writer_pvc_name: pulumi.Input[str]
     checkpoint_pvc_name: pulumi.Input[str]  # TrainingStorage.checkpoint_pvc_name, at CHECKPOINT_MOUNT
+    # TrainingStorage.head_checkpoint_pvc_name: the run supervisor (the job's driver, on the head) reads
+    # the tracker file, keeps its recovery state and prunes there.
+    head_checkpoint_pvc_name: pulumi.Input[str]
     file_cache_gib: int = 16  # per reading mount (the storage PVs' file-cache:max-size-mb)
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
@@ -320,7 +324,11 @@ class RayCluster(pulumi.ComponentResource):
     @staticmethod
     def _common_env(args: RayClusterArgs) -> dict[str, str]:
         # Ray's worker processes inherit the raylet's environment: every actor imports verl from the bucket.
-        return {"PYTHONPATH": args.paths.verl_src, "HF_HOME": args.paths.hf_home}
+        return {"PYTHONPATH": args.paths.verl_src, "HF_HOME": args.paths.hf_home,
+                # No __pycache__ written through GCS FUSE next to verl's source by every process.
+                "PYTHONDONTWRITEBYTECODE": "1",
+                # The datasets library's Arrow cache on the pod's own disk, not through the bucket.
+                "HF_DATASETS_CACHE": args.paths.datasets_cache}
 
     def _head(self, args: RayClusterArgs) -> dict:
         pod_spec: dict = {
@@ -339,10 +347,14 @@ class RayCluster(pulumi.ComponentResource):
                 "volumeMounts": [
                     {"name": "ray-logs", "mountPath": "/tmp/ray"},
                     {"name": BUCKET_VOLUME, "mountPath": MOUNT, "readOnly": True},
+                    # The job's driver (the run supervisor) runs here (Ray's job manager places it on
+                    # the head: tools.placement): the tracker file, its recovery state, pruning.
+                    {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT},
                 ],
             }],
             "volumes": [{"name": "ray-logs", "emptyDir": {}},
-                        _bucket_volume(args.writer_pvc_name, read_only=True)],
+                        _bucket_volume(args.writer_pvc_name, read_only=True),
+                        _bucket_volume(args.head_checkpoint_pvc_name, CHECKPOINT_VOLUME)],
         }
         selector = head_node_selector(args.autopilot, args.cpu_pool_name)
         if selector:

@@ -1,9 +1,10 @@
 """TrainingStorage: the training bucket, the pods' identity on it, the token secrets, the GCS FUSE PVs/PVCs.
 
 The bucket holds verl's source, the model weights, the dataset and the checkpoints. It is mounted
-through three static GCS FUSE PersistentVolumes, one per kind of job (catalog.gcsfuse): a writer for
-staging (no cache, short TTL), a reader for training (long TTL, prefetch, bounded file cache) and one
-for checkpoints (`only-dir=checkpoints`, Google's checkpointing sample). Soft delete is off by
+through four static GCS FUSE PersistentVolumes, one per kind of mount (catalog.gcsfuse): a writer for
+staging (no cache, short TTL), a reader for training (long TTL, prefetch, bounded file cache), the
+GPU workers' checkpoints and the head's checkpoints (`only-dir=checkpoints`, short TTL, no file
+cache). A pod's two bucket PVs carry distinct volume handles (catalog.gcsfuse.volume_handle). Soft delete is off by
 default. Pods reach it as the Kubernetes service account, bound directly on the bucket with a
 Workload Identity principal (no Google service account); `catalog.gcsfuse.pod_annotations` gives
 what a pod mounting a PVC needs. Pass the cluster's Kubernetes provider in `opts`
@@ -22,12 +23,15 @@ import pulumi_random as random
 
 from catalog import naming
 from catalog.gcsfuse import (
+    CHECKPOINT_VOLUME_ATTRIBUTES,
     CSI_DRIVER,
     STAGING_PARALLEL_FILES,
     VOLUME_ATTRIBUTES,
     WRITER_VOLUME_ATTRIBUTES,
     checkpoint_mount_options,
+    head_checkpoint_mount_options,
     reader_mount_options,
+    volume_handle,
     writer_mount_options,
 )
 from components.stack_guard import BucketKeeper
@@ -66,8 +70,12 @@ class TrainingStorageArgs:
     pvc_name: str = "training-bucket-pvc"
     writer_pv_name: str = "training-bucket-writer-pv"
     writer_pvc_name: str = "training-bucket-writer-pvc"
-    checkpoint_pv_name: str = "training-bucket-ckpt-pv"
-    checkpoint_pvc_name: str = "training-bucket-ckpt-pvc"
+    # Named anew with the `<bucket>:ckpt` handle (a PV's source is immutable: the old one is replaced,
+    # and a new name lets the replacement be created before the old PV is deleted).
+    checkpoint_pv_name: str = "training-bucket-checkpoints-pv"
+    checkpoint_pvc_name: str = "training-bucket-checkpoints-pvc"
+    head_checkpoint_pv_name: str = "training-bucket-head-ckpt-pv"
+    head_checkpoint_pvc_name: str = "training-bucket-head-ckpt-pvc"
     file_cache_mib: int = 16 * 1024  # bound of each reading mount's file cache (per pod)
     staging_open_files: int = STAGING_PARALLEL_FILES + 4  # downloads + marker/temp files
     # Soft-deleted objects are billed for this many days (GCS default 7): 0 turns soft delete off,
@@ -90,7 +98,7 @@ class TrainingStorageArgs:
             "ksa_name": naming.dns_label(self.ksa_name),
             **{f: naming.dns_subdomain(getattr(self, f)) for f in (
                 "pv_name", "pvc_name", "writer_pv_name", "writer_pvc_name", "checkpoint_pv_name",
-                "checkpoint_pvc_name")},
+                "checkpoint_pvc_name", "head_checkpoint_pv_name", "head_checkpoint_pvc_name")},
             "soft_delete_days": naming.soft_delete_days(self.soft_delete_days),
             "file_cache_mib": None if isinstance(self.file_cache_mib, int) and self.file_cache_mib >= 1
             else "must be an integer >= 1",
@@ -122,6 +130,7 @@ class TrainingStorage(pulumi.ComponentResource):
     pvc_name: pulumi.Output[str]  # the reader claim; resolves once the claim exists (bound to its PV)
     writer_pvc_name: pulumi.Output[str]
     checkpoint_pvc_name: pulumi.Output[str]
+    head_checkpoint_pvc_name: pulumi.Output[str]
     hf_secret_name: pulumi.Output[str] | None
     hf_secret_key: str
     wandb_secret_name: pulumi.Output[str] | None
@@ -188,7 +197,7 @@ class TrainingStorage(pulumi.ComponentResource):
                                               args.wandb_secret_key, args.wandb_api_key, k8s_opts)
 
         def claim(role: str, pv_name: str, pvc_name: str, options: tuple[str, ...],
-                  attributes: dict[str, str]) -> pulumi.Output[str]:
+                  attributes: dict[str, str], handle_role: str) -> pulumi.Output[str]:
             pv = k8s.core.v1.PersistentVolume(
                 f"{name}-{role}",
                 metadata={"name": pv_name},
@@ -202,7 +211,10 @@ class TrainingStorage(pulumi.ComponentResource):
                     claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=self.namespace, name=pvc_name),
                     mount_options=list(options),
                     csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
-                        driver=CSI_DRIVER, volume_handle=self.bucket.name, volume_attributes=dict(attributes)),
+                        driver=CSI_DRIVER,
+                        # Distinct per mount role: a pod's two PVs on one bucket must not share a handle.
+                        volume_handle=self.bucket.name.apply(lambda b: volume_handle(b, handle_role)),
+                        volume_attributes=dict(attributes)),
                 ),
                 opts=k8s_opts)
             pvc = k8s.core.v1.PersistentVolumeClaim(
@@ -220,15 +232,20 @@ class TrainingStorage(pulumi.ComponentResource):
 
         # "pv"/"pvc" keep the reader's URNs from before the split.
         self.pvc_name = claim("pv", args.pv_name, args.pvc_name, reader_mount_options(args.file_cache_mib),
-                              VOLUME_ATTRIBUTES)
+                              VOLUME_ATTRIBUTES, "reader")
         self.writer_pvc_name = claim("writer-pv", args.writer_pv_name, args.writer_pvc_name,
-                                     writer_mount_options(args.staging_open_files), WRITER_VOLUME_ATTRIBUTES)
+                                     writer_mount_options(args.staging_open_files), WRITER_VOLUME_ATTRIBUTES,
+                                     "writer")
         self.checkpoint_pvc_name = claim("ckpt-pv", args.checkpoint_pv_name, args.checkpoint_pvc_name,
-                                         checkpoint_mount_options(args.file_cache_mib), VOLUME_ATTRIBUTES)
+                                         checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "checkpoints")
+        self.head_checkpoint_pvc_name = claim(
+            "head-ckpt-pv", args.head_checkpoint_pv_name, args.head_checkpoint_pvc_name,
+            head_checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "head-checkpoints")
         self.register_outputs({
             "bucket_name": self.bucket_name, "namespace": self.namespace, "ksa_name": self.ksa_name,
             "pvc_name": self.pvc_name, "writer_pvc_name": self.writer_pvc_name,
-            "checkpoint_pvc_name": self.checkpoint_pvc_name, "hf_secret_name": self.hf_secret_name,
+            "checkpoint_pvc_name": self.checkpoint_pvc_name,
+            "head_checkpoint_pvc_name": self.head_checkpoint_pvc_name, "hf_secret_name": self.hf_secret_name,
             "wandb_secret_name": self.wandb_secret_name,
         })
 

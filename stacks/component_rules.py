@@ -33,6 +33,7 @@ from components.network import AttachedNic, ClusterNetwork
 from components.ray_cluster import RayClusterArgs
 from components.run_supervisor import script_path, script_text
 from components.storage import TrainingStorageArgs
+from stacks import checkpoints
 from stacks.keys import full
 
 STANDIN = "standin-name"  # an Output's stand-in: a valid DNS label, never a config value
@@ -48,9 +49,18 @@ class Derived:
     image: str  # what the pods pull: through the regional mirror when imageMirror is on (ImageMirror.image)
 
 
+def run_paths(cfg) -> BucketPaths:
+    """The stack's bucket paths, checkpoints and merged model keyed by the run (stacks.checkpoints)."""
+    base = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    identity = checkpoints.run_identity(cfg.grpo, model=cfg.model, nnodes=cfg.gpu_nodes,
+                                        gpus_per_node=cfg.accelerator.gpus_per_node,
+                                        dataset=checkpoints.dataset_identity(cfg.task, base.dataset_dir))
+    return bucket_paths(cfg.stack, cfg.model, cfg.verl_version, run=checkpoints.run_key(identity))
+
+
 def derive(cfg) -> Derived:
     """Bucket paths, the staging disk budget (largest weight file) and the readers' cache (weights)."""
-    return Derived(paths=bucket_paths(cfg.stack, cfg.model, cfg.verl_version),
+    return Derived(paths=run_paths(cfg),
                    staging=staging_disk_budget(largest_file_gib(cfg.model)),
                    cache_gib=file_cache_gib(weights_gib(cfg.model)),
                    image=images.mirrored(cfg.image, cfg.region, cfg.project, cfg.name("dockerhub"))
@@ -108,6 +118,7 @@ def problems(cfg) -> list[str]:
         autopilot=cl.autopilot, image=d.image, ray_version=cfg.ray_version, service_account=cfg.name("ray"),
         pvc_name=STANDIN, network_annotations=interface_annotations(additional_nics(acc.rdma_nics))
         if acc.rdma else {}, paths=d.paths, writer_pvc_name=STANDIN, checkpoint_pvc_name=STANDIN,
+        head_checkpoint_pvc_name=STANDIN,
         file_cache_gib=d.cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else STANDIN,
         gpu_pool_name=None if cl.autopilot else STANDIN, zone=cfg.zone if cl.autopilot else None,
         ready_timeout_s=cfg.job.ready_timeout_s, head_cpu=cl.head_cpu, head_memory_gib=cl.head_memory_gib,

@@ -43,7 +43,7 @@ from components.task_files import (
     TaskUpload,
     grant_name,
 )
-from stacks import component_rules, config, cost, dataset, grpo, keys, preflight, quotas, singletons
+from stacks import checkpoints, component_rules, config, cost, dataset, grpo, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
@@ -158,6 +158,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         service_account=storage.ksa_name, pvc_name=storage.pvc_name,
         network_annotations=mapping.pod_annotations if mapping else {},
         paths=paths, writer_pvc_name=storage.writer_pvc_name, checkpoint_pvc_name=storage.checkpoint_pvc_name,
+        head_checkpoint_pvc_name=storage.head_checkpoint_pvc_name,
         file_cache_gib=cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
         gpu_pool_name=cluster.gpu_pool_name, zone=cfg.zone if cl.autopilot else None,
         # One budget for "the cluster is up": pulumi-kubernetes waits this long for the head, the
@@ -313,7 +314,7 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
               ray: RayCluster, prep: DataPrep, task_files: TaskFiles | None = None) -> dict[str, Any]:
     acc = cfg.accelerator
     overrides = grpo.overrides(cfg.grpo, stack=cfg.stack, nnodes=cfg.gpu_nodes, gpus_per_node=acc.gpus_per_node,
-                               paths=paths, task=cfg.task)
+                               paths=paths, task=cfg.task, nccl_timeout=checkpoints.nccl_timeout_for(cfg))
     release = None
     # The cluster component too: on destroy the job is stopped before any node pool goes.
     depends: list[pulumi.Resource] = [ray, prep, cluster, *([task_files] if task_files else [])]
@@ -324,7 +325,8 @@ def _grpo_job(cfg: StackConfig, paths: BucketPaths, cluster: GkeCluster, storage
         release = (ray.name, WORKER_GROUP)
     entrypoint = grpo.supervised(
         grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
-        expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release)
+        expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
+        keep=cfg.grpo.max_checkpoints_to_keep)
     runtime_env = grpo.runtime_env(acc, paths)
     logs_command = cloud_logging_command(cfg, cluster.name, storage.namespace, ray.name)
     job = RayJob("grpo", RayJobArgs(

@@ -125,6 +125,7 @@ _FIXED = {
 }
 # Derived from the stack (paths, cluster shape, names) or from another setting.
 _DERIVED = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "trainer.default_local_dir",
+            "actor_rollout_ref.nccl_timeout",
             "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.project_name", "trainer.experiment_name",
             "actor_rollout_ref.actor.use_kl_loss")
 # The stack's own task (stacks.dataset.TaskSpec): set through its config keys, never as an extra override.
@@ -405,6 +406,10 @@ def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, ac
             f"{_field_key('train_batch_size')} or {_field_key('rollout_n')}, or add {_key('gpuNodes')}"]
 
 
+def parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    return _parse_extras(extra)
+
+
 def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     """Extra overrides as {key: value}, plus problems: malformed, a credential, or a key the recipe owns."""
     owned = {**{k: f"set {_field_key(f)} instead" for k, f in _FROM_SETTINGS.items()},
@@ -446,8 +451,12 @@ def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[st
     return value
 
 
+NCCL_TIMEOUT_S = 600  # verl v0.6.1 trainer/config/ppo_trainer.yaml actor_rollout_ref.nccl_timeout
+
+
 def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
-           paths: BucketPaths, task: TaskSpec | None = None) -> dict[str, object]:
+           paths: BucketPaths, task: TaskSpec | None = None,
+           nccl_timeout: int = NCCL_TIMEOUT_S) -> dict[str, object]:
     """verl config key -> typed value, before Hydra formatting (tests compare it with the composed config).
     `task`: the stack's own files (None: GSM8K as staged), read by every pod from the bucket mount."""
     values: dict[str, object] = {
@@ -464,6 +473,8 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         "trainer.n_gpus_per_node": gpus_per_node,
         "trainer.project_name": keys.PROJECT,
         "trainer.experiment_name": stack,
+        # The barrier after each save runs under it: sized for the save (stacks.checkpoints).
+        "actor_rollout_ref.nccl_timeout": nccl_timeout,
         # The ref worker follows actor.strategy (ref.strategy interpolates it); GRPO runs no critic.
         **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},
     }
@@ -482,9 +493,10 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
 
 
 def overrides(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
-              paths: BucketPaths, task: TaskSpec | None = None) -> list[str]:
+              paths: BucketPaths, task: TaskSpec | None = None, nccl_timeout: int = NCCL_TIMEOUT_S) -> list[str]:
     """verl Hydra overrides for the stack's GRPO run; the extra overrides come last."""
-    values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths, task=task)
+    values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths, task=task,
+                    nccl_timeout=nccl_timeout)
     return [f"{k}={_hydra(v)}" for k, v in values.items()] + [o.strip() for o in g.extra_overrides]
 
 
@@ -512,8 +524,11 @@ def entrypoint(overrides: list[str]) -> str:
     return " ".join(["python3", "-m", ENTRY_MODULE, *(shlex.quote(o) for o in overrides)])
 
 
+MERGE_TIMEOUT_S = 3600  # the merge (~5-10 min for 32B) on one GPU node; past this the GPUs are released
+
+
 def supervised(trainer: str, *, script: str, state: str, paths: BucketPaths, expected_gpus: int,
-               merge: bool, release: tuple[str, str] | None) -> str:
+               merge: bool, release: tuple[str, str] | None, keep: int = 0) -> str:
     """The Ray job's entrypoint: the run supervisor (components/scripts/supervise.py) around the trainer.
 
     It restarts the trainer after a lost GPU node (verl resumes: trainer.resume_mode=auto), merges the
@@ -523,8 +538,10 @@ def supervised(trainer: str, *, script: str, state: str, paths: BucketPaths, exp
     """
     args = ["python3", script, "--state", state, "--expected-gpus", str(expected_gpus),
             "--checkpoint-dir", paths.checkpoint_dir]
+    if keep:  # verl's rotation forgets what an earlier process saved: the supervisor prunes to the limit
+        args += ["--keep", str(keep)]
     if merge:
-        args += ["--merge-to", paths.merged_dir, "--merge-on-worker"]
+        args += ["--merge-to", paths.merged_dir, "--merge-on-worker", "--merge-timeout-s", str(MERGE_TIMEOUT_S)]
     if release:
         args += ["--release-raycluster", release[0], "--release-group", release[1]]
     return " ".join(shlex.quote(a) for a in args) + " -- " + trainer
@@ -539,14 +556,29 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
     """
     env = {
         **nccl_env(acc),
+        **library_path_env(acc),
         "HF_HOME": paths.hf_home,
+        # The datasets library's Arrow cache on the pod's disk: the TaskRunner would write it through
+        # GCS FUSE under HF_HOME otherwise.
+        "HF_DATASETS_CACHE": paths.datasets_cache,
         "PYTHONPATH": paths.verl_src,
+        # verl's source is on the bucket: no __pycache__ written there by every process.
+        "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         # verl's tensorboard logger writes here (verl/utils/tracking.py); unset it would write
         # inside the pod's working directory and vanish with the pod.
         "TENSORBOARD_DIR": paths.tensorboard_dir,
     }
     return {"env_vars": env}
+
+
+def library_path_env(acc: Accelerator) -> dict[str, str]:
+    """LD_LIBRARY_PATH extended, never replaced: the image's own entries (NGC images: cuda/compat,
+    torch/lib) stay. Ray expands `${VAR}` in runtime-env variables from the node's environment
+    (Ray docs, runtime_env env_vars: "reference existing environment variables using ${ENV_VAR} to
+    achieve the appending behavior"); a pod's env could only replace the image's value."""
+    dirs = [d.mount_path + "/lib64" for d in acc.host_dirs]
+    return {"LD_LIBRARY_PATH": ":".join([*dirs, "${LD_LIBRARY_PATH}"])} if dirs else {}
 
 
 def submission_id(stack: str, entrypoint: str, runtime_env: dict[str, Any], expected_gpus: int) -> str:

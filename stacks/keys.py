@@ -129,7 +129,8 @@ KEYS: tuple[Key, ...] = (
     Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step)."),
     Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt)."),
     Key("grpoMaxPromptLength", "integer", 512, "data.max_prompt_length (tokens)."),
-    Key("grpoMaxResponseLength", "integer", 512, "data.max_response_length (tokens)."),
+    Key("grpoMaxResponseLength", "integer", 1024,
+        "data.max_response_length (tokens); verl v0.6.1 examples/grpo_trainer use 1024 for GSM8K."),
     Key("grpoLearningRate", "string", "1e-6", "actor_rollout_ref.actor.optim.lr."),
     Key("grpoPpoMiniBatchSize", "integer", 0,
         "actor_rollout_ref.actor.ppo_mini_batch_size; 0 = a quarter of the train batch (4 updates per step)."),
@@ -149,7 +150,8 @@ KEYS: tuple[Key, ...] = (
     Key("grpoTotalEpochs", "integer", 2, "trainer.total_epochs."),
     Key("grpoTotalTrainingSteps", "integer", 0,
         "trainer.total_training_steps: stop after this many steps (0 = run every epoch)."),
-    Key("grpoSaveFreq", "integer", 10, "trainer.save_freq (steps between checkpoints)."),
+    Key("grpoSaveFreq", "integer", 30, "trainer.save_freq (steps between checkpoints; the plan shows the "
+        "save time, kept under 10 % of the run)."),
     Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations)."),
     Key("grpoValBeforeTrain", "boolean", True, "trainer.val_before_train (a baseline score at step 0)."),
     # tensorboard: verl 0.6.1 requires it (its package metadata), so the image has it; see TENSORBOARD_DIR.

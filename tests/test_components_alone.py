@@ -57,7 +57,7 @@ BUILDERS: dict[str, tuple[str, Callable[[], object]]] = {
     "RayCluster": ("verl-gke:ray_cluster:RayCluster", lambda: RayCluster("ray", RayClusterArgs(
         name="alone-ray", namespace="alone", accelerator=B200, gpu_nodes=1, autopilot=True, zone="us-central1-b",
         image="verlai/verl:vllm011.latest", ray_version="2.49.2", service_account="ksa", pvc_name="pvc",
-        writer_pvc_name="writer-pvc", checkpoint_pvc_name="ckpt-pvc",
+        writer_pvc_name="writer-pvc", checkpoint_pvc_name="ckpt-pvc", head_checkpoint_pvc_name="head-ckpt-pvc",
         network_annotations=nics.interface_annotations(nics.additional_nics(B200.rdma_nics)), paths=PATHS))),
     "RayJob": ("pulumi-python:dynamic/verl-gke:RayJob", lambda: RayJob("job", RayJobArgs(
         submission_id="alone-1", entrypoint="echo hi", expected_gpus=0, address="http://127.0.0.1:8265"))),

@@ -77,7 +77,7 @@ def test_every_floor_names_its_source():
 
 def test_gcsfuse_floors_follow_the_options_in_use():
     assert {f.version for f in gcsfuse.gke_floors()} == {
-        e["version"] for e in DOC["floors"] if set(e["applies"]) & {"mountOption", "volumeAttribute"}}
+        e["version"] for e in DOC["floors"] if set(e["applies"]) & {"mountOption", "volumeAttribute", "volumeHandle"}}
     off = gcsfuse.gke_floors(("write:enable-streaming-writes:false",), {"gcsfuseMetadataPrefetchOnMount": "false"})
     assert off == ()
 

@@ -104,3 +104,25 @@ def test_a_stopped_run_releases_the_gpus_too(head, tmp_path):
         wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
         state = json.loads((ckpt / "verl-gke-run.json").read_text())
         assert state["attempts"]["1"]["outcome"] == "STOPPED"
+
+
+def test_the_merge_runs_on_one_node_after_the_others_are_released(head, tmp_path):
+    """Issue 22: after training, every GPU node but one is released before the merge, which runs there."""
+    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=2, gpus_per_worker=GPUS) as kube:
+        wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
+        sa = service_account_dir(tmp_path, kube)
+        py, ckpt = sys.executable, tmp_path / "ckpt"
+        merger = SUPERVISE.parent.parent.parent / "tests" / "standins" / "merge.py"
+        cmd = (f"{py} {SUPERVISE} --run-id run-m --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
+               f"--expected-gpus {2 * GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} --settle-s 120 "
+               f"--merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
+               f"--merge-cmd '{py} {merger} merge --backend fsdp' "
+               f"--release-raycluster rc3 --release-group {GROUP} --k8s-api https://{kube.endpoint} "
+               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 2 --step-s 0.2")
+        job = submit(head, cmd)
+        assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900) == "SUCCEEDED", \
+            logs(head, job)[-3000:]
+        text = logs(head, job)
+        assert text.index("scaled to 1") < text.index("merging") < text.index("scaled to 0")
+        assert [p[-1]["value"] for p in kube.patches] == [1, 0]
+        assert (tmp_path / "merged" / ".verl-gke-merged.json").exists()

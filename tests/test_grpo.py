@@ -125,9 +125,9 @@ BAD = {
                                   "grpoExtraOverrides", "set verl-gke:grpoUseRemovePadding instead"),
     # verl's seqlen_balancing needs every sequence (512 + 512 tokens) to fit one micro-batch.
     "token-budget-below-sequence": ({"ppo_max_token_len_per_gpu": 1000}, 2, MODEL, "grpoPpoMaxTokenLenPerGpu",
-                                    "must hold one whole sequence: >= prompt + response = 1024"),
+                                    "must hold one whole sequence: >= prompt + response = 1536"),
     "log-prob-budget-below-sequence": ({"log_prob_max_token_len_per_gpu": 512}, 2, MODEL,
-                                       "grpoLogProbMaxTokenLenPerGpu", ">= prompt + response = 1024"),
+                                       "grpoLogProbMaxTokenLenPerGpu", ">= prompt + response = 1536"),
     "keep-no-checkpoint": ({"max_checkpoints_to_keep": 0}, 2, MODEL, "grpoMaxCheckpointsToKeep", ">= 1"),
     "extra-not-an-int": (extra(ROLLOUT + "max_num_batched_tokens=lots"), 2, MODEL, "grpoExtraOverrides",
                          "must be an integer"),
@@ -208,7 +208,7 @@ def test_overrides_fix_the_tutorial(defaults):
     assert ov["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
     assert ov["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "4"
     assert ov["actor_rollout_ref.actor.strategy"] == "fsdp2"
-    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("10", "10", "2")
+    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("30", "10", "2")
     assert ov["trainer.max_actor_ckpt_to_keep"] == "2"
 
 
@@ -219,7 +219,7 @@ def test_overrides_apply_verls_throughput_settings(defaults):
     for key in ("actor.use_dynamic_bsz", "rollout.log_prob_use_dynamic_bsz", "ref.log_prob_use_dynamic_bsz"):
         assert ov["actor_rollout_ref." + key] == "true", key
     train = int(ov["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"])
-    seq = 512 + 512
+    seq = 512 + 1024  # max_response_length 1024: verl v0.6.1 examples/grpo_trainer for GSM8K
     assert train >= 2 * seq and train % seq == 0 and 16384 <= train <= 32768  # perf_tuning.rst, issue #13
     for key in ("rollout", "ref"):
         assert train <= int(ov[f"actor_rollout_ref.{key}.log_prob_max_token_len_per_gpu"]) <= 2 * train

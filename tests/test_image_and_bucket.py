@@ -65,3 +65,27 @@ def test_bad_soft_delete_retention_names_the_key(days):
         config.load(raw, "test")
     assert "verl-gke:bucketSoftDeleteDays" in str(err.value)
     assert ("7..90" if days != 91 else "at most 90") in str(err.value)
+
+
+def test_the_default_image_is_a_fixed_tag_whose_versions_meet_verls_pins():
+    """Issue 22: no floating tag; the image's vLLM and the Ray version we declare meet verl v0.6.1's pins,
+    read from the installed verl package's own metadata (requirements-verl-test.txt), and vLLM 0.11's
+    Ray floor."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    from catalog import versions
+
+    assert not versions.VERL_IMAGE.endswith((":latest", ".latest")) and ":" in versions.VERL_IMAGE
+    try:
+        requires = [Requirement(r) for r in importlib.metadata.requires("verl") or []]
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("verl is not installed: pip install --no-deps -r requirements-verl-test.txt")
+    ray = next(r for r in requires if r.name == "ray")
+    vllm = next(r for r in requires if r.name == "vllm")
+    assert ray.specifier.contains(versions.RAY_VERSION), (ray, versions.RAY_VERSION)
+    assert vllm.specifier.contains(versions.VERL_IMAGE_VLLM), (vllm, versions.VERL_IMAGE_VLLM)
+    assert versions.VERL_IMAGE_VLLM.replace(".", "").startswith(versions.VERL_IMAGE.split(":vllm")[1][:3])
+    from packaging.version import Version
+    assert Version(versions.RAY_VERSION) >= Version(versions.RAY_FLOOR_FOR_VLLM)

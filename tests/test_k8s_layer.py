@@ -49,7 +49,8 @@ ZONE = "us-central1-b"
 ALL_MODES = [(acc, autopilot) for acc in ("b200", "h200") for autopilot in (True, False)]
 MODE_IDS = [f"{acc}-{'autopilot' if ap else 'standard'}" for acc, ap in ALL_MODES]
 # PYTHONPATH and HF_HOME spelled out here on purpose: catalog/paths.py must put them there.
-BASE_ENV = {"PYTHONPATH": f"{MOUNT}/verl/{VERL}", "HF_HOME": f"{MOUNT}/huggingface_cache"}
+BASE_ENV = {"PYTHONPATH": f"{MOUNT}/verl/{VERL}", "HF_HOME": f"{MOUNT}/huggingface_cache",
+            "PYTHONDONTWRITEBYTECODE": "1", "HF_DATASETS_CACHE": "/tmp/hf-datasets"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def program(case: Case) -> None:
         image="verlai/verl:vllm011.latest", ray_version="2.49.2", service_account=store.ksa_name,
         pvc_name=store.pvc_name, network_annotations=mapping.pod_annotations,
         paths=bucket_paths(case.stack, MODEL, VERL), writer_pvc_name=store.writer_pvc_name,
-        checkpoint_pvc_name=store.checkpoint_pvc_name,
+        checkpoint_pvc_name=store.checkpoint_pvc_name, head_checkpoint_pvc_name=store.head_checkpoint_pvc_name,
     ), opts=pulumi.ResourceOptions(provider=provider, depends_on=[mapping, store, installer]))
     pulumi.export("network_names", mapping.network_names)
     pulumi.export("pod_annotations", mapping.pod_annotations)
@@ -252,7 +253,7 @@ def pv_by_name(r) -> dict[str, dict]:
 def test_pvs_and_pvcs_are_bound_to_each_other():
     r = run(Case())
     pvs, pvcs = pv_by_name(r), {x.inputs["metadata"]["name"]: x.inputs for x in r.of_type(PVC)}
-    assert len(pvs) == len(pvcs) == 3  # reader, writer, checkpoints
+    assert len(pvs) == len(pvcs) == 4  # reader, writer, the workers' and the head's checkpoints
     for pv in pvs.values():
         pvc = pvcs[pv["spec"]["claimRef"]["name"]]
         assert pv["spec"]["claimRef"] == {"namespace": NAMESPACE, "name": pvc["metadata"]["name"]}
@@ -263,7 +264,13 @@ def test_pvs_and_pvcs_are_bound_to_each_other():
         assert pv["spec"]["capacity"]["storage"] == pvc["spec"]["resources"]["requests"]["storage"]
         assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
         assert pv["spec"]["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
-        assert pv["spec"]["csi"]["volumeHandle"] == r.outputs["bucket_name"]
+        # The driver mounts the bucket before any `:suffix` (gcs-fuse-csi-driver util.ParseVolumeID).
+        assert gcsfuse.bucket_of_handle(pv["spec"]["csi"]["volumeHandle"]) == r.outputs["bucket_name"]
+    handles = {name: pv["spec"]["csi"]["volumeHandle"] for name, pv in pvs.items()}
+    bucket = r.outputs["bucket_name"]
+    assert handles == {"training-bucket-pv": bucket, "training-bucket-writer-pv": bucket,
+                       "training-bucket-checkpoints-pv": f"{bucket}:ckpt",
+                       "training-bucket-head-ckpt-pv": f"{bucket}:head-ckpt"}
     assert r.outputs["pvc_name"] == pvs["training-bucket-pv"]["spec"]["claimRef"]["name"]
 
 
@@ -277,8 +284,7 @@ def option_key(option: str) -> str:
     return option.rsplit(":", 1)[0] if ":" in option else option.split("=", 1)[0]
 
 
-@pytest.mark.parametrize("pv_name,sample", [("training-bucket-pv", "serving"),
-                                            ("training-bucket-ckpt-pv", "checkpointing")])
+@pytest.mark.parametrize("pv_name,sample", [("training-bucket-pv", "serving")])
 def test_reading_mounts_are_googles_samples_with_a_bounded_cache(pv_name, sample):
     pv = pv_by_name(run(Case()))[pv_name]
     ours, theirs = pv["spec"]["mountOptions"], SAMPLES[sample]
@@ -291,9 +297,17 @@ def test_reading_mounts_are_googles_samples_with_a_bounded_cache(pv_name, sample
     assert pv["spec"]["csi"]["volumeAttributes"] == theirs["volumeAttributes"]
 
 
-def test_checkpoint_mount_sees_only_the_checkpoint_folder():
-    options = pv_by_name(run(Case()))["training-bucket-ckpt-pv"]["spec"]["mountOptions"]
+@pytest.mark.parametrize("pv_name", ["training-bucket-checkpoints-pv", "training-bucket-head-ckpt-pv"])
+def test_checkpoint_mounts_see_only_the_checkpoint_folder_with_a_finite_ttl_and_no_file_cache(pv_name):
+    pv = pv_by_name(run(Case()))[pv_name]
+    options = pv["spec"]["mountOptions"]
     assert "only-dir=checkpoints" in options
+    # verl rewrites latest_checkpointed_iteration.txt in place, read by other pods: never cached forever.
+    (ttl,) = [int(o.rsplit(":", 1)[1]) for o in options if option_key(o) == "metadata-cache:ttl-secs"]
+    assert 0 <= ttl <= 60
+    assert "file-cache:max-size-mb:0" in options
+    assert not any(o.startswith(("file-cache:enable-parallel", "file-cache:cache-file")) for o in options)
+    assert "gcsfuseMetadataPrefetchOnMount" not in pv["spec"]["csi"]["volumeAttributes"]
 
 
 def test_writer_mount_has_no_cache_no_prefetch_and_a_short_ttl():
@@ -422,7 +436,7 @@ def test_worker_env_volumes_and_tolerations(acc, autopilot):
     assert mounts["training-bucket"]["mountPath"] == MOUNT
     assert volumes["training-bucket"]["persistentVolumeClaim"] == {"claimName": "training-bucket-pvc"}
     assert mounts["checkpoints"]["mountPath"] == CHECKPOINT_MOUNT
-    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "training-bucket-ckpt-pvc"}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "training-bucket-checkpoints-pvc"}
     assert "sizeLimit" in volumes[gcsfuse.CACHE_VOLUME]["emptyDir"]
     host = {n: v["hostPath"]["path"] for n, v in volumes.items() if "hostPath" in v}
     # Both modes: NCCL_NET_PLUGIN lives in the gIB dir (issue 10 item 1).
@@ -435,6 +449,11 @@ def test_worker_env_volumes_and_tolerations(acc, autopilot):
     # The head reads verl's source through the writer PV, read-only: no file cache on the head.
     (bucket,) = [v for v in head["volumes"] if v["name"] == "training-bucket"]
     assert bucket["persistentVolumeClaim"] == {"claimName": "training-bucket-writer-pvc", "readOnly": True}
+    # The job's driver (the run supervisor) runs on the head: the checkpoints, writable, on a PV of its own.
+    (ckpt,) = [v for v in head["volumes"] if v["name"] == "checkpoints"]
+    assert ckpt["persistentVolumeClaim"] == {"claimName": "training-bucket-head-ckpt-pvc"}
+    (mount,) = [m for m in head["containers"][0]["volumeMounts"] if m["name"] == "checkpoints"]
+    assert mount["mountPath"] == "/checkpoints" and not mount.get("readOnly")
 
 
 SELECTOR_CASES = [
@@ -492,8 +511,8 @@ def test_every_kubernetes_object_uses_the_explicit_provider():
     r = run(Case())
     (provider,) = r.of_type(K8S_PROVIDER)
     objects = [x for x in r.resources if x.custom and x.type.startswith("kubernetes:")]
-    # 9 param sets, 9 networks; namespace, KSA, secret, 3 PVs, 3 PVCs; the RayCluster; the installer stand-in.
-    assert len(objects) == 9 + 9 + 3 + 6 + 1 + 1
+    # 9 param sets, 9 networks; namespace, KSA, secret, 4 PVs, 4 PVCs; the RayCluster; the installer stand-in.
+    assert len(objects) == 9 + 9 + 3 + 8 + 1 + 1
     for obj in objects:
         assert obj.provider.startswith(provider.urn + "::"), f"{obj.type} {obj.name}: {obj.provider!r}"
 
@@ -522,7 +541,7 @@ def _ray_args(**changes: Any) -> rc.RayClusterArgs:
         ray_version="2.49.2", service_account=KSA, pvc_name="training-bucket-pvc",
         network_annotations=nics.interface_annotations(nics.additional_nics(8)),
         paths=bucket_paths("h200", MODEL, VERL), writer_pvc_name="training-bucket-writer-pvc",
-        checkpoint_pvc_name="training-bucket-ckpt-pvc",
+        checkpoint_pvc_name="training-bucket-checkpoints-pvc", head_checkpoint_pvc_name="training-bucket-head-ckpt-pvc",
         cpu_pool_name="cpu-pool", gpu_pool_name="gpu-pool")
     values.update(changes)
     return rc.RayClusterArgs(**values)

@@ -27,7 +27,7 @@ KEPT = ("gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp
 JOB = "pulumi-python:dynamic/verl-gke:RayJob"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 # The job inputs whose change this release announces in README.md's "Upgrading a live stack to this version".
-ANNOUNCED_JOB_REPLACES = {"entrypoint", "submission_id"}
+ANNOUNCED_JOB_REPLACES = {"entrypoint", "submission_id", "runtime_env"}
 
 
 @functools.cache

@@ -67,8 +67,9 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
         "the sample's fixed 220 CPU / 2800Gi does not fit a3-ultragpu-8g (2952 GB = 2749 GiB); ours is the "
         "node's allocatable minus GKE's DaemonSets and the GCS FUSE sidecar (catalog.accelerators)",
     ("autopilot", "worker.env.LD_LIBRARY_PATH", None):
-        "adds /usr/local/gib/lib64, the gIB plugin's libraries, as the apt-installed variant of Google's verl "
-        "Autopilot sample does (@50ec13c9); NCCL_NET_PLUGIN names the plugin by absolute path anyway",
+        "not in the pod's env, which would replace the image's own entries (cuda/compat, torch/lib): the Ray "
+        "runtime env extends it instead, /usr/local/nvidia/lib64:/usr/local/gib/lib64:${LD_LIBRARY_PATH} "
+        "(stacks.grpo.library_path_env; the gIB libraries as Google's verl Autopilot sample adds them, @50ec13c9)",
     ("autopilot", "worker.node_selector.cloud.google.com/gke-accelerator-count", None):
         "Autopilot's documented GPU count selector: pins the 8-GPU machine shape the RDMA NICs belong to",
     ("autopilot", "worker.node_selector.topology.kubernetes.io/zone", None):
@@ -193,6 +194,7 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
                           for m in container["volumeMounts"] if m["name"] in host_vols},
         "worker.host_path_type": sorted({h.get("type") for h in host_vols.values()} - {None}) or None,
         "worker.env.LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH"),
+        "worker.env.NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME"),
         "worker.requests": container["resources"]["requests"],
         "worker.rdma_attachment": ("dranet-resource-claim" if worker["spec"].get("resourceClaims")
                                    else "multi-network-annotations"),

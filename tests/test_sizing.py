@@ -22,18 +22,18 @@ def test_steps_follow_verls_dataloader():
     z = sizing.run_sizing(load())
     assert (z.steps_per_epoch, z.total_steps, z.updates_per_step) == (29, 58, 4)
     assert z.rollout_sequences_per_step == 256 * 8
-    assert z.rollout_tokens_per_step_max == 256 * 8 * 1024
+    assert z.rollout_tokens_per_step_max == 256 * 8 * (512 + 1024)
     assert z.rollout_tokens_per_step == 256 * 8 * (100 + 270)
 
 
 def test_checkpoints_count_the_last_step_and_the_keep_limit():
-    cfg = load()  # save_freq 10 over 58 steps: 10, 20, 30, 40, 50 and the last (58)
+    cfg = load()  # save_freq 30 over 58 steps: 30 and the last (58)
     z = sizing.run_sizing(cfg)
     params = model_spec(cfg.model).params
     assert z.checkpoint_gb == pytest.approx(12 * params / 1e9)  # fp32 model + Adam m, v
-    assert (z.checkpoints_saved, z.checkpoints_kept) == (6, 2)
+    assert (z.checkpoints_saved, z.checkpoints_kept) == (2, 2)  # steps 30 and 58 (every grpoSaveFreq 30, and the last)
     assert z.bucket_gb == pytest.approx(2 * params / 1e9 + 2 * z.checkpoint_gb + sizing.DATA_GB)
-    assert sizing.run_sizing(load(grpoMaxCheckpointsToKeep="10")).checkpoints_kept == 6
+    assert sizing.run_sizing(load(grpoMaxCheckpointsToKeep="10", grpoSaveFreq="10")).checkpoints_kept == 6
     assert sizing.run_sizing(load(grpoSaveFreq="-1")).checkpoints_saved == 0
 
 

@@ -7,8 +7,9 @@ import shlex
 
 import pytest
 
-from catalog.paths import COMPLETE_MARKER, bucket_paths
+from catalog.paths import COMPLETE_MARKER
 from stacks import config
+from stacks.component_rules import run_paths
 from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
 
 TOKEN = "hf_GRAPHtestTOKENvalue0123456789"
@@ -41,7 +42,7 @@ def stack(request):
 
 def test_paths_agree_between_staging_recipe_and_raycluster(stack):
     run, cfg = stack
-    paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    paths = run_paths(cfg)
     container = _container(run.one(DATA_JOB).inputs)
     flags = _flags(container["command"] + container.get("args", []))
     assert flags["--verl-dir"] == paths.verl_src
@@ -87,7 +88,7 @@ def test_supervisor_agrees_with_staging_raycluster_and_outputs(stack):
     """The script the job runs is the one the staging Job ships; it releases the group the RayCluster
     has, and the provider scales that same group back to gpuNodes; the merged folder is the output."""
     run, cfg = stack
-    paths = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
+    paths = run_paths(cfg)
     job = _job(run).inputs
     sup = shlex.split(job["entrypoint"].split(" -- ", 1)[0])
     flags = {a: (sup[i + 1] if i + 1 < len(sup) and not sup[i + 1].startswith("--") else True)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from catalog import versions
-from catalog.paths import bucket_paths
 from stacks import config, grpo
+from stacks.component_rules import run_paths
 from tools.plan import read_stack_file
 
 _SPEC = importlib.util.find_spec("verl")  # finds the package without running its __init__
@@ -59,7 +59,7 @@ class Job:
     def __init__(self, stack: str, raw: dict[str, str]):
         self.cfg = config.load(raw, stack, allow_placeholder_project=True)
         self.shape = {"nnodes": self.cfg.gpu_nodes, "gpus_per_node": self.cfg.accelerator.gpus_per_node}
-        paths = bucket_paths(stack, self.cfg.model, self.cfg.verl_version)
+        paths = run_paths(self.cfg)
         self.recipe = grpo.recipe(self.cfg.grpo, stack=stack, paths=paths, **self.shape)
         self.overrides = grpo.overrides(self.cfg.grpo, stack=stack, paths=paths, **self.shape)
 

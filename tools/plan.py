@@ -5,7 +5,9 @@
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
 its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
 run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
-"warnings"), DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
+"placement": where each process of the run lands and which mount serves each path it uses,
+tools.placement, whose problems fail the plan; "warnings"),
+DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
 their dependencies), then prints the stack's hourly price by resource class and the estimated
 cost of the configured run (from the sizing).
 The project and stack files are loaded as the Pulumi CLI loads them (tools.cli_loader: yaml.v3,
@@ -140,7 +142,28 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     # Each layout the recipe weighed (stacks.tuning), derived in full; `chosen` is the one in the command.
     layouts = [dataclasses.asdict(o) for o in g.layout_options]
     return {"memory": mem, "layouts": layouts, "sizing": sizing.run_sizing(cfg).as_dict(), "dataset": dataset,
-            "warnings": list(cfg.warnings)}
+            "checkpoints": checkpoint_figures(cfg), "warnings": list(cfg.warnings)}
+
+
+def checkpoint_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
+    """The run's checkpoint folder, one save's time and share of the run, the barrier's timeout, and how
+    to remove the folders of superseded runs (stacks.checkpoints)."""
+    import posixpath
+
+    from catalog.gcsfuse import CHECKPOINT_DIR
+    from catalog.paths import CHECKPOINT_MOUNT
+    from stacks import checkpoints
+    from stacks.component_rules import run_paths
+
+    t = checkpoints.stack_save_time(cfg)
+    folder = run_paths(cfg).checkpoint_dir
+    parent, run = posixpath.split(folder)
+    prefix = f"{CHECKPOINT_DIR}/{posixpath.relpath(parent, CHECKPOINT_MOUNT)}/"
+    return {"folder": folder, "run": run, "saveSeconds": round(t.seconds, 1), "saves": t.saves,
+            "saveShare": round(t.share, 3), "ncclTimeoutS": t.nccl_timeout_s,
+            "writeGBpsPerNode": checkpoints.WRITE_GBPS_PER_NODE,
+            "cleanup": (f'gcloud storage ls "gs://$(pulumi stack output bucket)/{prefix}" | grep -v "/{run}/$" '
+                        "| xargs -r gcloud storage rm -r")}
 
 
 def report(plan: dict[str, Any]) -> str:
@@ -175,6 +198,10 @@ def report(plan: dict[str, Any]) -> str:
         f"~{z['rollout_tokens_per_step']:,} tokens per step (max {z['rollout_tokens_per_step_max']:,})",
         f"  checkpoints {z['checkpoint_gb']} GB each, {z['checkpoints_saved']} saved, {z['checkpoints_kept']} kept; "
         f"bucket {z['bucket_gb']} GB (model {z['model_gb']})",
+        *([f"  saves       {c['saves']} x ~{c['saveSeconds']} s at {c['writeGBpsPerNode']} GB/s per node = "
+           f"{c['saveShare']:.0%} of the run (kept under 10 %); nccl_timeout {c['ncclTimeoutS']} s",
+           f"  run folder  {c['folder']} (a changed run starts in a new one)",
+           f"  superseded  {c['cleanup']}"] if (c := plan.get("checkpoints")) else []),
         f"  ESTIMATE    {z['est_step_seconds']} s per step {z['est_step_breakdown']}",
         f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; run "
         f"{z['est_run_hours']} h on {z['gpus']} GPUs = {z['gpu_hours']} GPU-hours",
@@ -423,6 +450,15 @@ def other_mode(raw: dict[str, str], mode: str) -> dict[str, str]:
     return {**raw, key: "standard" if mode == "autopilot" else "autopilot"}
 
 
+def node_fit_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Standard: each pod against the allocatable CPU, memory and ephemeral storage of its pool's node."""
+    from tools import node_fit
+
+    return [{"pod": f.pod, "node": f.node, "need": {k: round(v, 2) for k, v in f.need.items()},
+             "allocatable": {k: round(v, 2) for k, v in f.have.items()}, "fits": not f.problems,
+             "problems": f.problems} for f in node_fit.fits(plan, pod_templates(plan))]
+
+
 def admission(stack: str, raw: dict[str, str], secret_keys: list[str], plan: dict[str, Any]) -> list[dict]:
     """The table for the stack in its own cluster mode and in the other one (same config otherwise)."""
     mode = plan["outputs"].get("clusterMode", "standard")
@@ -494,6 +530,17 @@ def main(argv: list[str] | None = None) -> int:
                   "(`pulumi up` sets these itself from the stack)", file=sys.stderr)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
         plan["admission"] = admission(args.stack, raw, secret_keys, plan)
+        plan["nodeFit"] = node_fit_rows(plan)
+        if unfit := [p for row in plan["nodeFit"] for p in row["problems"]]:
+            raise UsageError(f"stack {args.stack!r}: a pod does not fit its node and would stay Pending:\n  "
+                             + "\n  ".join(unfit))
+        from tools import placement
+        rows, placement_problems = placement.table(plan)
+        plan["placement"] = placement.as_json(rows, placement_problems)
+        if placement_problems:
+            print(placement.text(rows, placement_problems), file=sys.stderr)
+            raise UsageError(f"stack {args.stack!r}: a process would not find what it needs where it runs:\n  "
+                             + "\n  ".join(placement_problems))
         cfg = stack_config.load(raw, args.stack, allow_placeholder_project=True)  # passed the gate in build_plan
         plan["storage"] = storage_summary(cfg)
         crit = critical_path(cfg, plan)
@@ -519,6 +566,13 @@ def main(argv: list[str] | None = None) -> int:
         print(tree(plan))
         print(report(plan))
     print(admission_text(plan["admission"], plan["storage"]))
+    for row in plan["nodeFit"]:
+        need, have = row["need"], row["allocatable"]
+        print(f"  fits      {row['pod']:<34} on {row['node']}: CPU {need['cpu']:g}/{have['cpu']:g}, memory "
+              f"{need['memory']:g}/{have['memory']:g} GiB, ephemeral {need['ephemeral-storage']:g}/"
+              f"{have['ephemeral-storage']:g} GiB")
+    from tools import placement
+    print(placement.text([placement.Row(**r) for r in plan["placement"]["rows"]], plan["placement"]["problems"]))
     from tools.critical_path import text as critical_path_text
     print(critical_path_text(crit))
     print(prices)

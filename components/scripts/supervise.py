@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import ssl
 import subprocess
@@ -199,16 +201,25 @@ def latest_step(checkpoint_dir: str) -> int | None:
 
 # The merger loads every shard into CPU memory (verl model_merger/fsdp_model_merger.py): about twice
 # the parameter count in bytes, more than the head pod has for a 32B model, so it runs where the GPUs
-# were, in a Ray task that holds one GPU (nothing else needs it once training has ended).
+# were, in a Ray task that holds one GPU (nothing else needs it once training has ended). The task
+# writes the merged marker itself: the merged folder is on the workers' writable bucket mount, the
+# head mounts the data read-only. A node lost under it (the group scaled down) is retried.
 ON_WORKER = """
-import json, subprocess, sys
+import json, os, subprocess, sys
 import ray
 ray.init()
-def run(cmd):
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+cmd, target, marker, timeout = json.loads(sys.argv[1])
+def run():
+    try:
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        return 124, (err.stdout or "") + f"\\nmerge timed out after {timeout}s"
+    if done.returncode == 0:
+        with open(os.path.join(target, marker["name"]), "w") as f:
+            json.dump(marker["content"], f)
     return done.returncode, done.stdout
-task = ray.remote(num_gpus=1, max_retries=0)(run)
-code, out = ray.get(task.remote(json.loads(sys.argv[1])))
+task = ray.remote(num_gpus=1, max_retries=2)(run)
+code, out = ray.get(task.remote())
 sys.stdout.write(out)
 sys.exit(code)
 """
@@ -222,31 +233,79 @@ def merge(args: argparse.Namespace) -> str | None:
     actor = os.path.join(args.checkpoint_dir, f"global_step_{step}", "actor")
     cmd = [*shlex.split(args.merge_cmd), "--local_dir", actor, "--target_dir", args.merge_to]
     where = "on a GPU node" if args.merge_on_worker else "here"
-    log(f"merging {actor} into {args.merge_to} {where}: {shlex.join(cmd)}")
+    log(f"merging {actor} into {args.merge_to} {where} (at most {args.merge_timeout_s:g}s): {shlex.join(cmd)}")
+    marker = {"run": args.run_id, "step": step, "source": actor}
     if args.merge_on_worker:
-        cmd = [sys.executable, "-c", ON_WORKER, json.dumps(cmd)]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        payload = [cmd, args.merge_to, {"name": MERGED_MARKER, "content": marker}, args.merge_timeout_s]
+        cmd = [sys.executable, "-c", ON_WORKER, json.dumps(payload)]
+    try:
+        # The outer bound also covers scheduling the task: a stalled merge never holds the GPUs for good.
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=args.merge_timeout_s + 300)
+    except subprocess.TimeoutExpired:
+        return f"model merge of global_step_{step} did not finish within {args.merge_timeout_s:g}s"
     sys.stdout.write(done.stdout)
     if done.returncode != 0:
         last = "\n".join(done.stdout.strip().splitlines()[-10:])
         return f"model merge of global_step_{step} failed with exit code {done.returncode}:\n{last}"
-    with open(os.path.join(args.merge_to, MERGED_MARKER), "w") as f:
-        json.dump({"run": args.run_id, "step": step, "source": actor}, f)
+    if not args.merge_on_worker:
+        with open(os.path.join(args.merge_to, MERGED_MARKER), "w") as f:
+            json.dump(marker, f)
     log(f"merged global_step_{step} into {args.merge_to}")
     return None
+
+
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def prune(checkpoint_dir: str, keep: int) -> list[str]:
+    """Delete all but the newest `keep` global_step_N folders (never the one the tracker names).
+
+    verl rotates only what its current process saved (utils/checkpoint/checkpoint_manager.py,
+    max_ckpt_to_keep), so every restart strands the older steps; this keeps the bucket at the sized count.
+    """
+    if keep < 1 or not checkpoint_dir:
+        return []
+    try:
+        steps = sorted((int(m.group(1)), name) for name in os.listdir(checkpoint_dir)
+                       if (m := STEP_DIR.match(name)) and os.path.isdir(os.path.join(checkpoint_dir, name)))
+    except OSError:
+        return []
+    latest = latest_step(checkpoint_dir)
+    doomed = [name for step, name in steps[:-keep] if step != latest]
+    removed = []
+    for name in doomed:
+        try:
+            shutil.rmtree(os.path.join(checkpoint_dir, name))
+            removed.append(name)
+        except OSError as err:
+            log(f"could not prune {name}: {err}")
+    if removed:
+        log(f"pruned {', '.join(removed)} (keeping the newest {keep})")
+    return removed
+
+
+def wait_for_one_node(dashboard: str, timeout_s: float) -> None:
+    """Until Ray reports at most one GPU node (or the deadline): the merge then lands on the one kept."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        nodes = alive_gpu_nodes(dashboard)
+        if nodes is not None and len(nodes) <= 1:
+            return
+        time.sleep(5.0)
 
 
 # ----------------------------------------------------------------------------- releasing the GPUs
 
 
-def release_gpus(args: argparse.Namespace) -> None:
-    """Scale the RayCluster's GPU worker group to 0 (replicas and minReplicas: KubeRay clamps to min).
+def release_gpus(args: argparse.Namespace, replicas: int = 0) -> bool:
+    """Scale the RayCluster's GPU worker group to `replicas` (and minReplicas: KubeRay clamps to min).
 
     A JSON patch with a `test` on the group's name: it never scales another group by position.
     Best effort: a failure is printed, never turns a good run into a failed job.
     """
     if not args.release_raycluster:
-        return
+        return False
     sa_dir = args.k8s_sa_dir
     try:
         with open(os.path.join(sa_dir, "token")) as f:
@@ -255,15 +314,15 @@ def release_gpus(args: argparse.Namespace) -> None:
             namespace = f.read().strip()
     except OSError as err:
         log(f"GPU release skipped: no service account token ({err})")
-        return
+        return False
     # A field manager of our own: server-side apply then records who set the replicas (not Pulumi).
     path = (f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{args.release_raycluster}"
             "?fieldManager=verl-gke-supervisor")
     i = args.release_group_index
     patch = [
         {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": args.release_group},
-        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/minReplicas", "value": 0},
-        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": 0},
+        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/minReplicas", "value": replicas},
+        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": replicas},
     ]
     request = urllib.request.Request(
         args.k8s_api.rstrip("/") + path, data=json.dumps(patch).encode(), method="PATCH",
@@ -273,17 +332,18 @@ def release_gpus(args: argparse.Namespace) -> None:
     for attempt in range(3):
         try:
             with urllib.request.urlopen(request, timeout=30, context=context):
-                log(f"released the GPUs: {args.release_raycluster}/{args.release_group} scaled to 0 "
+                log(f"released the GPUs: {args.release_raycluster}/{args.release_group} scaled to {replicas} "
                     "(the node pool drains the idle nodes; the next submission scales it back)")
-                return
+                return True
         except urllib.error.HTTPError as err:
             detail = err.read().decode(errors="replace")[:500]
             log(f"GPU release failed: HTTP {err.code} {detail}")
             if err.code < 500:
-                return
+                return False
         except OSError as err:
             log(f"GPU release failed: {err}")
         time.sleep(2 * (attempt + 1))
+    return False
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -322,6 +382,7 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
             child = subprocess.Popen(trainer)
             code = child.wait()
             child = None
+            prune(args.checkpoint_dir, args.keep)
             if code == 0:
                 break
             why = lost_nodes(args.dashboard, before, args.expected_gpus, args.settle_s)
@@ -349,6 +410,10 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
                     f"{args.gpu_wait_s:g}s ({budget.tally()})")
                 return EXIT_GIVE_UP
         if args.merge_to:
+            nodes = alive_gpu_nodes(args.dashboard) or {}
+            if len(nodes) > 1 and release_gpus(args, replicas=1):
+                # The merge needs one GPU node: the others stop billing now, not after the merge.
+                wait_for_one_node(args.dashboard, args.settle_s)
             problem = merge(args)
             if problem:
                 budget.record(outcome="FAILED", reason=problem.splitlines()[0])
@@ -402,6 +467,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--checkpoint-dir", default="", help="verl's trainer.default_local_dir")
     p.add_argument("--merge-to", default="", help="merge the last checkpoint into this folder on success")
     p.add_argument("--merge-cmd", default="python3 -m verl.model_merger merge --backend fsdp")
+    p.add_argument("--merge-timeout-s", type=float, default=3600.0,
+                   help="give up on the merge after this long (the GPUs are released either way)")
+    p.add_argument("--keep", type=int, default=0,
+                   help="keep the newest N checkpoints after each trainer run (verl's max_actor_ckpt_to_keep)")
     p.add_argument("--merge-on-worker", action="store_true",
                    help="run the merge as a Ray task on a GPU node: it holds the whole model in memory")
     p.add_argument("--release-raycluster", default="", help="scale this RayCluster's GPU group to 0 at the end")

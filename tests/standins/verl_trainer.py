@@ -1,0 +1,101 @@
+"""A stand-in for `python3 -m verl.trainer.main_ppo <Hydra overrides>` that places its work as verl does.
+
+It takes the very overrides the stack renders and runs the same process layout (verl v0.6.1
+trainer/main_ppo.py, trainer/ppo/ray_trainer.py, utils/checkpoint/fsdp_checkpoint_manager.py):
+- the driver (where the job's entrypoint runs) only starts a TaskRunner actor asking for one CPU;
+- the TaskRunner reads the dataset and the model's config, starts one GPU actor per rank, and on
+  each save writes `global_step_N/data.pt` and, last, `latest_checkpointed_iteration.txt`; it
+  resumes from that file (`resume_mode=auto`) and writes the datasets cache to HF_DATASETS_CACHE;
+- each GPU actor writes its shard `global_step_N/actor/model_world_size_W_rank_R.pt`, rank 0 also
+  `fsdp_config.json` and `huggingface/config.json`;
+- rotation forgets what an earlier process saved: only this process's own saves beyond
+  `trainer.max_actor_ckpt_to_keep` are deleted (checkpoint_manager.py).
+Each completed step is appended to `<default_local_dir>/steps.log`. `+standin.step_s=S` sets the step time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+
+import ray
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+@ray.remote(num_cpus=0, num_gpus=1)
+class Rank:
+    def __init__(self, rank: int, world: int, model: str):
+        self.rank, self.world = rank, world
+        with open(os.path.join(model, "config.json")) as f:  # every rank loads the weights
+            self.config = json.load(f)
+
+    def step(self, seconds: float) -> int:
+        time.sleep(seconds)
+        return self.rank
+
+    def save(self, ckpt: str, step: int) -> None:
+        actor = os.path.join(ckpt, f"global_step_{step}", "actor")
+        os.makedirs(actor, exist_ok=True)
+        with open(os.path.join(actor, f"model_world_size_{self.world}_rank_{self.rank}.pt"), "w") as f:
+            f.write(f"rank {self.rank} after step {step}\n")
+        if self.rank == 0:
+            with open(os.path.join(actor, "fsdp_config.json"), "w") as f:
+                json.dump({"FSDP_version": 2, "world_size": self.world}, f)
+            os.makedirs(os.path.join(actor, "huggingface"), exist_ok=True)
+            with open(os.path.join(actor, "huggingface", "config.json"), "w") as f:
+                json.dump(self.config, f)
+
+
+@ray.remote(num_cpus=1)
+class TaskRunner:
+    def run(self, cfg: dict[str, str]) -> str:
+        for key in ("data.train_files", "data.val_files"):
+            with open(cfg[key], "rb") as f:
+                f.read()
+        cache = os.environ.get("HF_DATASETS_CACHE") or os.path.join(os.environ["HF_HOME"], "datasets")
+        os.makedirs(cache, exist_ok=True)
+        with open(os.path.join(cache, "train.arrow"), "w") as f:
+            f.write("arrow cache\n")
+        ckpt, model = cfg["trainer.default_local_dir"], cfg["actor_rollout_ref.model.path"]
+        world = int(cfg["trainer.nnodes"]) * int(cfg["trainer.n_gpus_per_node"])
+        total, freq = int(cfg["trainer.total_training_steps"]), int(cfg["trainer.save_freq"])
+        keep = int(cfg.get("trainer.max_actor_ckpt_to_keep", "0") or 0)
+        step_s = float(cfg.get("+standin.step_s", "1"))
+        try:
+            with open(os.path.join(ckpt, TRACKER)) as f:
+                start = int(f.read()) + 1
+        except OSError:
+            start = 1
+        ranks = [Rank.remote(r, world, model) for r in range(world)]
+        saved: list[int] = []
+        for step in range(start, total + 1):
+            ray.get([r.step.remote(step_s) for r in ranks])
+            os.makedirs(ckpt, exist_ok=True)
+            with open(os.path.join(ckpt, "steps.log"), "a") as f:
+                f.write(f"{step}\n")
+            if step % freq == 0 or step == total:
+                ray.get([r.save.remote(ckpt, step) for r in ranks])
+                with open(os.path.join(ckpt, f"global_step_{step}", "data.pt"), "w") as f:
+                    f.write(f"dataloader after {step}\n")
+                with open(os.path.join(ckpt, TRACKER), "w") as f:
+                    f.write(str(step))
+                saved.append(step)
+                while keep and len(saved) > keep:
+                    shutil.rmtree(os.path.join(ckpt, f"global_step_{saved.pop(0)}"), ignore_errors=True)
+        return f"trained steps {start}..{total} on {world} ranks"
+
+
+def main(argv: list[str]) -> int:
+    cfg = dict(a.lstrip("+").split("=", 1) if not a.startswith("+standin") else a.split("=", 1)
+               for a in argv if "=" in a)
+    ray.init()
+    print("standin main_ppo:", ray.get(TaskRunner.remote().run.remote(cfg)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,248 @@
+"""Issue 22: a rehearsal of a whole run on local Ray nodes, each in the mount namespace of its pod.
+
+The stack's rendered objects decide everything: the pods' volumes (tools.placement reads them from
+the plan), which bucket folder each PV shows (`only-dir`), which mounts are read-only, the Ray job's
+entrypoint and runtime env. Each simulated pod is a Ray node started in a mount namespace of its own
+(`unshare --mount`, CI runs as root) where only its pod's bucket mounts exist: bind mounts of a local
+"bucket" folder, read-only where the pod mounts read-only; a path another pod mounts but this one
+does not is the container's own disk (a private tmpfs), and the bucket folder itself is hidden. The
+job runs the real supervisor (components/scripts/supervise.py, shipped to the bucket as staging
+would) around a stand-in trainer with verl's process layout and checkpoint files
+(tests/standins/verl_trainer.py) and the stand-in merger (tests/standins/merge.py).
+
+Covered: success, a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning
+to the keep limit after the restart, the merge on the GPU node with its marker, the recovery state on
+the bucket; and the layout before issue 22 (no checkpoint mount on the head) failing as it would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.ray_fixtures import REPO, VENV_BIN, RayNode
+from tools import placement, plan
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                                reason="needs root and unshare(1) for a mount namespace per pod")
+
+STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
+STANDIN_MERGE = REPO / "tests" / "standins" / "merge.py"
+SUPERVISOR = REPO / "components" / "scripts" / "supervise.py"
+LOCAL_ONLY = ("/tmp", "/dev/shm")  # emptyDirs on the pod's disk: the host's own /tmp stands in for them
+
+
+class PodNode(RayNode):
+    """A Ray node whose processes see only the mounts of one pod."""
+
+    def __init__(self, script: str, gpus: int, cpus: int, join: RayNode | None = None):
+        super().__init__(gpus, cpus, join)
+        self.script = script
+
+    def command(self) -> list[str]:
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-ec", self.script + '\nexec "$@"',
+                "pod", *super().command()]
+
+
+def in_bucket(bucket: Path, mount: placement.Mount, path: str) -> Path:
+    """Where an in-pod path under a bucket mount lives in the local bucket folder."""
+    rel = os.path.relpath(path, mount.path)
+    return bucket / mount.only_dir / rel if mount.only_dir else bucket / rel
+
+
+def mount_script(pod: placement.Pod, bucket: Path, bucket_mounts: set[str]) -> str:
+    lines = []
+    for m in pod.mounts:
+        if m.kind != "csi":
+            continue
+        source = bucket / m.only_dir if m.only_dir else bucket
+        lines.append(f"mount --bind {shlex.quote(str(source))} {shlex.quote(m.path)}")
+        if m.read_only:
+            lines.append(f"mount -o remount,bind,ro {shlex.quote(m.path)}")
+    for path in sorted(bucket_mounts - {m.path for m in pod.mounts if m.kind == "csi"}):
+        lines.append(f"mount -t tmpfs -o size=64m tmpfs {shlex.quote(path)}")  # the container's own disk
+    lines.append(f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(bucket))}")  # no way around the mounts
+    return "\n".join(lines)
+
+
+def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
+    """What the staging Job leaves in the bucket, at the paths its rendered arguments name."""
+    job = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
+    args = placement._options(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    writer = pods[placement.JOB]
+
+    def local(path: str) -> Path:
+        return in_bucket(bucket, placement.serving(writer, path), path)
+
+    local(args["verl-dir"]).mkdir(parents=True)
+    model = local(args["model-dir"])
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    data = local(args["dataset-dir"])
+    data.mkdir(parents=True)
+    for name in ("train.parquet", "test.parquet"):
+        (data / name).write_bytes(b"PAR1")
+    shipped = local(args["ship"].split("=", 1)[1])
+    shipped.parent.mkdir(parents=True)
+    shutil.copy(SUPERVISOR, shipped)
+    (bucket / "checkpoints").mkdir()
+
+
+def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:
+    """The rendered entrypoint with the stand-ins for verl, a short run and this head's dashboard."""
+    job = next(r["inputs"] for r in p["resources"] if r["type"].endswith(":RayJob"))
+    words = shlex.split(job["entrypoint"])
+    cut = words.index("--")
+    supervisor, trainer = words[:cut], words[cut + 1:]
+    assert trainer[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    py = str(VENV_BIN / "python3")
+    supervisor = [py, supervisor[1], "--dashboard", head.address, "--settle-s", "30", "--backoff-s", "1",
+                  "--gpu-wait-s", "300", "--merge-cmd", f"{py} {STANDIN_MERGE} merge --backend fsdp",
+                  *supervisor[2:]]
+    overrides = [w for w in trainer[3:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
+    trainer = [py, str(STANDIN_TRAINER), *overrides, f"trainer.total_training_steps={steps}",
+               "trainer.save_freq=1", "+standin.step_s=2"]
+    env = dict(job["runtime_env"]["env_vars"])
+    env.update({"VERL_GKE_RUN": "rehearsal", "VERL_GKE_MAX_RECOVERIES": "2", "VERL_GKE_ATTEMPT": "1"})
+    return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": env}
+
+
+class Run:
+    def __init__(self, p: dict, tmp: Path):
+        self.plan, self.bucket = p, tmp / "bucket"
+        self.pods = placement.pods(p)
+        self.bucket_mounts = {m.path for pod in self.pods.values() for m in pod.mounts if m.kind == "csi"}
+        self.bucket.mkdir()
+        self.made = [Path(m) for m in sorted(self.bucket_mounts) if not Path(m).exists()]
+        for d in self.made:  # mount points, empty on the host
+            d.mkdir()
+        stage(p, self.bucket, self.pods)
+        self.nodes: list[RayNode] = []
+        self.head = self.start(placement.HEAD, gpus=0, cpus=0)
+
+    def start(self, role: str, gpus: int, cpus: int) -> RayNode:
+        node = PodNode(mount_script(self.pods[role], self.bucket, self.bucket_mounts), gpus, cpus,
+                       join=getattr(self, "head", None))
+        self.nodes.append(node)
+        return node.start()
+
+    def host(self, role: str, path: str) -> Path:
+        return in_bucket(self.bucket, placement.serving(self.pods[role], path), path)
+
+    def close(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+        for d in self.made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def env_path(monkeypatch):
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def submit(run: Run, steps: int) -> str:
+    entrypoint, runtime_env = job_inputs(run.plan, run.head, steps)
+    answer = requests.post(f"{run.head.address}/api/jobs/", json={
+        "entrypoint": entrypoint, "runtime_env": runtime_env, "submission_id": "rehearsal"}, timeout=60)
+    assert answer.ok, answer.text
+    return answer.json()["submission_id"]
+
+
+def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = requests.get(f"{run.head.address}/api/jobs/{job_id}", timeout=30).json()["status"]
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            logs = requests.get(f"{run.head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
+            return status, logs
+        time.sleep(2)
+    raise AssertionError(f"job {job_id} did not finish in {timeout}s")
+
+
+def worker_shape(p: dict) -> tuple[int, int]:
+    """(GPU worker pods, GPUs each) as the stack renders them."""
+    rc = next(r for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")
+    group = rc["inputs"]["spec"]["workerGroupSpecs"][0]
+    per_pod = int(group["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+    return int(group["replicas"]), per_pod
+
+
+STACKS = [f.stem.split(".", 1)[1] for f in sorted(REPO.glob("Pulumi.*.yaml"))]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(stack, tmp_path, env_path):
+    p = plan.build_plan(stack, *plan.read_stack_file(REPO / f"Pulumi.{stack}.yaml"))
+    run = Run(p, tmp_path)
+    try:
+        pods, gpus = worker_shape(p)
+        workers = [run.start(placement.WORKERS, gpus=gpus, cpus=2) for _ in range(pods)]
+        job = submit(run, steps=6)
+        paths = placement.processes(p, run.pods)
+        ckpt_dir = next(u.path for proc in paths for u in proc.uses if u.what.startswith("checkpoint shards"))
+        ckpt = run.host(placement.WORKERS, ckpt_dir)
+        deadline = time.monotonic() + 900
+        while not (ckpt / "steps.log").exists() or len((ckpt / "steps.log").read_text().split()) < 3:
+            assert time.monotonic() < deadline, "the trainer never got to step 3"
+            status = requests.get(f"{run.head.address}/api/jobs/{job}", timeout=30).json()["status"]
+            assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
+            time.sleep(1)
+        workers[0].stop()  # a spot preemption: the node and everything on it are gone
+        run.nodes.remove(workers[0])
+        time.sleep(5)
+        run.start(placement.WORKERS, gpus=gpus, cpus=2)
+        status, logs = wait_done(run, job, timeout=1500)
+        assert status == "SUCCEEDED", logs[-4000:]
+        assert "recovery 1 of 2" in logs
+        steps = [int(s) for s in (ckpt / "steps.log").read_text().split()]
+        assert sorted(set(steps)) == [1, 2, 3, 4, 5, 6] and steps[-1] == 6
+        # The restarted trainer resumed from a checkpoint the first one saved, read through the head's mount.
+        resumed = re.findall(r"resuming from global_step_(\d+)", logs)
+        assert resumed and int(resumed[-1]) >= 3, logs[-4000:]
+        assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "6"
+        # verl's rotation in the second process forgot the first one's saves; the supervisor pruned them.
+        assert sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) == \
+            ["global_step_5", "global_step_6"]
+        assert len(list((ckpt / "global_step_6" / "actor").glob("model_world_size_*_rank_*.pt"))) == pods * gpus
+        state = json.loads((ckpt / "verl-gke-run.json").read_text())  # on the bucket, not the head's disk
+        assert state["attempts"]["1"]["outcome"] == "SUCCEEDED" and len(state["attempts"]["1"]["restarts"]) == 1
+        merged = next(u.path for proc in paths for u in proc.uses if u.what.startswith("--merge-to"))
+        out = run.host(placement.WORKERS, merged)
+        assert "rank 0 after step 6" in (out / "model.safetensors").read_text()
+        assert json.loads((out / ".verl-gke-merged.json").read_text())["step"] == 6
+        assert not list(run.bucket.rglob("train.arrow"))  # the datasets cache stayed on the pod's disk
+    finally:
+        run.close()
+
+
+def test_the_layout_before_issue_22_fails_the_merge(tmp_path, env_path):
+    """The head without the checkpoint mount: the supervisor finds no tracker and its state is lost."""
+    p = copy.deepcopy(plan.build_plan("dev", *plan.read_stack_file(REPO / "Pulumi.dev.yaml")))
+    rc = next(r for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")
+    container = rc["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["mountPath"] != "/checkpoints"]
+    run = Run(p, tmp_path)
+    try:
+        gpus = next(int(r["inputs"]["expected_gpus"]) for r in p["resources"] if r["type"].endswith(":RayJob"))
+        run.start(placement.WORKERS, gpus=gpus, cpus=2)
+        status, logs = wait_done(run, submit(run, steps=2))
+        assert status == "FAILED", logs[-4000:]
+        assert "no checkpoint to merge" in logs
+        assert not list(run.bucket.rglob("verl-gke-run.json"))  # the recovery state died with the head
+        assert list(run.bucket.rglob("latest_checkpointed_iteration.txt"))  # the workers did save
+    finally:
+        run.close()
+
