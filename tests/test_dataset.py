@@ -265,6 +265,38 @@ def test_a_broken_reward_is_refused(tmp_path, files, body, expected):
     assert expected in refused(**files)
 
 
+_SIG = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+
+
+@pytest.mark.parametrize("body, expected", [
+    # The made-up responses alternate: the ground truth stated, then an empty one (dataset._cases).
+    (_SIG + "    return {'score': 1.0, 'acc': True} if solution_str else {'score': 0.0}\n",
+     "answered a dict with 'score' (number) here, a dict with 'acc' (number), 'score' (number) on the first "
+     "call on verl-gke:dataTrainFile (t.parquet) row 0 with the made-up response ''"),
+    (_SIG + "    return {'score': 1.0} if solution_str else 0.0\n",
+     "answered a plain number here, a dict with 'score' (number) on the first call"),
+    (_SIG + "    return {'score': 1.0, 'pred': 'x' if solution_str else 0}\n",
+     "answered a dict with 'pred' (number), 'score' (number) here, a dict with 'pred' (string)"),
+    (_SIG + "    return {'score': 1.0, 'reward': 1.0}\n", "key 'reward' is verl's own"),
+    (_SIG + "    return {'score': 1.0, 'pred': None}\n",
+     "'pred' is None (NoneType): each extra value must be a number or a string"),
+])
+def test_a_reward_verls_trainer_cannot_log_is_refused(tmp_path, files, body, expected):
+    """verl keeps one list per key of a dict answer; validation asserts each has one value per response."""
+    files["rewardFile"] = reward_file(tmp_path, body)
+    assert expected in refused(**files)
+
+
+def test_verls_validation_needs_one_value_per_key_and_response():
+    trainer = _verl_file("trainer/ppo/ray_trainer.py").read_text()
+    assert 'reward_extra_infos_dict["reward"].extend(scores)' in trainer
+    assert "assert len(lst) == 0 or len(lst) == len(sample_scores)" in trainer
+    naive = _verl_file("workers/reward_manager/naive.py").read_text()
+    assert "for key, value in score.items():\n                    reward_extra_info[key].append(value)" in naive
+    metrics = _verl_file("trainer/ppo/metric_utils.py").read_text()
+    assert "if isinstance(var_vals[0], str):" in metrics
+
+
 def test_a_dict_with_score_is_accepted(tmp_path, files):
     files["rewardFile"] = reward_file(tmp_path, "def compute_score(**kw):\n    return {'score': 0.5, 'n': 1}\n")
     assert "answered 0.5, 0.5" in "\n".join(load(**files).task_notes)
