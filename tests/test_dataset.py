@@ -363,6 +363,33 @@ def test_extra_overrides_cannot_set_the_reward():
         grpoExtraOverrides='["custom_reward_function.path=/data/x.py"]')
 
 
+@pytest.mark.parametrize("override", [
+    "data.prompt_key=question", "data.reward_fn_key=source", "reward_model.reward_manager=batch",
+    "+custom_reward_function.reward_kwargs.scale=2", "++custom_reward_function.reward_kwargs={scale:2}",
+])
+def test_extra_overrides_cannot_change_what_the_task_checks_assume(override):
+    """The checks read `prompt` and `data_source` and call the reward as the naive manager does."""
+    message = refused(grpoExtraOverrides=json.dumps([override]))
+    assert f"verl-gke:grpoExtraOverrides: {override!r} changes" in message
+    assert "with verl-gke:dataTrainFile" in message
+
+
+def test_gsm8k_stacks_keep_those_overrides():
+    raw, _ = plan_tool.read_stack_file(ROOT / "Pulumi.dev.yaml")
+    raw["verl-gke:grpoExtraOverrides"] = json.dumps(["reward_model.reward_manager=batch"])
+    cfg = config.load(raw, "dev", allow_placeholder_project=True)
+    assert cfg.task is None and "reward_model.reward_manager=batch" in cfg.grpo.extra_overrides
+
+
+def test_the_assumed_defaults_are_verls():
+    import yaml
+
+    data = yaml.safe_load(_verl_file("trainer/config/data/legacy_data.yaml").read_text())
+    assert (data["prompt_key"], data["reward_fn_key"]) == ("prompt", "data_source")
+    reward_model = yaml.safe_load(_verl_file("trainer/config/reward_model/reward_model.yaml").read_text())
+    assert reward_model["reward_manager"] == "naive"
+
+
 # --- upstream: verl's own source at the pinned tag ---------------------------------------------------
 
 
