@@ -35,7 +35,7 @@ from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
 from stacks import component_rules, dataset, tuning
-from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight
+from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight, task_override_problems
 from stacks.grpo import warnings as grpo_warnings
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
 
@@ -388,6 +388,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     task, reading, task_ok = _task(r)
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
+    if task is not None:
+        r.problems += task_override_problems(grpo.extra_overrides)
     warnings: list[str] = []
     data, notes = GSM8K, []
     if task is not None and reading is not None and task_ok and len(r.problems) == parsed_so_far:

@@ -329,6 +329,13 @@ def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
     elif status == "bad_return":
         out.problems.append(f"{fn_key} = {task.reward_function!r}: returned {detail}{at}; verl needs a number or "
                             "a dict with a numeric \"score\" (verl/workers/reward_manager/naive.py)")
+    elif status == "bad_extra":
+        out.problems.append(f"{fn_key} = {task.reward_function!r}: its dict answer{at}: {detail}")
+    elif status == "inconsistent":
+        out.problems.append(f"{fn_key} = {task.reward_function!r}: answered {detail}{at}; verl keeps one list per "
+                            "key of a dict answer and its validation asserts each holds one value per response "
+                            "(verl/trainer/ppo/ray_trainer.py _validate), so every call must answer a number, or a "
+                            "dict with the same keys")
     elif status in ("import_error", "raised"):
         what = "failed to import" if status == "import_error" else f"{task.reward_function} raised"
         out.problems.append(f"{where}: {what}{at}: {detail}")

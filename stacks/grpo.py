@@ -130,6 +130,18 @@ _DERIVED = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path"
             "actor_rollout_ref.actor.use_kl_loss")
 # The stack's own task (stacks.dataset.TaskSpec): set through its config keys, never as an extra override.
 _TASK = {"custom_reward_function.path": "rewardFile", "custom_reward_function.name": "rewardFunction"}
+# verl keys whose defaults the offline task checks assume (stacks.dataset): the prompt column and the
+# data_source column (data.prompt_key / data.reward_fn_key, trainer/config/data/legacy_data.yaml), the naive
+# reward manager's call (reward_model.reward_manager, reward_model/reward_model.yaml) and the reward's
+# keywords (custom_reward_function.reward_kwargs, merged into every call: trainer/ppo/reward.py).
+# With the stack's own task an extra override of one would make the checks pass data or a reward that
+# verl then reads differently; GSM8K stacks keep them (their data is verl's own).
+_TASK_ASSUMED = {
+    "data.prompt_key": "the checks read the prompt column 'prompt'",
+    "data.reward_fn_key": "the checks read the data_source column",
+    "reward_model.reward_manager": "the reward smoke test calls it as verl's default naive manager does",
+    "custom_reward_function": "the reward smoke test calls it with verl's four keywords only",
+}
 # Deprecated global micro batches: verl rejects them next to the *_per_gpu keys the recipe sets.
 _EXCLUSIVE = ("actor_rollout_ref.actor.ppo_micro_batch_size",
               "actor_rollout_ref.rollout.log_prob_micro_batch_size",
@@ -436,6 +448,22 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
         else:
             parsed[m["key"]] = m["value"] or ""
     return parsed, problems
+
+
+def task_override_problems(extra: tuple[str, ...]) -> list[str]:
+    """Extra overrides a stack with its own task may not make: keys the offline checks assume (_TASK_ASSUMED)."""
+    problems = []
+    for item in extra:
+        m = _OVERRIDE.match(item.strip())
+        if not m or m["key"] in _TASK:
+            continue  # _parse_extras reports it
+        key = m["key"]
+        for assumed, why in _TASK_ASSUMED.items():
+            if key == assumed or key.startswith(assumed + "."):
+                problems.append(f"{_key('grpoExtraOverrides')}: {item.strip()!r} changes {key}, but with "
+                                f"{_key('dataTrainFile')} {why} (verl's default); leave it at the default")
+                break
+    return problems
 
 
 def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[str]) -> int:

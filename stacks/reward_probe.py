@@ -56,7 +56,8 @@ def probe(request: dict) -> dict:
     except (TypeError, ValueError) as err:
         return {"status": "bad_signature", "detail": f"{shown if 'shown' in locals() else name} cannot take "
                                                      f"verl's keywords ({err})"}
-    scores = []
+    scores: list[float] = []
+    shape: dict | None = None  # what the first call answered (_shape): every call must answer the same
     for case in cases:
         kwargs = {k: case[k] for k in KEYWORDS}
         try:
@@ -71,8 +72,49 @@ def probe(request: dict) -> dict:
             shown = repr(value)[:200]
             return {"status": "bad_return", "detail": f"{shown} ({type(value).__name__})", "case": case,
                     "scores": scores}
+        if isinstance(value, dict) and (problem := _extra_problem(value)):
+            return {"status": "bad_extra", "detail": problem, "case": case, "scores": scores}
+        this = _shape(value)
+        if scores and this != shape:
+            return {"status": "inconsistent", "detail": f"{_show(this)} here, {_show(shape)} on the first call",
+                    "case": case, "scores": scores}
+        shape = this
         scores.append(round(float(score), 4))
     return {"status": "ok", "scores": scores, "calls": len(cases)}
+
+
+# verl's reward manager puts every key of a dict answer in reward_extra_info, one list per key
+# (naive.py); validation then asserts each list holds one value per response and adds its own "reward"
+# list (ray_trainer.py _validate), and averages each key per prompt unless its first value is a string
+# (metric_utils.py process_validation_metrics). So: the same keys on every call, no "reward", and each
+# value a number or a string, always the same kind.
+RESERVED = ("reward",)
+
+
+def _extra_problem(value: dict) -> str | None:
+    for key, item in value.items():
+        if key in RESERVED:
+            return (f"key {key!r} is verl's own: validation appends the score under it too, so its list "
+                    "holds two values per response and the length check fails (ray_trainer.py _validate)")
+        if not isinstance(key, str):
+            return f"key {key!r} must be a string (verl logs it as a metric name)"
+        if key != "score" and not isinstance(item, str) and not isinstance(item, numbers.Real):
+            return (f"{key!r} is {item!r} ({type(item).__name__}): each extra value must be a number or a string "
+                    "(verl averages it per prompt, metric_utils.py process_validation_metrics)")
+    return None
+
+
+def _shape(value: object) -> dict | None:
+    """None for a plain number; for a dict, each key and whether its value is text or a number."""
+    if not isinstance(value, dict):
+        return None
+    return {key: "string" if isinstance(item, str) else "number" for key, item in value.items()}
+
+
+def _show(shape: dict | None) -> str:
+    if shape is None:
+        return "a plain number"
+    return "a dict with " + ", ".join(f"{k!r} ({kind})" for k, kind in sorted(shape.items()))
 
 
 def main() -> int:

@@ -265,6 +265,38 @@ def test_a_broken_reward_is_refused(tmp_path, files, body, expected):
     assert expected in refused(**files)
 
 
+_SIG = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+
+
+@pytest.mark.parametrize("body, expected", [
+    # The made-up responses alternate: the ground truth stated, then an empty one (dataset._cases).
+    (_SIG + "    return {'score': 1.0, 'acc': True} if solution_str else {'score': 0.0}\n",
+     "answered a dict with 'score' (number) here, a dict with 'acc' (number), 'score' (number) on the first "
+     "call on verl-gke:dataTrainFile (t.parquet) row 0 with the made-up response ''"),
+    (_SIG + "    return {'score': 1.0} if solution_str else 0.0\n",
+     "answered a plain number here, a dict with 'score' (number) on the first call"),
+    (_SIG + "    return {'score': 1.0, 'pred': 'x' if solution_str else 0}\n",
+     "answered a dict with 'pred' (number), 'score' (number) here, a dict with 'pred' (string)"),
+    (_SIG + "    return {'score': 1.0, 'reward': 1.0}\n", "key 'reward' is verl's own"),
+    (_SIG + "    return {'score': 1.0, 'pred': None}\n",
+     "'pred' is None (NoneType): each extra value must be a number or a string"),
+])
+def test_a_reward_verls_trainer_cannot_log_is_refused(tmp_path, files, body, expected):
+    """verl keeps one list per key of a dict answer; validation asserts each has one value per response."""
+    files["rewardFile"] = reward_file(tmp_path, body)
+    assert expected in refused(**files)
+
+
+def test_verls_validation_needs_one_value_per_key_and_response():
+    trainer = _verl_file("trainer/ppo/ray_trainer.py").read_text()
+    assert 'reward_extra_infos_dict["reward"].extend(scores)' in trainer
+    assert "assert len(lst) == 0 or len(lst) == len(sample_scores)" in trainer
+    naive = _verl_file("workers/reward_manager/naive.py").read_text()
+    assert "for key, value in score.items():\n                    reward_extra_info[key].append(value)" in naive
+    metrics = _verl_file("trainer/ppo/metric_utils.py").read_text()
+    assert "if isinstance(var_vals[0], str):" in metrics
+
+
 def test_a_dict_with_score_is_accepted(tmp_path, files):
     files["rewardFile"] = reward_file(tmp_path, "def compute_score(**kw):\n    return {'score': 0.5, 'n': 1}\n")
     assert "answered 0.5, 0.5" in "\n".join(load(**files).task_notes)
@@ -329,6 +361,33 @@ def test_the_reward_is_called_with_real_rows(files, tmp_path):
 def test_extra_overrides_cannot_set_the_reward():
     assert "comes from verl-gke:rewardFile" in refused(
         grpoExtraOverrides='["custom_reward_function.path=/data/x.py"]')
+
+
+@pytest.mark.parametrize("override", [
+    "data.prompt_key=question", "data.reward_fn_key=source", "reward_model.reward_manager=batch",
+    "+custom_reward_function.reward_kwargs.scale=2", "++custom_reward_function.reward_kwargs={scale:2}",
+])
+def test_extra_overrides_cannot_change_what_the_task_checks_assume(override):
+    """The checks read `prompt` and `data_source` and call the reward as the naive manager does."""
+    message = refused(grpoExtraOverrides=json.dumps([override]))
+    assert f"verl-gke:grpoExtraOverrides: {override!r} changes" in message
+    assert "with verl-gke:dataTrainFile" in message
+
+
+def test_gsm8k_stacks_keep_those_overrides():
+    raw, _ = plan_tool.read_stack_file(ROOT / "Pulumi.dev.yaml")
+    raw["verl-gke:grpoExtraOverrides"] = json.dumps(["reward_model.reward_manager=batch"])
+    cfg = config.load(raw, "dev", allow_placeholder_project=True)
+    assert cfg.task is None and "reward_model.reward_manager=batch" in cfg.grpo.extra_overrides
+
+
+def test_the_assumed_defaults_are_verls():
+    import yaml
+
+    data = yaml.safe_load(_verl_file("trainer/config/data/legacy_data.yaml").read_text())
+    assert (data["prompt_key"], data["reward_fn_key"]) == ("prompt", "data_source")
+    reward_model = yaml.safe_load(_verl_file("trainer/config/reward_model/reward_model.yaml").read_text())
+    assert reward_model["reward_manager"] == "naive"
 
 
 # --- upstream: verl's own source at the pinned tag ---------------------------------------------------
