@@ -21,7 +21,16 @@ NO_COMPACT_PLACEMENT = "no-compact-placement"
 # only when they restart (VPC docs "Maximum transmission unit"): restart every node after it.
 PRIMARY_MTU = "primary-mtu"
 
+# The IP endpoint off (or limited to masterAuthorizedNetworks) and the Kubernetes provider moved to the DNS
+# endpoint. Not in the same `up` that first records the provider's clusterIdentifier: pulumi-kubernetes
+# replaces the provider, and with it every Kubernetes object, when the identifier is added while the
+# active cluster's server changes (provider/pkg/provider/provider.go DiffConfig @94977969d: the
+# identifier only suppresses replacement once it is the same on both sides).
+DNS_ENDPOINT = "dns-endpoint"
+
 MIGRATIONS: dict[str, str] = {
+    DNS_ENDPOINT: "the IP endpoint off and the Kubernetes provider on the DNS endpoint (an `up` of its own "
+                  "after this release's first `up`)",
     PRIVATE_CLUSTER: "the cluster-level private-nodes default (run the README's gcloud command first)",
     PRIVATE_NODES: "private CPU and GPU pools (GKE recreates their nodes: stop the job first)",
     NO_COMPACT_PLACEMENT: "no COMPACT placement on the GPU pool (replaces the pool)",

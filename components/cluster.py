@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 from catalog.accelerators import GPU_RESOURCE, Accelerator, installer_url
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gke import NODE_OAUTH_SCOPES
-from catalog.migrations import MIGRATIONS, NO_COMPACT_PLACEMENT, PRIVATE_CLUSTER, PRIVATE_NODES
+from catalog.migrations import DNS_ENDPOINT, MIGRATIONS, NO_COMPACT_PLACEMENT, PRIVATE_CLUSTER, PRIVATE_NODES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
 
@@ -186,6 +186,10 @@ class GkeCluster(pulumi.ComponentResource):
         keep = ["min_master_version", "node_config"]
         if PRIVATE_CLUSTER not in args.migrations:
             keep.append("privateClusterConfig")
+        if DNS_ENDPOINT not in args.migrations:
+            # A live cluster keeps its IP endpoint (and the provider its kubeconfig) until the stack
+            # names the migration; a new one is created with it off.
+            keep.append("controlPlaneEndpointsConfig.ipEndpointsConfig")
         cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources), ignore_changes=keep)
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
@@ -220,8 +224,12 @@ class GkeCluster(pulumi.ComponentResource):
         self.endpoint = self.cluster.control_plane_endpoints_config.apply(dns_endpoint)
         self.ip_endpoint = self.cluster.endpoint
         self.ca_certificate = self.cluster.master_auth.cluster_ca_certificate
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(self.cluster.name, self.endpoint).apply(
-            lambda a: kubeconfig(a[0], a[1], None)))
+        # The provider reaches the cluster the way the cluster allows: by its IP endpoint while that is on
+        # (a live stack before the dns-endpoint migration: the kubeconfig stays byte for byte what it
+        # was, so adding clusterIdentifier replaces nothing), by the DNS endpoint once it is off.
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
+            self.cluster.name, self.cluster.endpoint, self.ca_certificate, self.cluster.control_plane_endpoints_config,
+        ).apply(lambda a: provider_kubeconfig(*a)))
         self.provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=self.kubeconfig, cluster_identifier=cluster_identifier(args),
             # No deleteUnreachable: with it, one refresh that cannot reach the API server (an expired
@@ -311,6 +319,26 @@ def _pool_keep(args: GkeClusterArgs, compact: bool) -> list[str]:
     if compact and NO_COMPACT_PLACEMENT not in args.migrations:
         keep.append("placementPolicy")
     return keep
+
+
+def provider_kubeconfig(cluster_name: str, ip_endpoint: str, ca_certificate: str, endpoints: object) -> str:
+    """The Kubernetes provider's kubeconfig: the IP endpoint with the cluster CA while the IP endpoint is on
+    (as every release before the DNS endpoint wrote it), else the DNS endpoint (public CA)."""
+    if ip_endpoint_enabled(endpoints):
+        return kubeconfig(cluster_name, ip_endpoint, ca_certificate)
+    return kubeconfig(cluster_name, dns_endpoint(endpoints), None)
+
+
+def ip_endpoint_enabled(config: object) -> bool:
+    """controlPlaneEndpointsConfig.ipEndpointsConfig.enabled; absent = on (GKE's default, and every
+    cluster created before the DNS endpoint)."""
+    ip = getattr(config, "ip_endpoints_config", None) if config is not None else None
+    if isinstance(config, dict):
+        ip = config.get("ip_endpoints_config") or config.get("ipEndpointsConfig")
+    if isinstance(ip, list):  # the provider's one-element list form
+        ip = ip[0] if ip else None
+    enabled = ip.get("enabled") if isinstance(ip, dict) else getattr(ip, "enabled", None)
+    return enabled is not False
 
 
 def dns_endpoint(config: object) -> str:

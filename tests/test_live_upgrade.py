@@ -144,3 +144,41 @@ def test_the_schema_reader_follows_nesting_helpers_and_customize_diff():
     assert provider_schema.customize_diff('customdiff.ForceNewIfChange("enable_l4_ilb_subsetting", f)\n'
                                           'd.ForceNew("dns_config.0.additive_vpc_scope_dns_domain")') == {
         "enableL4IlbSubsetting", "dnsConfig.additiveVpcScopeDnsDomain"}
+
+
+def _active_cluster(kubeconfig_text: str) -> dict:
+    """What pulumi-kubernetes compares to decide a provider replacement: the current context's cluster
+    entry (provider/pkg/provider/provider.go DiffConfig, getActiveClusterFromConfig @94977969d)."""
+    cfg = json.loads(kubeconfig_text)
+    context = next(c["context"] for c in cfg["contexts"] if c["name"] == cfg["current-context"])
+    return next(c["cluster"] for c in cfg["clusters"] if c["name"] == context["cluster"])
+
+
+def test_a_live_cluster_keeps_its_kubeconfig_while_the_clusteridentifier_is_added():
+    """The first `up` of this release records clusterIdentifier; pulumi-kubernetes ignores the active
+    cluster only once the identifier is the same on both sides, so in that `up` the kubeconfig's active
+    cluster must not change: a live cluster (IP endpoint still on) keeps the IP endpoint and its CA."""
+    from components import cluster
+
+    live = {"ipEndpointsConfig": {"enabled": True}, "dnsEndpointConfig": {"endpoint": "gke-1.us.gke.goog"}}
+    # Pre-DNS releases (commit 7746758 components/cluster.py kubeconfig): server https://<ip> with the CA.
+    before = {"server": "https://34.1.2.3", "certificate-authority-data": "Q0E="}
+    assert _active_cluster(cluster.provider_kubeconfig("verl-gke", "34.1.2.3", "Q0E=", live)) == before
+    assert _active_cluster(cluster.provider_kubeconfig("verl-gke", "34.1.2.3", "Q0E=", {})) == before  # never set
+    after = {**live, "ipEndpointsConfig": {"enabled": False}}
+    assert _active_cluster(cluster.provider_kubeconfig("verl-gke", "34.1.2.3", "Q0E=", after)) == {
+        "server": "https://gke-1.us.gke.goog"}
+
+
+@pytest.mark.parametrize("stack", STACKS[:1])
+def test_the_ip_endpoint_is_kept_until_the_dns_endpoint_migration(stack):
+    from stacks.compose import program
+    from tools import mocking, plan
+
+    _, new = states(stack)
+    (cl,) = [r for r in new.values() if r["type"] == "gcp:container/cluster:Cluster"]
+    assert "controlPlaneEndpointsConfig.ipEndpointsConfig" in cl["ignoreChanges"]
+    raw, secret_keys = plan.read_stack_file(snapshot.ROOT / f"Pulumi.{stack}.yaml")
+    raw = {**raw, "gcp:project": "p-1234567", "verl-gke:migrations": '["dns-endpoint"]'}
+    migrated = mocking.run(program, raw, stack, secret_keys).one("gcp:container/cluster:Cluster")
+    assert "controlPlaneEndpointsConfig.ipEndpointsConfig" not in migrated.ignore_changes
