@@ -37,6 +37,8 @@ GPU_POOL_IGNORE_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig", "nodeCon
 # A surge of 1 would need a spare 8-GPU node (spot or reserved) that a job's pool rarely has; the
 # maintenance exclusion keeps upgrades off a running job either way. Updated in place on live pools.
 GPU_POOL_UPGRADE = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+# Chosen by GKE, never by the program: see GkeCluster's ignore_changes.
+PRIVATE_ENDPOINT_SUBNETWORK = "privateClusterConfig.privateEndpointSubnetwork"
 
 
 
@@ -186,6 +188,14 @@ class GkeCluster(pulumi.ComponentResource):
         keep = ["min_master_version", "node_config"]
         if PRIVATE_CLUSTER not in args.migrations:
             keep.append("privateClusterConfig")
+        else:
+            # GKE fills private_endpoint_subnetwork on a PSC cluster (the node subnet) that the program
+            # never sets; the field is ForceNew and not Computed, and the provider suppresses its diff
+            # only when master_ipv4_cidr_block is set (resource_container_cluster.go @e03b7622,
+            # containerClusterPrivateClusterConfigSuppress), so the migrated block would replace the
+            # cluster (terraform-provider-google #20429: "private_endpoint_subnetwork = ... # forces
+            # replacement"). The bridge drops ignored paths from the provider's diff.
+            keep.append(PRIVATE_ENDPOINT_SUBNETWORK)
         cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources), ignore_changes=keep)
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
