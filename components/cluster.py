@@ -369,7 +369,10 @@ def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAu
     """None (no block: the endpoint accepts any address) when empty, as before this setting existed."""
     if not cidrs:
         return None
-    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(cidr_blocks=[
+    # gcp_public_cidrs_access_enabled false: otherwise GKE also admits every Compute Engine VM's public
+    # address (GKE API MasterAuthorizedNetworksConfig; cluster-toolkit gke-cluster defaults it to false
+    # @1047080). Updated in place with the rest of the endpoint config.
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(gcp_public_cidrs_access_enabled=False, cidr_blocks=[
         gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(cidr_block=c, display_name=f"authorized-{i}")
         for i, c in enumerate(cidrs)])
 
