@@ -79,6 +79,18 @@ LOCAL_SSD_GB = {STANDARD: QuotaRef("LOCAL-SSD-TOTAL-GB-per-project-region"),
 # Project-wide VPC and firewall-rule limits ("Cloud Quotas" quota IDs, same public sources).
 NETWORKS = QuotaRef("NETWORKS-per-project", regional=False)
 FIREWALLS = QuotaRef("FIREWALLS-per-project", regional=False)
+# GKE's default node boot disk is pd-balanced (GKE docs "Configuring a custom boot disk": the default in
+# 1.24 and later), which counts toward SSD total GB ("Balanced and SSD Persistent Disks have disk quotas
+# ..."). The A4 and A3 Ultra machine series take Hyperdisk only (Compute Engine "GPU machine types":
+# supported disk types), so their boot disks draw on another quota; G2 takes Persistent Disk.
+PERSISTENT_DISK_BOOT_SERIES = ("g2-",)
+
+
+def persistent_disk_boot(machine_type: str) -> bool:
+    """Whether a GPU machine's node boot disk is a (pd-balanced) Persistent Disk under GKE's default."""
+    return machine_type.startswith(PERSISTENT_DISK_BOOT_SERIES)
+
+
 LOCAL_SSD_DISK_GB = 375  # Compute Engine "About Local SSD disks": each Local SSD disk is 375 GiB
 CPUS_ALL_REGIONS = QuotaRef("CPUS-ALL-REGIONS-per-project", regional=False)
 

@@ -37,6 +37,8 @@ GPU_POOL_IGNORE_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig", "nodeCon
 # A surge of 1 would need a spare 8-GPU node (spot or reserved) that a job's pool rarely has; the
 # maintenance exclusion keeps upgrades off a running job either way. Updated in place on live pools.
 GPU_POOL_UPGRADE = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+# Chosen by GKE, never by the program: see GkeCluster's ignore_changes.
+PRIVATE_ENDPOINT_SUBNETWORK = "privateClusterConfig.privateEndpointSubnetwork"
 
 
 
@@ -186,6 +188,14 @@ class GkeCluster(pulumi.ComponentResource):
         keep = ["min_master_version", "node_config"]
         if PRIVATE_CLUSTER not in args.migrations:
             keep.append("privateClusterConfig")
+        else:
+            # GKE fills private_endpoint_subnetwork on a PSC cluster (the node subnet) that the program
+            # never sets; the field is ForceNew and not Computed, and the provider suppresses its diff
+            # only when master_ipv4_cidr_block is set (resource_container_cluster.go @e03b7622,
+            # containerClusterPrivateClusterConfigSuppress), so the migrated block would replace the
+            # cluster (terraform-provider-google #20429: "private_endpoint_subnetwork = ... # forces
+            # replacement"). The bridge drops ignored paths from the provider's diff.
+            keep.append(PRIVATE_ENDPOINT_SUBNETWORK)
         if DNS_ENDPOINT not in args.migrations:
             # A live cluster keeps its IP endpoint (and the provider its kubeconfig) until the stack
             # names the migration; a new one is created with it off.
@@ -387,7 +397,10 @@ def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAu
     """None (no block: the endpoint accepts any address) when empty, as before this setting existed."""
     if not cidrs:
         return None
-    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(cidr_blocks=[
+    # gcp_public_cidrs_access_enabled false: otherwise GKE also admits every Compute Engine VM's public
+    # address (GKE API MasterAuthorizedNetworksConfig; cluster-toolkit gke-cluster defaults it to false
+    # @1047080). Updated in place with the rest of the endpoint config.
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(gcp_public_cidrs_access_enabled=False, cidr_blocks=[
         gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(cidr_block=c, display_name=f"authorized-{i}")
         for i, c in enumerate(cidrs)])
 

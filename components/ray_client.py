@@ -40,7 +40,8 @@ class GkeDashboard(TypedDict, total=False):
     ca_certificate: str  # base64 PEM cluster CA, as GKE returns `master_auth.cluster_ca_certificate`
     # True: the endpoint is GKE's DNS-based one, whose certificate a public CA signs (gcloud writes no CA
     # for it: googlecloudsdk api_lib/container/kubeconfig.py Cluster(has_dns_endpoint=True)), so TLS is
-    # checked against the system store; the cluster CA is then only the cluster's identity.
+    # checked against requests' bundle (certifi's Mozilla roots, not the OS store: a TLS-intercepting
+    # proxy's CA must be added through REQUESTS_CA_BUNDLE); the cluster CA is then only the cluster's identity.
     public_ca: bool
     namespace: str
     service: str  # KubeRay head service, `<raycluster>-head-svc`
@@ -206,7 +207,7 @@ class Dashboard:
 
     @property
     def verify(self) -> str | bool:
-        """requests' `verify`: the cluster CA file for the IP endpoint, the system store otherwise."""
+        """requests' `verify`: the cluster CA file for the IP endpoint, requests' certifi bundle otherwise."""
         return self._ca_file if self._ca_file else True
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = READ_TIMEOUT_S,

@@ -66,8 +66,12 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
         found.append(QuotaNeed(quotas.cpu_quota(cl.cpu_machine_type), vcpus, "cpuNodesMax", why))
         found.append(QuotaNeed(quotas.CPUS_ALL_REGIONS, vcpus, "cpuNodesMax", why + ", counted in every region"))
         disk = cl.cpu_nodes_max * cpu_boot_disk(cfg)
-        found.append(QuotaNeed(quotas.SSD_TOTAL_GB, disk, "cpuNodesMax",
-                               f"{cl.cpu_nodes_max} CPU nodes x {cpu_boot_disk(cfg)} GB pd-balanced boot disk"))
+        why = f"{cl.cpu_nodes_max} CPU nodes x {cpu_boot_disk(cfg)} GB pd-balanced boot disk"
+        # One need for the quota: the GPU pool's Persistent Disk boot disks draw on it too.
+        if acc.boot_disk_gb and quotas.persistent_disk_boot(acc.machine_type):
+            disk += cfg.gpu_nodes * acc.boot_disk_gb
+            why += f" + {cfg.gpu_nodes} GPU nodes (gpuNodes) x {acc.boot_disk_gb} GB pd-balanced boot disk"
+        found.append(QuotaNeed(quotas.SSD_TOTAL_GB, disk, "cpuNodesMax", why))
     # The VPCs (cluster, and with RDMA the gVNIC and RoCE ones) and the gVNIC firewall rule; the limit is
     # for the whole project, so VPCs and rules it already has count against it too.
     rdma = bool(cfg.network.rdma_cidrs)

@@ -328,3 +328,21 @@ def test_a_short_local_ssd_quota_is_a_warning_only():
     run = run_config({"accelerator": "b200", "capacity": "spot"},
                      quotas={"PREEMPTIBLE-LOCAL-SSD-GB-per-project-region": 0})
     assert run.one(CLUSTER)
+
+
+def test_the_gpu_pools_persistent_boot_disks_count_toward_the_same_ssd_quota():
+    """The L4 pool's 200 GB boot disks are pd-balanced (GKE's default type) like the CPU pool's: both
+    draw SSD-TOTAL-GB, so the need is their sum (two needs of one quota would each pass a quota that
+    the two together exceed)."""
+    overrides = {"accelerator": "l4", "clusterMode": "standard", "gpuNodes": "2", "cpuNodesMax": "3",
+                 "cpuMachineType": "e2-standard-8", "rayHeadCpu": "2", "rayHeadMemoryGib": "8",
+                 "model": "Qwen/Qwen2.5-0.5B-Instruct", "grpoGpuMemoryUtilization": "0.4"}  # as the dev stack
+    run = run_config(overrides)
+    cpu = run.one(POOL, "gke-cpu-pool").inputs
+    gpu = run.one(POOL, "gke-gpu-pool").inputs
+    ssd = [n for n in quota_check.needs(_cfg(overrides)) if n.ref.quota_id == "SSD-TOTAL-GB-per-project-region"]
+    assert [n.needed for n in ssd] == [3 * cpu["nodeConfig"]["diskSizeGb"] + 2 * gpu["nodeConfig"]["diskSizeGb"]]
+    # A4 and A3 Ultra boot from Hyperdisk (they support no Persistent Disk): not this quota.
+    b200 = {"accelerator": "b200", "clusterMode": "standard", "cpuNodesMax": "3"}
+    (only_cpu,) = [n for n in quota_check.needs(_cfg(b200)) if n.ref.quota_id == "SSD-TOTAL-GB-per-project-region"]
+    assert only_cpu.needed == 3 * run_config(b200).one(POOL, "gke-cpu-pool").inputs["nodeConfig"]["diskSizeGb"]

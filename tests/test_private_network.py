@@ -98,3 +98,13 @@ def test_a_named_migration_applies_to_the_live_resources_and_an_unknown_one_is_r
     with pytest.raises(config.ConfigError) as err:
         config.load(raw, "t")
     assert any(p.startswith("verl-gke:migrations ") and "private-nodes" in p for p in err.value.problems)
+
+
+def test_authorized_networks_leave_out_every_other_google_cloud_vm():
+    """With authorized networks on, GKE still admits "Google Compute Engine Public IPs" unless
+    gcp_public_cidrs_access_enabled is false (GKE API MasterAuthorizedNetworksConfig: "disallow all
+    external traffic ... except traffic from the given CIDR blocks, Google Compute Engine Public IPs
+    and Google Prod IPs"): any VM of any project would reach the IP endpoint. cluster-toolkit
+    gke-cluster sends false by default (variables.tf gcp_public_cidrs_access_enabled @1047080)."""
+    cluster = run_config({"masterAuthorizedNetworks": ["203.0.113.0/24"]}).one(CLUSTER).inputs
+    assert cluster["masterAuthorizedNetworksConfig"]["gcpPublicCidrsAccessEnabled"] is False
