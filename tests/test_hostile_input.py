@@ -796,8 +796,12 @@ def _supervise(state: Path, run: str = "run-x") -> subprocess.CompletedProcess:
     ('{"run": "run-x", "attempts": {"0": {"restarts": []}}}', "unexpected shape"),
     ('{"run": "run-x", "attempts": {"1": {"restarts": [1]}}}', "unexpected shape"),
     ("{not json", "cannot be read as JSON"),
+    # review 26: json.load raised RecursionError, int() ValueError (4300-digit limit): tracebacks
+    ("[" * 100_000 + "]" * 100_000, "cannot be read as JSON"),
+    ('{"run": "run-x", "attempts": {"' + "1" * 5000 + '": {"restarts": []}}}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"\u0661": {"restarts": []}}}', "unexpected shape"),
 ], ids=["attempts-list", "attempt-string", "attempt-key-word", "restarts-dict", "attempt-zero", "restart-int",
-        "not-json"])
+        "not-json", "nested-100000", "attempt-5000-digits", "attempt-arabic-digit"])
 def test_supervisor_fails_before_training_on_a_bad_state_file(tmp_path, content, named):
     state = tmp_path / "state.json"
     state.write_text(content)
@@ -814,6 +818,23 @@ def test_supervisor_fails_before_training_on_an_unusable_state_folder(tmp_path):
         done = _supervise(state)
         assert done.returncode == 1 and named in done.stdout, done
         assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_supervisor_budget_takes_an_attempt_recorded_without_restarts(tmp_path):
+    """state_problem lets {"1": {}} through (restarts default to none); the budget must then count a
+    restart on it, not raise KeyError at the first lost node, mid-run (review 26)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("supervise_r26", SUPERVISE)
+    sup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sup)
+    state = tmp_path / "state.json"
+    state.write_text('{"run": "run-x", "attempts": {"1": {}}}')
+    assert sup.state_problem(str(state), "run-x") is None
+    budget = sup.Budget(str(state), "run-x", 1, 0, 3)
+    budget.restarts.append({"reason": "node lost"})
+    budget.record(outcome="RECOVERING")
+    assert budget.used == 1 and json.loads(state.read_text())["attempts"]["1"]["restarts"] == [{"reason": "node lost"}]
 
 
 def test_supervisor_starts_afresh_on_another_runs_state(tmp_path):
