@@ -6,7 +6,8 @@ Two roads carry a secret into the job's entrypoint or logs without passing throu
   @b178a3cd5, TaskRunner.run: `pprint(OmegaConf.to_container(config, resolve=True))`), so the value
   lands in the job's logs and Cloud Logging;
   OmegaConf's grammar allows spaces around the resolver name (`${ oc.env : X}`), and `oc.decode` resolves
-  the interpolations inside a string, so any resolver is refused, plain `${a.b}` node references are not;
+  the interpolations inside a string, and a resolver's name may itself be interpolated (`${${k}:X}` with
+  `+k=oc.env` in another override), so any resolver call is refused, plain `${a.b}` node references are not;
 - the credential itself typed as a value: a W&B API key (40 hex characters, what wandb.ai/authorize
   shows), a Hugging Face token (`hf_` and 30+ letters and digits), and other well-known token shapes.
 """
@@ -15,9 +16,6 @@ from __future__ import annotations
 
 import re
 
-# `${` then an optional space, a dotted resolver name, an optional space and `:` (OmegaConf's
-# interpolation grammar: a resolver call; a node interpolation has no colon).
-RESOLVER = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*:")
 SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token (hf_...)", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")),
     ("a W&B API key (40 hex characters)", re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")),
@@ -28,12 +26,38 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+def _resolver_call(text: str) -> str | None:
+    """The name part of the first resolver call in `text` (None when there is none).
+
+    OmegaConf's grammar (omegaconf/grammar/OmegaConfGrammarParser.g4): a resolver call is `${` name `:`
+    args `}`, where the name may itself be built from interpolations (`${${k}:X}`, `${oc.${k}:X}` with
+    `+k=oc.env` set by another override); a node interpolation never has a colon at its own level (its
+    keys exclude `:`). So: a colon at the interpolation's own brace level, whatever precedes it.
+    """
+    start = text.find("${")
+    while start != -1:
+        depth = 0
+        for j in range(start + 2, len(text)):
+            c = text[j]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == ":" and depth == 0:
+                name = text[start + 2:j].strip()
+                return name if len(name) <= 40 else name[:40] + "..."
+        start = text.find("${", start + 2)
+    return None
+
+
 def resolver_problem(text: str) -> str | None:
     """Why an OmegaConf resolver call in `text` is refused, None when there is none."""
-    m = RESOLVER.search(text)
-    if not m:
+    name = _resolver_call(text)
+    if name is None:
         return None
-    return (f"uses the resolver ${{{m[1]}:...}}: verl resolves and prints its whole config in the job's "
+    return (f"uses the resolver ${{{name}:...}}: verl resolves and prints its whole config in the job's "
             "log, so an environment variable read this way (e.g. a key) ends up in plain text there; "
             "write the value itself (secrets go in `pulumi config set --secret`)")
 
@@ -44,5 +68,7 @@ def credential_problem(text: str) -> str | None:
         if shape.search(text):
             return (f"carries what looks like {what}: the overrides become the job's entrypoint, shown "
                     "in plain text on the Ray dashboard; set keys with `pulumi config set --secret` "
-                    "(hfToken, wandbApiKey)")
+                    "(hfToken, wandbApiKey)" + (
+                        "; a git commit id is the same 40 hex characters: give a shorter prefix (12)"
+                        if "W&B" in what else ""))
     return None

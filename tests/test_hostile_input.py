@@ -268,6 +268,12 @@ BAD_FILES += [
      "W&B API key"),
     ("override-hf-token", overrides_case("+trainer.note=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
      "Hugging Face token"),
+    ("override-interpolated-resolver",
+     overrides_case("+trainer.r=oc.env", "+trainer.note=${${trainer.r}:WANDB_API_KEY}"),
+     "uses the resolver ${${trainer.r}:...}"),
+    ("override-half-interpolated-resolver",
+     overrides_case("+trainer.e=env", "+trainer.note=${oc.${trainer.e}:HF_TOKEN}"),
+     "verl-gke:grpoExtraOverrides: trainer.note uses the resolver"),
     ("override-private-key", overrides_case("+trainer.note=-----BEGIN RSA PRIVATE KEY-----"), "private key"),
     # --- messages: exact characters, short
     ("key-zero-width", yaml_case("verl-gke:gpuNodes\u200b", "2"), "'verl-gke:gpuNodes\\u200b'"),
@@ -679,7 +685,10 @@ def test_destroy_order_tool_refuses_a_path_as_stack(capsys):
 
 RESOLVER_PROBES = ["${oc.env:CANARY_26}", "${ oc.env:CANARY_26}", "${oc.env: CANARY_26 }", "${env:CANARY_26}",
                    '${oc.decode:"${oc.env:CANARY_26}"}', "prefix-${oc.env:CANARY_26}-suffix", "${a.b}", "plain",
-                   "$${oc.env:CANARY_26}"]
+                   "$${oc.env:CANARY_26}",
+                   # review 26: a resolver name built from interpolations (another override sets `r`, `e`)
+                   "${${r}:CANARY_26}", "${oc.${e}:CANARY_26}", "${ ${r} : CANARY_26}", "x${${r}:CANARY_26}y",
+                   '${oc.decode:"${${r}:CANARY_26}"}']
 
 
 @pytest.mark.parametrize("value", RESOLVER_PROBES)
@@ -692,7 +701,8 @@ def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(valu
 
     monkeypatch.setenv("CANARY_26", "canary-value-26")
     try:
-        resolved = OmegaConf.to_container(OmegaConf.create({"a": {"b": "x"}, "v": value}), resolve=True)["v"]
+        cfg = {"a": {"b": "x"}, "r": "oc.env", "e": "env", "v": value}
+        resolved = OmegaConf.to_container(OmegaConf.create(cfg), resolve=True)["v"]
     except OmegaConfBaseException:  # e.g. `env` is no longer registered in this OmegaConf
         resolved = ""
     _, problems = grpo._parse_extras((f"+trainer.note={value}",))
