@@ -389,6 +389,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             r.problems += found
             warnings = [] if found else grpo_warnings(grpo, accelerator=acc, **shape)
     warnings += _ignored_keys(r)
+    _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
     if "wandb" in grpo.logger and not has_wandb_key:
         # Without a key wandb.init fails in the TaskRunner, after every GPU has loaded the model.
@@ -429,6 +430,33 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 # other namespace, would be silently ignored: `verl:gpuNodes: 4` once planned 2 nodes without a word.
 READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
 MAX_SHOWN = 80
+
+
+def _secret_problems(r: _Reader, raw: dict[str, Any], overrides: tuple[str, ...]) -> None:
+    """A secret key holding a list or map (the CLI takes any shape for an undeclared key, and the program
+    would hand its JSON text on as the token), and a secret's own value typed into an override (the
+    overrides are the job's plain-text entrypoint). Never shows the value."""
+    for spec in (k for k in KEYS if k.secret):
+        value = raw.get(spec.full)
+        if not isinstance(value, str) or value[:1] not in "[{" or not value:
+            continue
+        try:
+            shape = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(shape, (list, dict)):
+            r.bad(spec.name, "<a list or map, not shown>", "must be one string: `pulumi config set --secret "
+                  f"{spec.name} <value>`")
+    for spec in (k for k in KEYS if k.secret):
+        value = raw.get(spec.full)
+        if isinstance(value, str) and len(value.strip()) >= SECRET_IN_TEXT_MIN and any(
+                value.strip() in item for item in overrides):
+            r.bad("grpoExtraOverrides", "<not shown>", f"an item carries the value of the secret {spec.full}: the "
+                  "overrides are the job's entrypoint, in plain text on the Ray dashboard; remove it")
+
+
+# A secret this long is looked for inside other text (a shorter one would match by chance).
+SECRET_IN_TEXT_MIN = 8
 
 
 def shown(value: object) -> str:

@@ -274,6 +274,15 @@ BAD_FILES += [
     ("override-half-interpolated-resolver",
      overrides_case("+trainer.e=env", "+trainer.note=${oc.${trainer.e}:HF_TOKEN}"),
      "verl-gke:grpoExtraOverrides: trainer.note uses the resolver"),
+    # review 26: a secret key holding a list/map (undeclared in Pulumi.yaml, so the CLI takes any shape and
+    # the program would send its JSON text as the token), and a secret's own value typed into an override
+    ("secret-as-list", yaml_case("verl-gke:hfToken", "[hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789]"),
+     "verl-gke:hfToken = '<a list or map, not shown>'"),
+    ("secret-as-map", yaml_case("verl-gke:wandbApiKey", "{key: abc}"), "verl-gke:wandbApiKey = '<a list or map"),
+    ("override-carries-the-secret",
+     stack_text(**{"verl-gke:hfToken": "my-own-odd-token-1234",
+                   "verl-gke:grpoExtraOverrides": '["+trainer.note=my-own-odd-token-1234"]'}),
+     "carries the value of the secret verl-gke:hfToken"),
     ("override-private-key", overrides_case("+trainer.note=-----BEGIN RSA PRIVATE KEY-----"), "private key"),
     # --- messages: exact characters, short
     ("key-zero-width", yaml_case("verl-gke:gpuNodes\u200b", "2"), "'verl-gke:gpuNodes\\u200b'"),
@@ -721,6 +730,15 @@ def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["outputs"]["rayCluster"] == "verl-b200-ray"
     assert "us-central1" in json.dumps(data)
+
+
+@pytest.mark.parametrize("case", ["secret-as-list", "override-carries-the-secret"])
+def test_secret_problems_never_show_the_secret(sandbox, capsys, case):
+    tmp_path, _ = sandbox
+    content = next(c[1] for c in BAD_FILES if c[0] == case)
+    path = write_stack(tmp_path, content)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2 and "AbCdEfGhIj" not in text and "my-own-odd-token" not in text, text
 
 
 def test_redaction_is_by_value_and_finds_long_secrets_inside_text():
