@@ -219,6 +219,11 @@ BAD_FILES += [
      "verl-gke:cpuNodesMax: quota"),
     ("quota-all-regions", stack_text(**{"verl-gke:gpuNodes": "8", "verl-gke:grpoTrainBatchSize": "512"}),
      "GPUS-ALL-REGIONS"),
+    # review 26: the program's GKE version preflight raised PreflightError (traceback, exit 1) on a pin the
+    # gate's shape check took; the gate now runs that check on the plan's sample versions
+    ("gke-minor-not-offered", dev_text(**{"verl-gke:gkeVersion": '"1.99"'}), "offers no 1.99.x version"),
+    ("gke-minor-leading-zero", yaml_case("verl-gke:gkeVersion", '"01.33"'), "verl-gke:gkeVersion"),
+    ("gke-patch-not-offered", yaml_case("verl-gke:gkeVersion", "1.33.5-gke.1000"), "is not a version GKE offers"),
     # --- numbers: finite, and the CLI's integer syntax
     ("nan-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"nan"'), "verl-gke:grpoLearningRate = 'nan'"),
     ("inf-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"inf"'), "must be a finite number"),
@@ -611,6 +616,17 @@ def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox, capsys
     assert rc == 0 and "Traceback" not in text, text
     assert "run estimate: someone/uncatalogued-7b is not in catalog/models.py" in text
     assert (tmp_path / "out" / "plan.json").is_file()
+
+
+def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, capsys, monkeypatch):
+    """Backstop: a PreflightError raised inside the program (here the GKE version check, with the gate's
+    copy of it switched off) is exit 2 with its message, no traceback, nothing written."""
+    tmp_path, _ = sandbox
+    monkeypatch.setattr(plan, "gke_version_problems", lambda cfg: [])
+    path = write_stack(tmp_path, dev_text(**{"verl-gke:gkeVersion": '"1.99"'}))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2 and "verl-gke:gkeVersion" in text and "Traceback" not in text, text
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_failure_after_the_gate_writes_nothing(sandbox, capsys, monkeypatch):
