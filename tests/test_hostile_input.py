@@ -224,6 +224,13 @@ BAD_FILES += [
     ("gke-minor-not-offered", dev_text(**{"verl-gke:gkeVersion": '"1.99"'}), "offers no 1.99.x version"),
     ("gke-minor-leading-zero", yaml_case("verl-gke:gkeVersion", '"01.33"'), "verl-gke:gkeVersion"),
     ("gke-patch-not-offered", yaml_case("verl-gke:gkeVersion", "1.33.5-gke.1000"), "is not a version GKE offers"),
+    # review 26: image references containerd refuses (distribution/reference grammar), or reads as a host
+    ("image-capital-path", yaml_case("verl-gke:image", "verlai/Verl:vllm011.latest"), "verl-gke:image"),
+    ("image-capital-account", yaml_case("verl-gke:image", "Verlai/verl:vllm011.latest"), "registry host"),
+    ("image-two-tags", yaml_case("verl-gke:image", "verlai/verl:a:b"), "verl-gke:image"),
+    ("image-double-dot", yaml_case("verl-gke:image", "verlai..x/verl:a"), "verl-gke:image"),
+    ("image-tag-129", yaml_case("verl-gke:image", "verlai/verl:" + "t" * 129), "verl-gke:image"),
+    ("image-short-digest", yaml_case("verl-gke:image", "verlai/verl@sha256:abc"), "verl-gke:image"),
     # --- numbers: finite, and the CLI's integer syntax
     ("nan-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"nan"'), "verl-gke:grpoLearningRate = 'nan'"),
     ("inf-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"inf"'), "must be a finite number"),
