@@ -295,6 +295,10 @@ BAD_FILES += [
      stack_text(**{"verl-gke:hfToken": "my-own-odd-token-1234",
                    "verl-gke:grpoExtraOverrides": '["+trainer.note=my-own-odd-token-1234"]'}),
      "carries the value of the secret verl-gke:hfToken"),
+    # review 26: a malformed max_num_seqs was read as the default by the memory model and sent to vLLM as is
+    ("override-max-num-seqs-hex", overrides_case("actor_rollout_ref.rollout.max_num_seqs=0x10"),
+     "max_num_seqs='0x10' must be an integer >= 1"),
+    ("override-max-num-seqs-zero", overrides_case("actor_rollout_ref.rollout.max_num_seqs=0"), "max_num_seqs='0'"),
     ("override-private-key", overrides_case("+trainer.note=-----BEGIN RSA PRIVATE KEY-----"), "private key"),
     # --- messages: exact characters, short
     ("key-zero-width", yaml_case("verl-gke:gpuNodes\u200b", "2"), "'verl-gke:gpuNodes\\u200b'"),
