@@ -47,11 +47,14 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[str]):
         # Every problem stays readable whatever the input: a 1 MB value must not make a 3 MB message.
         self.problems = [p if len(p) <= 2 * MAX_LINE else f"{p[:MAX_LINE]} [...] {p[-MAX_LINE:]}" for p in problems]
-        problems = self.problems
-        super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(problems))
+        # ...and a file of 20,000 stray keys must not print 20,000 lines: the first MAX_LINES, then a count.
+        shown_lines = self.problems[:MAX_LINES] + ([f"... and {len(self.problems) - MAX_LINES} more problems"]
+                                                   if len(self.problems) > MAX_LINES else [])
+        super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(shown_lines))
 
 
 MAX_LINE = 300  # characters kept from each end of an over-long problem line
+MAX_LINES = 100  # problem lines printed; ConfigError.problems keeps them all
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal

@@ -911,6 +911,15 @@ def test_a_megabyte_model_id_gets_a_short_correct_error(sandbox, capsys):
     assert len(text) < 2000 and "1000005 characters" in text, len(text)
 
 
+def test_twenty_thousand_stray_keys_get_a_bounded_message(sandbox, capsys):
+    """Review 26: 20,000 unknown keys printed 20,000 lines (1.5 MB); the first 100 and a count now."""
+    tmp_path, registered = sandbox
+    path = write_stack(tmp_path, stack_text() + "".join(f"  verl-gke:gpuNode{i}: 2\n" for i in range(20_000)))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert_refused(rc, text, "verl-gke:gpuNode0 is not a known key", tmp_path, registered)
+    assert "... and 19900 more problems" in text and len(text) < 100_000, len(text)
+
+
 def test_every_problem_line_is_bounded():
     err = stack_config.ConfigError(["k = " + "y" * 100_000 + " tail"])
     assert len(str(err)) < 1000 and err.problems[0].endswith(" tail")
