@@ -673,6 +673,10 @@ def _authorized_networks(r: _Reader) -> tuple[str, ...]:
             continue
         if net.version != 4:
             r.bad("masterAuthorizedNetworks", value, "must be an IPv4 CIDR: the cluster's endpoint is IPv4")
+        elif "/" not in value:
+            # GKE API CidrBlock: "cidr_block must be specified in CIDR notation"; ip_network reads a bare
+            # address as /32, the API does not.
+            r.bad("masterAuthorizedNetworks", value, f"must be in CIDR notation: write {net}")
     if len(set(cidrs)) != len(cidrs):
         r.bad("masterAuthorizedNetworks", list(cidrs), "lists a CIDR twice")
     return cidrs

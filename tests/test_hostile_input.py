@@ -249,6 +249,9 @@ BAD_FILES += [
     ("cidr-broadcast", yaml_case("verl-gke:gvnicCidr", "255.255.255.0/24"), "verl-gke:gvnicCidr"),
     ("cidr-google-vip", yaml_case("verl-gke:primaryCidr", "199.36.153.0/24"), "Private Google Access"),
     ("cidr-public", yaml_case("verl-gke:primaryCidr", "8.8.8.0/24"), "public range"),
+    # review 26: a bare address (GKE API CidrBlock: "must be specified in CIDR notation")
+    ("authorized-bare-address", yaml_case("verl-gke:masterAuthorizedNetworks", "[203.0.113.7]"),
+     "must be in CIDR notation: write 203.0.113.7/32"),
     # --- zones: must exist and offer the accelerator (catalog/zones.py)
     ("zone-without-a4", yaml_case("gcp:zone", "us-central1-a"), "offers no a4-highgpu-8g"),
     ("zone-that-does-not-exist", yaml_case("gcp:zone", "us-central1-z"), "gcp:zone = 'us-central1-z'"),
