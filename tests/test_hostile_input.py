@@ -103,6 +103,10 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("top-level-typo", "confg:\n  gcp:project: my-project-1\n", "did you mean 'config'"),
     ("infinite-number", yaml_case("verl-gke:gpuNodes", ".inf"), "verl-gke:gpuNodes"),
     ("not-utf8", b"config:\n  gcp:region: \xff\xfe\n", "not valid UTF-8"),
+    # review 26: PyYAML's reader raised ReaderError before parsing (a traceback); yaml.v3 refuses these too
+    ("nul-byte", "config:\n  gcp:project: my\x00project\n", "control character U+0000"),
+    ("control-char-in-list", stack_text() + "  verl-gke:rdmaCidrs: [\x01]\n", "Pulumi.hostile.yaml:11:24:"),
+    ("escape-char", yaml_case("verl-gke:model", "Qwen/\x1b[2Jx"), "control character U+001B"),
     ("esc-environment", "environment:\n  - my-env\n" + stack_text(), "environment"),
     # --- required keys empty or missing (they count as missing)
     ("empty-region", yaml_case("gcp:region", "''"), "gcp:region is not set"),
