@@ -62,13 +62,20 @@ def resolver_problem(text: str) -> str | None:
             "write the value itself (secrets go in `pulumi config set --secret`)")
 
 
-def credential_problem(text: str) -> str | None:
-    """Which credential `text` looks like, None when it looks like none."""
+# A key that names a commit (`...model.revision=<40 hex>`, `+trainer.git_sha=...`) holds a git or Hub commit
+# id, which has a W&B key's shape; the Hub takes only the full 40 characters as a commit revision.
+COMMIT_KEY = re.compile(r"(?i)(^|[._])(revision|commit|commit_id|sha|git_sha|commit_sha)$")
+
+
+def credential_problem(text: str, key: str = "") -> str | None:
+    """Which credential `text` looks like, None when it looks like none (`key`: the override's key)."""
     for what, shape in SHAPES:
+        if "W&B" in what and COMMIT_KEY.search(key):
+            continue
         if shape.search(text):
             return (f"carries what looks like {what}: the overrides become the job's entrypoint, shown "
                     "in plain text on the Ray dashboard; set keys with `pulumi config set --secret` "
                     "(hfToken, wandbApiKey)" + (
-                        "; a git commit id is the same 40 hex characters: give a shorter prefix (12)"
+                        "; a commit id has the same shape: it is taken under a key named revision, commit or sha"
                         if "W&B" in what else ""))
     return None

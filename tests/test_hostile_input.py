@@ -753,6 +753,18 @@ def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(valu
         assert problems and "resolver" in problems[0], (value, problems)
 
 
+@pytest.mark.parametrize("item", ["+actor_rollout_ref.model.revision=0a1b2c3d4e5f60718293a4b5c6d7e8f901234567",
+                                  "+trainer.git_sha=0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"])
+def test_a_commit_id_under_a_commit_key_is_not_a_wandb_key(item):
+    """Review 26 (false positive): a Hub revision or git SHA is 40 hex characters, a W&B key's shape; under
+    a key that names a commit it is taken. The same value under any other key is still refused."""
+    from stacks import grpo
+
+    assert grpo._parse_extras((item,))[1] == []
+    other = "+trainer.note=" + item.split("=", 1)[1]
+    assert "W&B API key" in grpo._parse_extras((other,))[1][0]
+
+
 def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
     """hfToken: '-' typed in plain text: the plan redacts the value where it is the whole value, and leaves
     every other '-' (us-central1, verl-b200-ray) alone."""
