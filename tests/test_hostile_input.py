@@ -723,6 +723,28 @@ def test_destroy_order_tool_refuses_a_path_as_stack(capsys):
     assert "--stack '../../etc/passwd'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("content,named", [
+    (None, "no such stack file"),
+    ("config:\n  gcp:region: 'us-central1\n", "invalid YAML"),
+    ("config:\n  verl-gke:gpuNodes: two\n", "verl-gke:gpuNodes"),
+    ("DEV-GKE-1.99", "offers no 1.99.x version"),
+], ids=["missing", "bad-yaml", "bad-value", "gke-version"])
+def test_destroy_order_tool_refuses_bad_stacks_without_a_traceback(tmp_path, monkeypatch, capsys, content, named):
+    """Review 26: tools.destroy ended in a traceback (exit 1) on every config the plan refuses, and took a
+    missing stack file for an empty one ("gcp:region is not set")."""
+    from tools import destroy
+
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")  # the project file the stack file joins
+    if content == "DEV-GKE-1.99":
+        content = dev_text(**{"verl-gke:gkeVersion": '"1.99"'})
+    if content is not None:
+        (tmp_path / "Pulumi.hostile.yaml").write_text(content)
+    assert destroy.main(["--stack", "hostile"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err, err
+
+
 # --- issue 26: secrets by other roads --------------------------------------------------------------------
 
 
