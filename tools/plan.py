@@ -201,7 +201,7 @@ def report(plan: dict[str, Any]) -> str:
 
 # A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
 # replacing every `-` in the plan would mangle it and redact nothing.
-MIN_EMBEDDED_SECRET = 8
+MIN_EMBEDDED_SECRET = stack_config.SECRET_IN_TEXT_MIN  # the gate looks for secrets in overrides by the same rule
 
 
 def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
