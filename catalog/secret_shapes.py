@@ -34,21 +34,25 @@ def _resolver_call(text: str) -> str | None:
     `+k=oc.env` set by another override); a node interpolation never has a colon at its own level (its
     keys exclude `:`). So: a colon at the interpolation's own brace level, whatever precedes it.
     """
-    start = text.find("${")
-    while start != -1:
-        depth = 0
-        for j in range(start + 2, len(text)):
-            c = text[j]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                if depth == 0:
-                    break
-                depth -= 1
-            elif c == ":" and depth == 0:
-                name = text[start + 2:j].strip()
-                return name if len(name) <= 40 else name[:40] + "..."
-        start = text.find("${", start + 2)
+    # One pass with a stack of open braces (an interpolation's start, or -1 for a plain brace): linear,
+    # so a value of 100,000 `${` costs what its length does.
+    open_braces: list[int] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "$" and text.startswith("${", i):
+            open_braces.append(i)
+            i += 2
+            continue
+        if c == "{":
+            open_braces.append(-1)
+        elif c == "}":
+            if open_braces:
+                open_braces.pop()
+        elif c == ":" and open_braces and open_braces[-1] >= 0:
+            name = text[open_braces[-1] + 2:i].strip()
+            return name if len(name) <= 40 else name[:40] + "..."
+        i += 1
     return None
 
 

@@ -787,6 +787,16 @@ def test_a_commit_id_under_a_commit_key_is_not_a_wandb_key(item):
     assert "W&B API key" in grpo._parse_extras((other,))[1][0]
 
 
+def test_the_resolver_check_is_linear_in_the_override_length():
+    """Review 26: a scan per `${` made 16,000 of them (32 KB) take 45 s (quadratic); one pass now. Run in a
+    subprocess whose generous limit only turns a hang into a failure (no timing is asserted)."""
+    code = ("from catalog import secret_shapes as s; "
+            "assert s.resolver_problem('${' * 200000 + 'a:b') is not None; "
+            "assert s.resolver_problem('${' * 200000) is None")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
 def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
     """hfToken: '-' typed in plain text: the plan redacts the value where it is the whole value, and leaves
     every other '-' (us-central1, verl-b200-ray) alone."""
