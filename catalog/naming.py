@@ -35,7 +35,14 @@ _GKE_MINOR = re.compile(r"^(\d+)\.(\d+)$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]+(?<![./])$")
 _REPO_URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
-_IMAGE = re.compile(r"^[\w./:@-]+$")
+# An image reference as kubelet and containerd parse it (distribution/reference regexp.go @00a09fa3:
+# lowercase path components joined by one of `.`, `_`, `__` or dashes; an optional registry host[:port];
+# a tag `[\w][\w.-]{0,127}`; a digest `algo:` + 32 or more hex digits; reference.go: name <= 255 chars).
+_IMG_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMG_HOST_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_IMG_HOST = rf"(?:{_IMG_HOST_PART}(?:\.{_IMG_HOST_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_IMAGE = re.compile(rf"(?P<name>(?:{_IMG_HOST}/)?{_IMG_PATH}(?:/{_IMG_PATH})*)(?::[\w][\w.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
 _RAY_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
@@ -190,9 +197,16 @@ def repo_url(value: object) -> str | None:
 
 def image_ref(value: object) -> str | None:
     """An image reference with a tag or a digest (a bare name would float to :latest)."""
-    if isinstance(value, str) and _IMAGE.fullmatch(value) and (":" in value.rsplit("/", 1)[-1] or "@" in value):
+    m = _IMAGE.fullmatch(value) if isinstance(value, str) else None
+    if m and len(m["name"]) <= 255 and (":" in value.rsplit("/", 1)[-1] or "@" in value):
+        first = value.split("/", 1)[0]
+        if "/" in value and first.lower() != first and not any(c in first for c in ".:"):
+            # distribution/reference normalize.go splitDockerDomain: a first part with capitals is a host.
+            return (f"{first!r} would be read as a registry host (capitals make it one), not a Docker Hub "
+                    "account: image names are lowercase, e.g. verlai/verl:tag")
         return None
-    return "must be an image reference with a tag or digest, e.g. repo/image:tag or repo/image@sha256:..."
+    return ("must be an image reference with a tag or digest and a lowercase name (as containerd parses it), "
+            "e.g. repo/image:tag or repo/image@sha256:...")
 
 
 def ray_version(value: object) -> str | None:

@@ -6,7 +6,8 @@ Two roads carry a secret into the job's entrypoint or logs without passing throu
   @b178a3cd5, TaskRunner.run: `pprint(OmegaConf.to_container(config, resolve=True))`), so the value
   lands in the job's logs and Cloud Logging;
   OmegaConf's grammar allows spaces around the resolver name (`${ oc.env : X}`), and `oc.decode` resolves
-  the interpolations inside a string, so any resolver is refused, plain `${a.b}` node references are not;
+  the interpolations inside a string, and a resolver's name may itself be interpolated (`${${k}:X}` with
+  `+k=oc.env` in another override), so any resolver call is refused, plain `${a.b}` node references are not;
 - the credential itself typed as a value: a W&B API key (40 hex characters, what wandb.ai/authorize
   shows), a Hugging Face token (`hf_` and 30+ letters and digits), and other well-known token shapes.
 """
@@ -15,9 +16,6 @@ from __future__ import annotations
 
 import re
 
-# `${` then an optional space, a dotted resolver name, an optional space and `:` (OmegaConf's
-# interpolation grammar: a resolver call; a node interpolation has no colon).
-RESOLVER = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*:")
 SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token (hf_...)", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")),
     ("a W&B API key (40 hex characters)", re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")),
@@ -28,21 +26,60 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+def _resolver_call(text: str) -> str | None:
+    """The name part of the first resolver call in `text` (None when there is none).
+
+    OmegaConf's grammar (omegaconf/grammar/OmegaConfGrammarParser.g4): a resolver call is `${` name `:`
+    args `}`, where the name may itself be built from interpolations (`${${k}:X}`, `${oc.${k}:X}` with
+    `+k=oc.env` set by another override); a node interpolation never has a colon at its own level (its
+    keys exclude `:`). So: a colon at the interpolation's own brace level, whatever precedes it.
+    """
+    # One pass with a stack of open braces (an interpolation's start, or -1 for a plain brace): linear,
+    # so a value of 100,000 `${` costs what its length does.
+    open_braces: list[int] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "$" and text.startswith("${", i):
+            open_braces.append(i)
+            i += 2
+            continue
+        if c == "{":
+            open_braces.append(-1)
+        elif c == "}":
+            if open_braces:
+                open_braces.pop()
+        elif c == ":" and open_braces and open_braces[-1] >= 0:
+            name = text[open_braces[-1] + 2:i].strip()
+            return name if len(name) <= 40 else name[:40] + "..."
+        i += 1
+    return None
+
+
 def resolver_problem(text: str) -> str | None:
     """Why an OmegaConf resolver call in `text` is refused, None when there is none."""
-    m = RESOLVER.search(text)
-    if not m:
+    name = _resolver_call(text)
+    if name is None:
         return None
-    return (f"uses the resolver ${{{m[1]}:...}}: verl resolves and prints its whole config in the job's "
+    return (f"uses the resolver ${{{name}:...}}: verl resolves and prints its whole config in the job's "
             "log, so an environment variable read this way (e.g. a key) ends up in plain text there; "
             "write the value itself (secrets go in `pulumi config set --secret`)")
 
 
-def credential_problem(text: str) -> str | None:
-    """Which credential `text` looks like, None when it looks like none."""
+# A key that names a commit (`...model.revision=<40 hex>`, `+trainer.git_sha=...`) holds a git or Hub commit
+# id, which has a W&B key's shape; the Hub takes only the full 40 characters as a commit revision.
+COMMIT_KEY = re.compile(r"(?i)(^|[._])(revision|commit|commit_id|sha|git_sha|commit_sha)$")
+
+
+def credential_problem(text: str, key: str = "") -> str | None:
+    """Which credential `text` looks like, None when it looks like none (`key`: the override's key)."""
     for what, shape in SHAPES:
+        if "W&B" in what and COMMIT_KEY.search(key):
+            continue
         if shape.search(text):
             return (f"carries what looks like {what}: the overrides become the job's entrypoint, shown "
                     "in plain text on the Ray dashboard; set keys with `pulumi config set --secret` "
-                    "(hfToken, wandbApiKey)")
+                    "(hfToken, wandbApiKey)" + (
+                        "; a commit id has the same shape: it is taken under a key named revision, commit or sha"
+                        if "W&B" in what else ""))
     return None

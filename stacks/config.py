@@ -49,11 +49,14 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[str]):
         # Every problem stays readable whatever the input: a 1 MB value must not make a 3 MB message.
         self.problems = [p if len(p) <= 2 * MAX_LINE else f"{p[:MAX_LINE]} [...] {p[-MAX_LINE:]}" for p in problems]
-        problems = self.problems
-        super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(problems))
+        # ...and a file of 20,000 stray keys must not print 20,000 lines: the first MAX_LINES, then a count.
+        shown_lines = self.problems[:MAX_LINES] + ([f"... and {len(self.problems) - MAX_LINES} more problems"]
+                                                   if len(self.problems) > MAX_LINES else [])
+        super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(shown_lines))
 
 
 MAX_LINE = 300  # characters kept from each end of an over-long problem line
+MAX_LINES = 100  # problem lines printed; ConfigError.problems keeps them all
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
@@ -409,6 +412,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             r.problems += found
             warnings += [] if found else grpo_warnings(grpo, accelerator=acc, data=data, **shape)
     warnings += _ignored_keys(r)
+    _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
     if "wandb" in grpo.logger and not has_wandb_key:
         # Without a key wandb.init fails in the TaskRunner, after every GPU has loaded the model.
@@ -449,6 +453,33 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 # other namespace, would be silently ignored: `verl:gpuNodes: 4` once planned 2 nodes without a word.
 READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
 MAX_SHOWN = 80
+
+
+def _secret_problems(r: _Reader, raw: dict[str, Any], overrides: tuple[str, ...]) -> None:
+    """A secret key holding a list or map (the CLI takes any shape for an undeclared key, and the program
+    would hand its JSON text on as the token), and a secret's own value typed into an override (the
+    overrides are the job's plain-text entrypoint). Never shows the value."""
+    for spec in (k for k in KEYS if k.secret):
+        value = raw.get(spec.full)
+        if not isinstance(value, str) or value[:1] not in "[{" or not value:
+            continue
+        try:
+            shape = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(shape, (list, dict)):
+            r.bad(spec.name, "<a list or map, not shown>", "must be one string: `pulumi config set --secret "
+                  f"{spec.name} <value>`")
+    for spec in (k for k in KEYS if k.secret):
+        value = raw.get(spec.full)
+        if isinstance(value, str) and len(value.strip()) >= SECRET_IN_TEXT_MIN and any(
+                value.strip() in item for item in overrides):
+            r.bad("grpoExtraOverrides", "<not shown>", f"an item carries the value of the secret {spec.full}: the "
+                  "overrides are the job's entrypoint, in plain text on the Ray dashboard; remove it")
+
+
+# A secret this long is looked for inside other text (a shorter one would match by chance).
+SECRET_IN_TEXT_MIN = 8
 
 
 def shown(value: object) -> str:
@@ -734,6 +765,10 @@ def _authorized_networks(r: _Reader) -> tuple[str, ...]:
             continue
         if net.version != 4:
             r.bad("masterAuthorizedNetworks", value, "must be an IPv4 CIDR: the cluster's endpoint is IPv4")
+        elif "/" not in value:
+            # GKE API CidrBlock: "cidr_block must be specified in CIDR notation"; ip_network reads a bare
+            # address as /32, the API does not.
+            r.bad("masterAuthorizedNetworks", value, f"must be in CIDR notation: write {net}")
     if len(set(cidrs)) != len(cidrs):
         r.bad("masterAuthorizedNetworks", list(cidrs), "lists a CIDR twice")
     return cidrs

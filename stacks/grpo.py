@@ -276,6 +276,7 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
 
     # vllm_rollout_spmd.py: with chunked prefill, max_num_batched_tokens must cover the max model length.
     limit = _extra_int(extras, _MAX_TOKENS, ROLLOUT_MAX_NUM_BATCHED_TOKENS, problems)
+    _extra_int(extras, _MAX_SEQS, ROLLOUT_MAX_NUM_SEQS, problems)  # the memory model reads it too: never ignored
     model_len = _extra_int(extras, _MAX_MODEL_LEN, g.max_prompt_length + g.max_response_length, problems)
     chunked = extras.get(_CHUNKED, "true").strip().lower() != "false"
     if chunked and limit < model_len:
@@ -436,7 +437,7 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
         m = _OVERRIDE.match(item.strip()) if isinstance(item, str) else None
         if not m or (m["op"] != "~" and not m["eq"]):
             problems.append(f"{where}: {item!r} must look like key=value, +key=value, ++key=value or ~key")
-        elif shape := secret_shapes.resolver_problem(item) or secret_shapes.credential_problem(item):
+        elif shape := secret_shapes.resolver_problem(item) or secret_shapes.credential_problem(item, m["key"]):
             problems.append(f"{where}: {m['key']} {shape}")
         elif m["key"] in owned:
             problems.append(f"{where}: {item!r} overrides {m['key']}, which {owned[m['key']]}")

@@ -303,6 +303,8 @@ README_LINES = readme_config_set_lines()
 
 def _replayable(line: str) -> list[str]:
     # Placeholders (<64 hex digits>, hf_..., ...) stand for what the user types: any text does.
+    # A placeholder of a stated shape is filled in that shape (`<64 hex digits>`: a digest's 64 hex digits).
+    line = re.sub(r"<(\d+) hex digits>", lambda m: "0" * int(m.group(1)), line)
     line = re.sub(r"<[^>]*>", "placeholder", line)
     return [("placeholder" if a == "..." else a) for a in shlex.split(line)[3:]]
 

@@ -103,6 +103,10 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("top-level-typo", "confg:\n  gcp:project: my-project-1\n", "did you mean 'config'"),
     ("infinite-number", yaml_case("verl-gke:gpuNodes", ".inf"), "verl-gke:gpuNodes"),
     ("not-utf8", b"config:\n  gcp:region: \xff\xfe\n", "not valid UTF-8"),
+    # review 26: PyYAML's reader raised ReaderError before parsing (a traceback); yaml.v3 refuses these too
+    ("nul-byte", "config:\n  gcp:project: my\x00project\n", "control character U+0000"),
+    ("control-char-in-list", stack_text() + "  verl-gke:rdmaCidrs: [\x01]\n", "Pulumi.hostile.yaml:11:24:"),
+    ("escape-char", yaml_case("verl-gke:model", "Qwen/\x1b[2Jx"), "control character U+001B"),
     ("esc-environment", "environment:\n  - my-env\n" + stack_text(), "environment"),
     # --- required keys empty or missing (they count as missing)
     ("empty-region", yaml_case("gcp:region", "''"), "gcp:region is not set"),
@@ -219,6 +223,18 @@ BAD_FILES += [
      "verl-gke:cpuNodesMax: quota"),
     ("quota-all-regions", stack_text(**{"verl-gke:gpuNodes": "8", "verl-gke:grpoTrainBatchSize": "512"}),
      "GPUS-ALL-REGIONS"),
+    # review 26: the program's GKE version preflight raised PreflightError (traceback, exit 1) on a pin the
+    # gate's shape check took; the gate now runs that check on the plan's sample versions
+    ("gke-minor-not-offered", dev_text(**{"verl-gke:gkeVersion": '"1.99"'}), "offers no 1.99.x version"),
+    ("gke-minor-leading-zero", yaml_case("verl-gke:gkeVersion", '"01.33"'), "verl-gke:gkeVersion"),
+    ("gke-patch-not-offered", yaml_case("verl-gke:gkeVersion", "1.33.5-gke.1000"), "is not a version GKE offers"),
+    # review 26: image references containerd refuses (distribution/reference grammar), or reads as a host
+    ("image-capital-path", yaml_case("verl-gke:image", "verlai/Verl:vllm011.latest"), "verl-gke:image"),
+    ("image-capital-account", yaml_case("verl-gke:image", "Verlai/verl:vllm011.latest"), "registry host"),
+    ("image-two-tags", yaml_case("verl-gke:image", "verlai/verl:a:b"), "verl-gke:image"),
+    ("image-double-dot", yaml_case("verl-gke:image", "verlai..x/verl:a"), "verl-gke:image"),
+    ("image-tag-129", yaml_case("verl-gke:image", "verlai/verl:" + "t" * 129), "verl-gke:image"),
+    ("image-short-digest", yaml_case("verl-gke:image", "verlai/verl@sha256:abc"), "verl-gke:image"),
     # --- numbers: finite, and the CLI's integer syntax
     ("nan-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"nan"'), "verl-gke:grpoLearningRate = 'nan'"),
     ("inf-learning-rate", yaml_case("verl-gke:grpoLearningRate", '"inf"'), "must be a finite number"),
@@ -237,6 +253,9 @@ BAD_FILES += [
     ("cidr-broadcast", yaml_case("verl-gke:gvnicCidr", "255.255.255.0/24"), "verl-gke:gvnicCidr"),
     ("cidr-google-vip", yaml_case("verl-gke:primaryCidr", "199.36.153.0/24"), "Private Google Access"),
     ("cidr-public", yaml_case("verl-gke:primaryCidr", "8.8.8.0/24"), "public range"),
+    # review 26: a bare address (GKE API CidrBlock: "must be specified in CIDR notation")
+    ("authorized-bare-address", yaml_case("verl-gke:masterAuthorizedNetworks", "[203.0.113.7]"),
+     "must be in CIDR notation: write 203.0.113.7/32"),
     # --- zones: must exist and offer the accelerator (catalog/zones.py)
     ("zone-without-a4", yaml_case("gcp:zone", "us-central1-a"), "offers no a4-highgpu-8g"),
     ("zone-that-does-not-exist", yaml_case("gcp:zone", "us-central1-z"), "gcp:zone = 'us-central1-z'"),
@@ -268,6 +287,25 @@ BAD_FILES += [
      "W&B API key"),
     ("override-hf-token", overrides_case("+trainer.note=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
      "Hugging Face token"),
+    ("override-interpolated-resolver",
+     overrides_case("+trainer.r=oc.env", "+trainer.note=${${trainer.r}:WANDB_API_KEY}"),
+     "uses the resolver ${${trainer.r}:...}"),
+    ("override-half-interpolated-resolver",
+     overrides_case("+trainer.e=env", "+trainer.note=${oc.${trainer.e}:HF_TOKEN}"),
+     "verl-gke:grpoExtraOverrides: trainer.note uses the resolver"),
+    # review 26: a secret key holding a list/map (undeclared in Pulumi.yaml, so the CLI takes any shape and
+    # the program would send its JSON text as the token), and a secret's own value typed into an override
+    ("secret-as-list", yaml_case("verl-gke:hfToken", "[hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789]"),
+     "verl-gke:hfToken = '<a list or map, not shown>'"),
+    ("secret-as-map", yaml_case("verl-gke:wandbApiKey", "{key: abc}"), "verl-gke:wandbApiKey = '<a list or map"),
+    ("override-carries-the-secret",
+     stack_text(**{"verl-gke:hfToken": "my-own-odd-token-1234",
+                   "verl-gke:grpoExtraOverrides": '["+trainer.note=my-own-odd-token-1234"]'}),
+     "carries the value of the secret verl-gke:hfToken"),
+    # review 26: a malformed max_num_seqs was read as the default by the memory model and sent to vLLM as is
+    ("override-max-num-seqs-hex", overrides_case("actor_rollout_ref.rollout.max_num_seqs=0x10"),
+     "max_num_seqs='0x10' must be an integer >= 1"),
+    ("override-max-num-seqs-zero", overrides_case("actor_rollout_ref.rollout.max_num_seqs=0"), "max_num_seqs='0'"),
     ("override-private-key", overrides_case("+trainer.note=-----BEGIN RSA PRIVATE KEY-----"), "private key"),
     # --- messages: exact characters, short
     ("key-zero-width", yaml_case("verl-gke:gpuNodes\u200b", "2"), "'verl-gke:gpuNodes\\u200b'"),
@@ -598,6 +636,17 @@ def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox, capsys
     assert (tmp_path / "out" / "plan.json").is_file()
 
 
+def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, capsys, monkeypatch):
+    """Backstop: a PreflightError raised inside the program (here the GKE version check, with the gate's
+    copy of it switched off) is exit 2 with its message, no traceback, nothing written."""
+    tmp_path, _ = sandbox
+    monkeypatch.setattr(plan, "gke_version_problems", lambda cfg: [])
+    path = write_stack(tmp_path, dev_text(**{"verl-gke:gkeVersion": '"1.99"'}))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2 and "verl-gke:gkeVersion" in text and "Traceback" not in text, text
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failure_after_the_gate_writes_nothing(sandbox, capsys, monkeypatch):
     """Every figure is computed before the first file is written: should one ever raise, no plan file exists."""
     tmp_path, _ = sandbox
@@ -674,12 +723,37 @@ def test_destroy_order_tool_refuses_a_path_as_stack(capsys):
     assert "--stack '../../etc/passwd'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("content,named", [
+    (None, "no such stack file"),
+    ("config:\n  gcp:region: 'us-central1\n", "invalid YAML"),
+    ("config:\n  verl-gke:gpuNodes: two\n", "verl-gke:gpuNodes"),
+    ("DEV-GKE-1.99", "offers no 1.99.x version"),
+], ids=["missing", "bad-yaml", "bad-value", "gke-version"])
+def test_destroy_order_tool_refuses_bad_stacks_without_a_traceback(tmp_path, monkeypatch, capsys, content, named):
+    """Review 26: tools.destroy ended in a traceback (exit 1) on every config the plan refuses, and took a
+    missing stack file for an empty one ("gcp:region is not set")."""
+    from tools import destroy
+
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")  # the project file the stack file joins
+    if content == "DEV-GKE-1.99":
+        content = dev_text(**{"verl-gke:gkeVersion": '"1.99"'})
+    if content is not None:
+        (tmp_path / "Pulumi.hostile.yaml").write_text(content)
+    assert destroy.main(["--stack", "hostile"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err, err
+
+
 # --- issue 26: secrets by other roads --------------------------------------------------------------------
 
 
 RESOLVER_PROBES = ["${oc.env:CANARY_26}", "${ oc.env:CANARY_26}", "${oc.env: CANARY_26 }", "${env:CANARY_26}",
                    '${oc.decode:"${oc.env:CANARY_26}"}', "prefix-${oc.env:CANARY_26}-suffix", "${a.b}", "plain",
-                   "$${oc.env:CANARY_26}"]
+                   "$${oc.env:CANARY_26}",
+                   # review 26: a resolver name built from interpolations (another override sets `r`, `e`)
+                   "${${r}:CANARY_26}", "${oc.${e}:CANARY_26}", "${ ${r} : CANARY_26}", "x${${r}:CANARY_26}y",
+                   '${oc.decode:"${${r}:CANARY_26}"}']
 
 
 @pytest.mark.parametrize("value", RESOLVER_PROBES)
@@ -692,12 +766,35 @@ def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(valu
 
     monkeypatch.setenv("CANARY_26", "canary-value-26")
     try:
-        resolved = OmegaConf.to_container(OmegaConf.create({"a": {"b": "x"}, "v": value}), resolve=True)["v"]
+        cfg = {"a": {"b": "x"}, "r": "oc.env", "e": "env", "v": value}
+        resolved = OmegaConf.to_container(OmegaConf.create(cfg), resolve=True)["v"]
     except OmegaConfBaseException:  # e.g. `env` is no longer registered in this OmegaConf
         resolved = ""
     _, problems = grpo._parse_extras((f"+trainer.note={value}",))
     if "canary-value-26" in str(resolved):
         assert problems and "resolver" in problems[0], (value, problems)
+
+
+@pytest.mark.parametrize("item", ["+actor_rollout_ref.model.revision=0a1b2c3d4e5f60718293a4b5c6d7e8f901234567",
+                                  "+trainer.git_sha=0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"])
+def test_a_commit_id_under_a_commit_key_is_not_a_wandb_key(item):
+    """Review 26 (false positive): a Hub revision or git SHA is 40 hex characters, a W&B key's shape; under
+    a key that names a commit it is taken. The same value under any other key is still refused."""
+    from stacks import grpo
+
+    assert grpo._parse_extras((item,))[1] == []
+    other = "+trainer.note=" + item.split("=", 1)[1]
+    assert "W&B API key" in grpo._parse_extras((other,))[1][0]
+
+
+def test_the_resolver_check_is_linear_in_the_override_length():
+    """Review 26: a scan per `${` made 16,000 of them (32 KB) take 45 s (quadratic); one pass now. Run in a
+    subprocess whose generous limit only turns a hang into a failure (no timing is asserted)."""
+    code = ("from catalog import secret_shapes as s; "
+            "assert s.resolver_problem('${' * 200000 + 'a:b') is not None; "
+            "assert s.resolver_problem('${' * 200000) is None")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
 
 
 def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
@@ -711,6 +808,15 @@ def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["outputs"]["rayCluster"] == "verl-b200-ray"
     assert "us-central1" in json.dumps(data)
+
+
+@pytest.mark.parametrize("case", ["secret-as-list", "override-carries-the-secret"])
+def test_secret_problems_never_show_the_secret(sandbox, capsys, case):
+    tmp_path, _ = sandbox
+    content = next(c[1] for c in BAD_FILES if c[0] == case)
+    path = write_stack(tmp_path, content)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2 and "AbCdEfGhIj" not in text and "my-own-odd-token" not in text, text
 
 
 def test_redaction_is_by_value_and_finds_long_secrets_inside_text():
@@ -756,6 +862,18 @@ def test_watch_png_refuses_what_it_must_not_write(tmp_path, capsys, case):
     assert Path("/dev/null").is_char_device()
 
 
+@pytest.mark.parametrize("job_id", ["../../etc/x", "/tmp/abs", "..", "a/b", "verl-grpo-b200-0123abcd-r2", ""])
+def test_watch_default_png_is_one_file_in_the_current_folder(job_id):
+    """Review 26: without --png the file was `<job id>-scores.png`, and the id is whatever the Ray head
+    lists (any submitter picks it): `../../etc/x` wrote outside the current folder."""
+    from tools import watch
+
+    png = watch.default_png(job_id)
+    assert png.parent == Path(".") and png.name.endswith("-scores.png") and not png.name.startswith("."), png
+    if job_id.startswith("verl-grpo"):
+        assert png.name == f"{job_id}-scores.png"  # ids this project makes keep their name
+
+
 def test_watch_png_replaces_its_own_png_through_a_file_of_its_own(tmp_path):
     """The plot writes a temp file it created, then renames it over the target: a PNG of an earlier run is
     replaced, and nothing else is left behind."""
@@ -796,8 +914,12 @@ def _supervise(state: Path, run: str = "run-x") -> subprocess.CompletedProcess:
     ('{"run": "run-x", "attempts": {"0": {"restarts": []}}}', "unexpected shape"),
     ('{"run": "run-x", "attempts": {"1": {"restarts": [1]}}}', "unexpected shape"),
     ("{not json", "cannot be read as JSON"),
+    # review 26: json.load raised RecursionError, int() ValueError (4300-digit limit): tracebacks
+    ("[" * 100_000 + "]" * 100_000, "cannot be read as JSON"),
+    ('{"run": "run-x", "attempts": {"' + "1" * 5000 + '": {"restarts": []}}}', "unexpected shape"),
+    ('{"run": "run-x", "attempts": {"\u0661": {"restarts": []}}}', "unexpected shape"),
 ], ids=["attempts-list", "attempt-string", "attempt-key-word", "restarts-dict", "attempt-zero", "restart-int",
-        "not-json"])
+        "not-json", "nested-100000", "attempt-5000-digits", "attempt-arabic-digit"])
 def test_supervisor_fails_before_training_on_a_bad_state_file(tmp_path, content, named):
     state = tmp_path / "state.json"
     state.write_text(content)
@@ -814,6 +936,23 @@ def test_supervisor_fails_before_training_on_an_unusable_state_folder(tmp_path):
         done = _supervise(state)
         assert done.returncode == 1 and named in done.stdout, done
         assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_supervisor_budget_takes_an_attempt_recorded_without_restarts(tmp_path):
+    """state_problem lets {"1": {}} through (restarts default to none); the budget must then count a
+    restart on it, not raise KeyError at the first lost node, mid-run (review 26)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("supervise_r26", SUPERVISE)
+    sup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sup)
+    state = tmp_path / "state.json"
+    state.write_text('{"run": "run-x", "attempts": {"1": {}}}')
+    assert sup.state_problem(str(state), "run-x") is None
+    budget = sup.Budget(str(state), "run-x", 1, 0, 3)
+    budget.restarts.append({"reason": "node lost"})
+    budget.record(outcome="RECOVERING")
+    assert budget.used == 1 and json.loads(state.read_text())["attempts"]["1"]["restarts"] == [{"reason": "node lost"}]
 
 
 def test_supervisor_starts_afresh_on_another_runs_state(tmp_path):
@@ -833,6 +972,15 @@ def test_a_megabyte_model_id_gets_a_short_correct_error(sandbox, capsys):
     rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
     assert_refused(rc, text, "verl-gke:model", tmp_path, registered)
     assert len(text) < 2000 and "1000005 characters" in text, len(text)
+
+
+def test_twenty_thousand_stray_keys_get_a_bounded_message(sandbox, capsys):
+    """Review 26: 20,000 unknown keys printed 20,000 lines (1.5 MB); the first 100 and a count now."""
+    tmp_path, registered = sandbox
+    path = write_stack(tmp_path, stack_text() + "".join(f"  verl-gke:gpuNode{i}: 2\n" for i in range(20_000)))
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert_refused(rc, text, "verl-gke:gpuNode0 is not a known key", tmp_path, registered)
+    assert "... and 19900 more problems" in text and len(text) < 100_000, len(text)
 
 
 def test_every_problem_line_is_bounded():

@@ -26,7 +26,7 @@ KEPT = ("gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp
         "gcp:compute/subnetwork:Subnetwork")
 JOB = "pulumi-python:dynamic/verl-gke:RayJob"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
-# The job inputs whose change this release announces in README.md's "Upgrading a live stack to this version".
+# The job inputs whose change this release announces in README.md's "Upgrading a live stack".
 ANNOUNCED_JOB_REPLACES = {"entrypoint", "submission_id", "runtime_env"}
 
 
@@ -99,7 +99,9 @@ def test_live_stack_keeps_its_running_job_and_ray_cluster(stack):
 
 def test_the_readme_announces_the_job_resubmission():
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "### Upgrading a live stack to this version" in text and "resubmit" in text
+    section = text[text.index("\n## Upgrading a live stack\n"):]
+    section = section[:section.index("\n## ", 5)]
+    assert "The running job is stopped and a new run submitted" in section
 
 
 def test_the_checks_catch_a_replacement():

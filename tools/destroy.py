@@ -130,8 +130,21 @@ def main(argv: list[str] | None = None) -> int:
     except plan_tool.UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    raw, secret_keys = plan_tool.read_stack_file(plan_tool.ROOT / f"Pulumi.{args.stack}.yaml")
-    order = DestroyOrder(plan_tool.build_plan(args.stack, raw, secret_keys))
+    path = plan_tool.ROOT / f"Pulumi.{args.stack}.yaml"
+    if not path.is_file():  # read_stack_file would take a missing file as an empty one
+        print(f"error: {path.name}: no such stack file", file=sys.stderr)
+        return 2
+    # The plan's own refusals are exit 2 with their message here too, never a traceback.
+    from stacks import config as stack_config
+    from stacks.preflight import PreflightError
+    from tools import stack_file
+
+    try:
+        raw, secret_keys = plan_tool.read_stack_file(path, args.stack)
+        order = DestroyOrder(plan_tool.build_plan(args.stack, raw, secret_keys))
+    except (stack_file.StackFileError, stack_config.ConfigError, PreflightError, OSError) as err:
+        print(f"error: {path.name}: {err}", file=sys.stderr)
+        return 2
     print(describe(order, order.waves()))
     return 0
 

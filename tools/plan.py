@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from stacks import config as stack_config
+from stacks.preflight import PreflightError
 from tools import cli_loader, stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,9 +118,27 @@ def gate(raw: dict[str, str], stack: str) -> stack_config.StackConfig:
     found = quotas.findings(cfg, wanted, mocking.sample_quota_infos(n.ref.quota_id for n in wanted))
     fatal = [f"{stack_config.KEYS_BY_NAME[f.key].full if f.key in stack_config.KEYS_BY_NAME else f.key}: "
              f"{f.message} (the plan's sample project quotas, tools/mocking.py)" for f in found if f.fatal]
+    fatal += gke_version_problems(cfg)
     if fatal:
         raise stack_config.ConfigError(fatal)
     return cfg
+
+
+def gke_version_problems(cfg: stack_config.StackConfig) -> list[str]:
+    """The program's own GKE version check (preflight.resolve_gke_version) on the versions the plan's
+    mocks answer (tools/engine_versions.py CURRENT): a pin GKE does not offer, or a minor the channel
+    lacks, stops here with exit 2 instead of raising PreflightError inside the program (a traceback)."""
+    from catalog import gke
+    from stacks import keys, preflight
+    from tools import engine_versions
+
+    cl = cfg.cluster
+    found = engine_versions.lookup(engine_versions.CURRENT, gke.version_prefix(cl.gke_version))
+    resolved = preflight.resolve_gke_version(
+        found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.cluster_location,
+        pin_key=keys.full("gkeVersion"), channel_key=keys.full("releaseChannel"))
+    return [f"{f.key}: {f.message} (the plan's sample GKE versions, tools/engine_versions.py)"
+            for f in resolved.findings if f.fatal]
 
 
 def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
@@ -212,7 +231,7 @@ def report(plan: dict[str, Any]) -> str:
 
 # A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
 # replacing every `-` in the plan would mangle it and redact nothing.
-MIN_EMBEDDED_SECRET = 8
+MIN_EMBEDDED_SECRET = stack_config.SECRET_IN_TEXT_MIN  # the gate looks for secrets in overrides by the same rule
 
 
 def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
@@ -557,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except stack_config.ConfigError as err:
+        print(f"error: {path.name}: {err}", file=sys.stderr)
+        return 2
+    except PreflightError as err:  # a program check the gate does not mirror: still exit 2, no traceback
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
     except OSError as err:

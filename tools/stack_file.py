@@ -391,7 +391,14 @@ class _Builder:
 
 
 def _load_first_document(text: str, where: str) -> Any:
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # PyYAML's reader checks every character here, before any parsing
+    except yaml.reader.ReaderError as e:
+        # yaml.v3 refuses the same characters ("yaml: control characters are not allowed").
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        raise StackFileError(f"{where}:{line}:{column}: invalid YAML: control character U+{e.character:04X} "
+                             "is not allowed (a stray byte, or a binary file?)") from None
     try:
         if not loader.check_node():  # empty stream
             return None

@@ -302,6 +302,13 @@ def plot(progress: Progress, path: Path, title: str) -> bool:
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+def default_png(job_id: str) -> Path:
+    """`<job id>-scores.png` in the current folder. The id comes from the Ray head (anyone who can submit
+    there picks it: `../../x`, `/tmp/y`), so it becomes one plain file name, never a path."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id).lstrip(".")[:200] or "job"
+    return Path(f"{name}-scores.png")
+
+
 class PngPathError(OSError):
     """--png names something the watch must not write: exit 2 with this message."""
 
@@ -381,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     def draw(s: Snapshot):
-        png = args.png or Path(f"{s.job_id}-scores.png")
+        png = args.png or default_png(s.job_id)
         return render(s, png if plot(s.progress, png, f"{s.job_id} ({s.status})") else None)
 
     if args.once:

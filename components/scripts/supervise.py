@@ -62,7 +62,8 @@ class Budget:
     def __init__(self, path: str, run: str, attempt: int, floor: int, limit: int):
         self.path, self.run, self.attempt, self.limit = path, run, attempt, limit
         self.data = self._load()
-        self.data.setdefault("attempts", {}).setdefault(str(attempt), {"restarts": []})
+        # An attempt recorded without "restarts" (state_problem lets it through) still gets a list.
+        self.data.setdefault("attempts", {}).setdefault(str(attempt), {}).setdefault("restarts", [])
         self.data["max_recoveries"] = limit
         self.floor = floor  # what the provider counted: never report less
 
@@ -70,7 +71,7 @@ class Budget:
         try:
             with open(self.path) as f:
                 data = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return {"run": self.run}
         return data if isinstance(data, dict) and data.get("run") == self.run else {"run": self.run}
 
@@ -121,13 +122,15 @@ def state_problem(path: str, run: str) -> str | None:
             data = json.load(f)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as err:
-        return f"the state file {path} cannot be read as JSON ({err}): delete it to start this run's budget afresh"
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: arrays nested thousands deep
+        return (f"the state file {path} cannot be read as JSON ({str(err)[:200]}): delete it to start this run's "
+                "budget afresh")
     if not isinstance(data, dict) or data.get("run") != run:
         return None  # another run's (or no) budget: Budget starts afresh
     attempts = data.get("attempts", {})
     shape_ok = isinstance(attempts, dict) and all(
-        isinstance(k, str) and k.isdecimal() and int(k) >= 1 and isinstance(v, dict)
+        # ASCII digits, at most 9 (int() of thousands of digits raises; isdecimal() takes other scripts' digits)
+        isinstance(k, str) and re.fullmatch(r"[0-9]{1,9}", k) is not None and int(k) >= 1 and isinstance(v, dict)
         and isinstance(v.get("restarts", []), list) and all(isinstance(r, dict) for r in v.get("restarts", []))
         for k, v in attempts.items())
     if not shape_ok:
