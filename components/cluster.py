@@ -339,28 +339,27 @@ def provider_kubeconfig(cluster_name: str, ip_endpoint: str, ca_certificate: str
     return kubeconfig(cluster_name, dns_endpoint(endpoints), None)
 
 
-def ip_endpoint_enabled(config: object) -> bool:
-    """controlPlaneEndpointsConfig.ipEndpointsConfig.enabled; absent = on (GKE's default, and every
-    cluster created before the DNS endpoint)."""
-    ip = getattr(config, "ip_endpoints_config", None) if config is not None else None
+def _endpoints_field(config: object, block: str, field: str) -> object:
+    """controlPlaneEndpointsConfig.<block>.<field>, whichever form the provider hands over (an args
+    object, a snake_case or camelCase dict, a block as a one-element list); None when absent."""
+    camel = block.split("_")[0] + "".join(w.title() for w in block.split("_")[1:])
+    value = getattr(config, block, None) if config is not None else None
     if isinstance(config, dict):
-        ip = config.get("ip_endpoints_config") or config.get("ipEndpointsConfig")
-    if isinstance(ip, list):  # the provider's one-element list form
-        ip = ip[0] if ip else None
-    enabled = ip.get("enabled") if isinstance(ip, dict) else getattr(ip, "enabled", None)
-    return enabled is not False
+        value = config.get(block) or config.get(camel)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value.get(field) if isinstance(value, dict) else getattr(value, field, None)
+
+
+def ip_endpoint_enabled(config: object) -> bool:
+    """ipEndpointsConfig.enabled; absent = on (GKE's default, and every cluster created before the DNS endpoint)."""
+    return _endpoints_field(config, "ip_endpoints_config", "enabled") is not False
 
 
 def dns_endpoint(config: object) -> str:
     """The cluster's DNS endpoint (controlPlaneEndpointsConfig.dnsEndpointConfig.endpoint, `gke-<uid>.
     <location>.gke.goog`, "accessible from the public internet": GKE API reference)."""
-    dns = getattr(config, "dns_endpoint_config", None) if config is not None else None
-    if isinstance(config, dict):
-        dns = config.get("dns_endpoint_config") or config.get("dnsEndpointConfig")
-    if isinstance(dns, list):  # the provider's one-element list form
-        dns = dns[0] if dns else None
-    endpoint = dns.get("endpoint") if isinstance(dns, dict) else getattr(dns, "endpoint", None)
-    return endpoint or ""
+    return _endpoints_field(config, "dns_endpoint_config", "endpoint") or ""
 
 
 def control_plane_endpoints(cidrs: tuple[str, ...]) -> gcp.container.ClusterControlPlaneEndpointsConfigArgs:
