@@ -27,7 +27,9 @@ TOKEN_ENV = "CLOUDSDK_AUTH_ACCESS_TOKEN"  # gcloud's own override, honoured firs
 READY_POLL_CAP_S = 2.0  # a poll is three small GETs: cheap even through the API server
 FOLLOW_POLL_CAP_S = 10.0
 CONNECT_TIMEOUT_S = 5
-READ_TIMEOUT_S = 30
+READ_TIMEOUT_S = 30  # between two reads of one answer; the whole answer is bounded by the call's deadline
+BODY_CHUNK = 65536
+LOGS_WINDOW_S = 60.0  # a job's whole log, when the caller gives no deadline
 PROGRESS_EVERY_S = 60.0  # a line on the console about once a minute while waiting for the GPUs
 REPORT_BUDGET_S = 10  # the Pods/events report added to a readiness timeout: two small GETs
 EVENTS_PER_POD = 3  # the newest few: what the scheduler and the autoscaler last said
@@ -148,6 +150,24 @@ def _pem_from_base64(ca_certificate: str) -> bytes:
 
 
 
+class _LateAnswerError(Exception):
+    """The answer was still arriving at the deadline (the number of bytes read is the message)."""
+
+
+def _body(resp, deadline: float | None) -> bytes:
+    """The whole body, read as it arrives and never past `deadline`. requests' read timeout bounds each read,
+    not the answer: a trickling front or a large log would otherwise run on long past the window it serves."""
+    read1 = getattr(resp.raw, "read1", None)  # urllib3 >= 2: what has arrived, at most one socket read
+    chunks: list[bytes] = []
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise _LateAnswerError(sum(map(len, chunks)))
+        chunk = read1(BODY_CHUNK, decode_content=True) if read1 else resp.raw.read(1024, decode_content=True)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 # ----------------------------------------------------------------------------- the dashboard
 
 
@@ -247,6 +267,8 @@ class Dashboard:
         headers = self.headers()
         if raw is not None:
             headers["Content-Type"] = raw[1]
+        import urllib3
+
         try:
             resp = self._session.request(
                 method,
@@ -257,18 +279,31 @@ class Dashboard:
                 timeout=(connect, read),
                 verify=self.verify,
                 allow_redirects=False,
+                stream=True,  # the body is read by _body, against the deadline
             )
+            try:
+                content = _body(resp, deadline)
+            except BaseException:
+                resp.close()  # cut short: this connection cannot be reused
+                raise
+            resp.raw.release_conn()  # read to the end: back to the pool for the next poll
         except requests.exceptions.SSLError as err:
             detail = f"TLS verification against the cluster CA failed: {err}"
             raise DashboardError(method, url, None, detail, tls=True) from None
-        except requests.exceptions.RequestException as err:
+        except _LateAnswerError as late:
+            detail = f"answer not complete at the deadline ({late} bytes read)"
+            raise DashboardError(method, url, None, detail) from None
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
             raise DashboardError(method, url, None, f"unreachable: {err}") from None
+        text = content.decode(resp.encoding or "utf-8", errors="replace")
         if not 200 <= resp.status_code < 300:
-            raise DashboardError(method, url, resp.status_code, resp.text.strip()[:2000])
+            raise DashboardError(method, url, resp.status_code, text.strip()[:2000])
+        import json
+
         try:
-            return resp.json()
+            return json.loads(text)
         except ValueError:
-            return resp.text
+            return text
 
     # Ray's Jobs API --------------------------------------------------------------------------
 
@@ -279,8 +314,11 @@ class Dashboard:
     def job(self, job_id: str, deadline: float | None = None) -> dict[str, Any]:
         return self.call("GET", f"/api/jobs/{job_id}", deadline=deadline)
 
-    def logs(self, job_id: str) -> str:
-        answer = self.call("GET", f"/api/jobs/{job_id}/logs")
+    def logs(self, job_id: str, deadline: float | None = None) -> str:
+        """The job's whole log (Ray has no tail on this endpoint): a long run's log can take a while through
+        the API server, so it gets a deadline too (LOGS_WINDOW_S from now unless given)."""
+        deadline = time.monotonic() + LOGS_WINDOW_S if deadline is None else deadline
+        answer = self.call("GET", f"/api/jobs/{job_id}/logs", deadline=deadline)
         return answer.get("logs", "") if isinstance(answer, dict) else str(answer)
 
     def nodes(self, deadline: float | None = None) -> tuple[float, int, str | None]:

@@ -433,7 +433,7 @@ class RayJobProvider(dyn.ResourceProvider):
             if seen.state == PRESENT:
                 status, message = seen.job.get("status", "UNKNOWN"), seen.job.get("message") or ""
                 try:
-                    used, note = supervisor_note(dash.logs(job_id))
+                    used, note = supervisor_note(dash.logs(job_id, time.monotonic() + inputs["probe_window_s"]))
                     recoveries = max(used or 0, int(outs.get("attempt") or 1) - 1)
                 except DashboardError:
                     pass  # the count from the last look stays

@@ -12,7 +12,11 @@ command), it is reported only when the replace step is reached, and it names no 
 BucketKeeper prints, on `pulumi destroy`, the bucket that outlives the stack and how to adopt it
 (Pulumi CLI >= 3.146.0 shows a dynamic provider's stderr: pulumi/pulumi#18253).
 
-Like the job provider: importable module, nothing on `self`, no import-time side effects.
+Like the job provider: importable module, nothing on `self`, no import-time side effects. Pulumi pickles
+both providers by reference (dill: `components.stack_guard.StackGuardProvider`/`BucketKeeperProvider`) and
+refresh/destroy/removal unpickle them from the state: keep both names importable here for good
+(tests/test_engine_replace.py pins them). A checkout older than these resources cannot unpickle them
+(README "Upgrading a live stack": rolling back).
 """
 
 from __future__ import annotations
@@ -55,7 +59,11 @@ def refusals(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]
 
 class StackGuardProvider(dyn.ResourceProvider):
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
-        return dyn.CheckResult(news, [dyn.CheckFailure(key, why) for key, why in refusals(olds, news)])
+        # Resource-level failures (no property): the engine prints a property failure with the value it finds
+        # under that name in the inputs (pulumi/pulumi pkg/resource/deploy/step_generator.go `issueCheckFailures`,
+        # commit 1b5949891b3c), and a config key is no input name: "property verl-gke:clusterMode value {<nil>}".
+        # The reason names the key itself.
+        return dyn.CheckResult(news, [dyn.CheckFailure("", why) for _key, why in refusals(olds, news)])
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         return dyn.CreateResult("stack-guard", {k: v for k, v in props.items() if not k.startswith("__")})

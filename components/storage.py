@@ -148,7 +148,9 @@ class TrainingStorage(pulumi.ComponentResource):
             # no bucket here or one with another id (pulumi/pulumi pkg/resource/deploy/step_generator.go
             # `isImport`, commit 1b5949891b3c): naming the stack's own bucket is a no-op. An absent bucket
             # fails the preview ("resource '<name>' does not exist", step.go); settings that differ are
-            # updated in place; a replace of an imported resource is refused by the engine.
+            # updated in place by CLI >= 3.174.0 (pulumi/pulumi#19339, commit 961156bb35: import, then an
+            # ordinary diff; an older CLI fails "inputs to import do not match"); a replace of an imported
+            # resource is refused by the engine (step_generator.go "previously-imported resources").
             bucket_name: pulumi.Input[str] = args.existing_bucket
             retain = pulumi.ResourceOptions.merge(retain, pulumi.ResourceOptions(import_=args.existing_bucket))
         else:

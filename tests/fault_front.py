@@ -5,7 +5,9 @@ Modes, for every request or for the next `count` only (a blip):
 - "503": a load balancer with no healthy backend;
 - "404": a stray 404 that is not Ray's (an ingress default backend);
 - "slow": answer after `delay_s` (then forward);
-- "refused": stop listening; the port refuses connections until `mode("pass")`.
+- "refused": stop listening; the port refuses connections until `mode("pass")`;
+- "drip": forward, then send the answer (padded with `pad` spaces, still valid JSON) one byte every
+  `delay_s`: each read is quick, the whole answer is not (a trickling proxy, a very large log).
 `only` restricts the fault to paths containing that text (e.g. "/api/jobs/").
 """
 
@@ -21,7 +23,7 @@ import urllib.request
 class FaultFront:
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
-        self._mode, self._count, self._only, self.delay_s = "pass", None, "", 0.0
+        self._mode, self._count, self._only, self.delay_s, self.pad = "pass", None, "", 0.0, 0
         self.seen: list[tuple[str, str, str]] = []  # (method, path, what the front did)
         self._lock = threading.Lock()
         self._server = None
@@ -32,9 +34,10 @@ class FaultFront:
     def address(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def mode(self, mode: str, count: int | None = None, only: str = "", delay_s: float = 0.0) -> FaultFront:
+    def mode(self, mode: str, count: int | None = None, only: str = "", delay_s: float = 0.0,
+             pad: int = 0) -> FaultFront:
         with self._lock:
-            self._mode, self._count, self._only, self.delay_s = mode, count, only, delay_s
+            self._mode, self._count, self._only, self.delay_s, self.pad = mode, count, only, delay_s, pad
         if mode == "refused":
             self._close()
         elif self._server is None:
@@ -78,12 +81,19 @@ class FaultFront:
             def log_message(self, *_args) -> None:
                 pass
 
-            def _reply(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
+            def _reply(self, status: int, body: bytes, ctype: str = "text/plain", drip: bool = False) -> None:
+                if drip:
+                    body += b" " * front.pad
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if not drip:
+                    return self.wfile.write(body)
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(front.delay_s)
 
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -101,7 +111,8 @@ class FaultFront:
                     request.add_header("Content-Type", self.headers["Content-Type"])
                 try:
                     with urllib.request.urlopen(request, timeout=60) as resp:
-                        self._reply(resp.status, resp.read(), resp.headers.get("Content-Type", "text/plain"))
+                        self._reply(resp.status, resp.read(), resp.headers.get("Content-Type", "text/plain"),
+                                    drip=fault == "drip")
                 except urllib.error.HTTPError as err:
                     self._reply(err.code, err.read(), err.headers.get("Content-Type", "text/plain"))
                 except OSError:

@@ -99,6 +99,17 @@ def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, front,
     assert status_on(head, job_id) == "RUNNING"
 
 
+def test_a_trickling_answer_never_holds_a_refresh_past_its_window(head, front, server, running):
+    """Each read comes quickly, the whole answer does not (1 byte every 0.5 s, ~5 min): requests' read timeout
+    never fires. The job is seen; its log (a long run's log through the API server can be this slow) is cut at
+    the window and the refresh returns what it knows instead of hanging (gRPC limit: a bound, not a speed)."""
+    job_id, outs = running
+    front.mode("drip", only="/logs", delay_s=0.5, pad=600)
+    _, refreshed, _ = server.read(job_id, outs, timeout=120)
+    assert refreshed["status"] == "RUNNING"
+    assert ("GET", f"/api/jobs/{job_id}/logs", "drip") in front.seen
+
+
 def test_a_short_503_blip_is_ridden_out(head, front, server, running):
     job_id, outs = running
     front.mode("503", count=2)

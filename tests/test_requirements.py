@@ -16,6 +16,9 @@ LOCAL = {"catalog", "components", "stacks", "tools", "tests", "bench", "__main__
 # run inside the pods, from the image, and are not imported here).
 RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "stacks").rglob("*.py")),
            *sorted(p for p in (ROOT / "components").rglob("*.py") if "scripts" not in p.parts)]
+# ... except a script the program imports too (stacks.dataset runs the pods' parquet checks offline).
+RUNTIME += [p for p in sorted((ROOT / "components" / "scripts").glob("*.py"))
+            if any(f"components.scripts.{p.stem}" in f.read_text() for f in RUNTIME)]
 TOOLING = [*sorted((ROOT / "tools").rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
 # Needed at deploy time without an import of ours: Pulumi pickles the dynamic provider with dill.
 IMPLICIT_RUNTIME = {"dill"}
