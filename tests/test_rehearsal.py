@@ -10,9 +10,12 @@ job runs the real supervisor (components/scripts/supervise.py, shipped to the bu
 would) around a stand-in trainer with verl's process layout and checkpoint files
 (tests/standins/verl_trainer.py) and the stand-in merger (tests/standins/merge.py).
 
-Covered: success, a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning
-to the keep limit after the restart, the merge on the GPU node with its marker, the recovery state on
-the bucket; and the layout before issue 22 (no checkpoint mount on the head) failing as it would.
+Covered: on b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last
+checkpoint, pruning to the keep limit after the restart, the merge on a GPU node with its marker, the
+recovery state on the bucket; on every other shipped stack a shorter run through the same path in its
+own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint mount on the
+head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
+start): the whole module takes about 5 minutes on a loaded 2-core machine (8 before sharing).
 """
 
 from __future__ import annotations
@@ -136,6 +139,35 @@ def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:
     return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": env}
 
 
+def mounted_somewhere(path: Path) -> bool:
+    """Whether any process on the machine has a mount at `path` (in whatever mount namespace)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            text = (proc / "mountinfo").read_text()
+        except OSError:
+            continue
+        if any(len(f := line.split()) > 4 and f[4] == str(path) for line in text.splitlines()):
+            return True
+    return False
+
+
+def remove_mount_points(made: list[Path]) -> None:
+    """Remove the host mount points this run created, unless another run's pod namespace still mounts
+    there (a second rehearsal on the machine, or a test run of another checkout): removing a directory
+    that is a mount point in another namespace silently detaches those mounts (Linux >= 3.18, "vfs:
+    Lazily remove mounts on unlinked files and directories", torvalds/linux@8ed936b5; mount_namespaces(7)),
+    and that run's pods would lose /data under their feet."""
+    for d in reversed(made):
+        if mounted_somewhere(d):
+            continue
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
 def layout(pods: dict[str, placement.Pod]) -> tuple:
     """What a simulated pod's mount namespace is made of: every pod's bucket mounts (path, bucket
     folder, read-only). Stacks with the same layout can share a Ray head; any difference gets its own."""
@@ -181,11 +213,7 @@ class Cluster:
         for node in reversed(self.nodes):
             node.stop()
         self.nodes.clear()
-        for d in reversed(self.made):
-            try:
-                d.rmdir()
-            except OSError:
-                pass
+        remove_mount_points(self.made)
         self.made.clear()
 
 
@@ -199,6 +227,7 @@ class Run:
         self.bucket = cluster.bucket
         self.head = cluster.head
         self.workers: list[RayNode] = []
+        self.jobs: list[str] = []
         stage(p, self.bucket, self.pods)
 
     def start(self, role: str, gpus: int, cpus: int) -> RayNode:
@@ -214,6 +243,12 @@ class Run:
         return in_bucket(self.bucket, placement.serving(self.pods[role], path), path)
 
     def close(self) -> None:
+        # A job left running on the shared head (a failed test) would take the next stack's GPU workers.
+        for job in self.jobs:
+            try:
+                requests.post(f"{self.head.address}/api/jobs/{job}/stop", timeout=30)
+            except requests.RequestException:
+                pass
         for node in reversed(self.workers):
             self.cluster.stop(node)
         self.workers.clear()
@@ -246,7 +281,8 @@ def submit(run: Run, steps: int) -> str:
         "entrypoint": entrypoint, "runtime_env": runtime_env, "submission_id": f"rehearsal-{run.stack}"},
         timeout=60)
     assert answer.ok, answer.text
-    return answer.json()["submission_id"]
+    run.jobs.append(answer.json()["submission_id"])
+    return run.jobs[-1]
 
 
 def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
@@ -315,6 +351,30 @@ def test_the_host_mount_points_are_removed_when_the_head_fails_to_start(tmp_path
     with pytest.raises(RuntimeError, match="ray start failed"):
         Cluster(pods, tmp_path)
     assert [m for m in fresh if os.path.exists(m)] == []
+
+
+@needs_namespaces
+def test_a_mount_point_another_run_still_uses_is_kept(tmp_path):
+    """Cleanup never pulls a bucket mount out from under another run's pods (shared machines, CI hosts)."""
+    point, source = tmp_path / "data", tmp_path / "bucket"
+    point.mkdir()
+    source.mkdir()
+    (source / "staged").write_text("verl")
+    other = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-ec",
+                              f"mount --bind {source} {point}; echo up; exec sleep 600"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert other.stdout.readline().strip() == "up"
+        remove_mount_points([point])
+        assert point.is_dir()
+        seen = subprocess.run(["nsenter", f"--mount=/proc/{other.pid}/ns/mnt", "cat", str(point / "staged")],
+                              capture_output=True, text=True, timeout=60)
+        assert seen.stdout == "verl", seen.stderr
+    finally:
+        other.kill()
+        other.wait(timeout=60)
+    remove_mount_points([point])  # nobody mounts it now: removed
+    assert not point.exists()
 
 
 @needs_namespaces
