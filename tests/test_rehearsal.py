@@ -353,6 +353,14 @@ def test_the_host_mount_points_are_removed_when_the_head_fails_to_start(tmp_path
     assert [m for m in fresh if os.path.exists(m)] == []
 
 
+def saved_step(ckpt: Path) -> int:
+    """The step verl's tracker file names (0 before the first save or while it is rewritten)."""
+    try:
+        return int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 @needs_namespaces
 def test_a_mount_point_another_run_still_uses_is_kept(tmp_path):
     """Cleanup never pulls a bucket mount out from under another run's pods (shared machines, CI hosts)."""
@@ -387,8 +395,10 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         job = submit(run, steps=6)
         ckpt, merged = output_paths(run)
         deadline = time.monotonic() + 900
-        while not (ckpt / "steps.log").exists() or len((ckpt / "steps.log").read_text().split()) < 3:
-            assert time.monotonic() < deadline, "the trainer never got to step 3"
+        # The node is lost once step 3's checkpoint is complete (the tracker names it): steps.log grows
+        # before the save, and a kill between the two would resume from step 2 on a slow machine.
+        while saved_step(ckpt) < 3:
+            assert time.monotonic() < deadline, "the trainer never saved step 3"
             status = requests.get(f"{run.head.address}/api/jobs/{job}", timeout=30).json()["status"]
             assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
             time.sleep(1)
