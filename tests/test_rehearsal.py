@@ -10,9 +10,12 @@ job runs the real supervisor (components/scripts/supervise.py, shipped to the bu
 would) around a stand-in trainer with verl's process layout and checkpoint files
 (tests/standins/verl_trainer.py) and the stand-in merger (tests/standins/merge.py).
 
-Covered: success, a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning
-to the keep limit after the restart, the merge on the GPU node with its marker, the recovery state on
-the bucket; and the layout before issue 22 (no checkpoint mount on the head) failing as it would.
+Covered: on b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last
+checkpoint, pruning to the keep limit after the restart, the merge on a GPU node with its marker, the
+recovery state on the bucket; on every other shipped stack a shorter run through the same path in its
+own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint mount on the
+head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
+start): the whole module takes about 5 minutes on a loaded 2-core machine (8 before sharing).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +37,26 @@ import requests
 from tests.ray_fixtures import REPO, VENV_BIN, RayNode
 from tools import placement, plan
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                reason="needs root and unshare(1) for a mount namespace per pod")
+
+def _no_mount_namespace() -> str | None:
+    """Why this machine cannot give each simulated pod a mount namespace, or None when it can.
+
+    Root and unshare(1) are not enough: an unprivileged container (root without CAP_SYS_ADMIN) has
+    both and still refuses `unshare --mount`. Probe exactly what the rehearsal does: a private mount
+    namespace with a tmpfs in it."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "needs root and unshare(1) for a mount namespace per pod"
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            done = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs",
+                                   "-o", "size=1m", "tmpfs", d], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"unshare --mount did not run: {err}"
+    return None if done.returncode == 0 else f"unshare --mount refused here: {done.stderr.strip()[:200]}"
+
+
+NO_NAMESPACE = _no_mount_namespace()
+needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESPACE or "")
 
 STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
 STANDIN_MERGE = REPO / "tests" / "standins" / "merge.py"
@@ -75,7 +98,8 @@ def mount_script(pod: placement.Pod, bucket: Path, bucket_mounts: set[str]) -> s
 
 
 def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
-    """What the staging Job leaves in the bucket, at the paths its rendered arguments name."""
+    """What the staging Job leaves in the bucket, at the paths its rendered arguments name (stacks of
+    one verl tag share the source and dataset folders, as they would in one bucket)."""
     job = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
     args = placement._options(job["spec"]["template"]["spec"]["containers"][0]["args"])
     writer = pods[placement.JOB]
@@ -83,18 +107,17 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
     def local(path: str) -> Path:
         return in_bucket(bucket, placement.serving(writer, path), path)
 
-    local(args["verl-dir"]).mkdir(parents=True)
+    local(args["verl-dir"]).mkdir(parents=True, exist_ok=True)
     model = local(args["model-dir"])
-    model.mkdir(parents=True)
+    model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     data = local(args["dataset-dir"])
-    data.mkdir(parents=True)
+    data.mkdir(parents=True, exist_ok=True)
     for name in ("train.parquet", "test.parquet"):
         (data / name).write_bytes(b"PAR1")
     shipped = local(args["ship"].split("=", 1)[1])
-    shipped.parent.mkdir(parents=True)
+    shipped.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(SUPERVISOR, shipped)
-    (bucket / "checkpoints").mkdir()
 
 
 def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:
@@ -116,49 +139,150 @@ def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:
     return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": env}
 
 
-class Run:
-    def __init__(self, p: dict, tmp: Path):
-        self.plan, self.bucket = p, tmp / "bucket"
-        self.pods = placement.pods(p)
-        self.bucket_mounts = {m.path for pod in self.pods.values() for m in pod.mounts if m.kind == "csi"}
-        self.bucket.mkdir()
-        self.made = [Path(m) for m in sorted(self.bucket_mounts) if not Path(m).exists()]
-        for d in self.made:  # mount points, empty on the host
-            d.mkdir()
-        stage(p, self.bucket, self.pods)
+def mounted_somewhere(path: Path) -> bool:
+    """Whether any process on the machine has a mount at `path` (in whatever mount namespace)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            text = (proc / "mountinfo").read_text()
+        except OSError:
+            continue
+        if any(len(f := line.split()) > 4 and f[4] == str(path) for line in text.splitlines()):
+            return True
+    return False
+
+
+def remove_mount_points(made: list[Path]) -> None:
+    """Remove the host mount points this run created, unless another run's pod namespace still mounts
+    there (a second rehearsal on the machine, or a test run of another checkout): removing a directory
+    that is a mount point in another namespace silently detaches those mounts (Linux >= 3.18, "vfs:
+    Lazily remove mounts on unlinked files and directories", torvalds/linux@8ed936b5; mount_namespaces(7)),
+    and that run's pods would lose /data under their feet."""
+    for d in reversed(made):
+        if mounted_somewhere(d):
+            continue
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def layout(pods: dict[str, placement.Pod]) -> tuple:
+    """What a simulated pod's mount namespace is made of: every pod's bucket mounts (path, bucket
+    folder, read-only). Stacks with the same layout can share a Ray head; any difference gets its own."""
+    return tuple(sorted((role, m.path, m.only_dir, m.read_only) for role, pod in pods.items()
+                        for m in pod.mounts if m.kind == "csi"))
+
+
+class Cluster:
+    """A local bucket folder and a Ray head in the head pod's mount namespace; workers join per run.
+
+    The host's mount points (/data, /checkpoints) are created only if missing and removed again by
+    close(), which also runs when the head fails to start."""
+
+    def __init__(self, pods: dict[str, placement.Pod], tmp: Path):
+        self.pods, self.bucket = pods, tmp / "bucket"
+        self.bucket_mounts = {m.path for pod in pods.values() for m in pod.mounts if m.kind == "csi"}
         self.nodes: list[RayNode] = []
-        self.head = self.start(placement.HEAD, gpus=0, cpus=0)
+        self.made: list[Path] = []
+        self.head: RayNode | None = None
+        try:
+            self.bucket.mkdir()
+            for folder in {m.only_dir for pod in pods.values() for m in pod.mounts if m.only_dir}:
+                (self.bucket / folder).mkdir(parents=True)  # a PV's only-dir folder exists before it mounts
+            for m in sorted(self.bucket_mounts):  # mount points, empty on the host
+                if not Path(m).exists():
+                    Path(m).mkdir()
+                    self.made.append(Path(m))
+            self.head = self.start(placement.HEAD, gpus=0, cpus=0)
+        except BaseException:
+            self.close()
+            raise
 
     def start(self, role: str, gpus: int, cpus: int) -> RayNode:
-        node = PodNode(mount_script(self.pods[role], self.bucket, self.bucket_mounts), gpus, cpus,
-                       join=getattr(self, "head", None))
+        node = PodNode(mount_script(self.pods[role], self.bucket, self.bucket_mounts), gpus, cpus, join=self.head)
         self.nodes.append(node)
         return node.start()
+
+    def stop(self, node: RayNode) -> None:
+        node.stop()
+        self.nodes.remove(node)
+
+    def close(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+        self.nodes.clear()
+        remove_mount_points(self.made)
+        self.made.clear()
+
+
+class Run:
+    """One stack's run on a cluster of its layout: its staged files and its own GPU worker nodes."""
+
+    def __init__(self, p: dict, cluster: Cluster, stack: str):
+        self.plan, self.cluster, self.stack = p, cluster, stack
+        self.pods = placement.pods(p)
+        assert layout(self.pods) == layout(cluster.pods)
+        self.bucket = cluster.bucket
+        self.head = cluster.head
+        self.workers: list[RayNode] = []
+        self.jobs: list[str] = []
+        stage(p, self.bucket, self.pods)
+
+    def start(self, role: str, gpus: int, cpus: int) -> RayNode:
+        node = self.cluster.start(role, gpus, cpus)
+        self.workers.append(node)
+        return node
+
+    def stop(self, node: RayNode) -> None:
+        self.cluster.stop(node)
+        self.workers.remove(node)
 
     def host(self, role: str, path: str) -> Path:
         return in_bucket(self.bucket, placement.serving(self.pods[role], path), path)
 
     def close(self) -> None:
-        for node in reversed(self.nodes):
-            node.stop()
-        for d in self.made:
+        # A job left running on the shared head (a failed test) would take the next stack's GPU workers.
+        for job in self.jobs:
             try:
-                d.rmdir()
-            except OSError:
+                requests.post(f"{self.head.address}/api/jobs/{job}/stop", timeout=30)
+            except requests.RequestException:
                 pass
+        for node in reversed(self.workers):
+            self.cluster.stop(node)
+        self.workers.clear()
 
 
-@pytest.fixture
-def env_path(monkeypatch):
-    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """One Ray head per mount layout, shared by the tests of this module (a head takes the longest to
+    start). PATH leads to the venv: the head's raylet passes its environment to the job's driver."""
+    made: dict[tuple, Cluster] = {}
+
+    def get(pods: dict[str, placement.Pod]) -> Cluster:
+        key = layout(pods)
+        if key not in made:
+            made[key] = Cluster(pods, tmp_path_factory.mktemp("rehearsal"))
+        return made[key]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+        try:
+            yield get
+        finally:
+            for c in made.values():
+                c.close()
 
 
 def submit(run: Run, steps: int) -> str:
     entrypoint, runtime_env = job_inputs(run.plan, run.head, steps)
     answer = requests.post(f"{run.head.address}/api/jobs/", json={
-        "entrypoint": entrypoint, "runtime_env": runtime_env, "submission_id": "rehearsal"}, timeout=60)
+        "entrypoint": entrypoint, "runtime_env": runtime_env, "submission_id": f"rehearsal-{run.stack}"},
+        timeout=60)
     assert answer.ok, answer.text
-    return answer.json()["submission_id"]
+    run.jobs.append(answer.json()["submission_id"])
+    return run.jobs[-1]
 
 
 def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
@@ -181,27 +305,104 @@ def worker_shape(p: dict) -> tuple[int, int]:
 
 
 STACKS = [f.stem.split(".", 1)[1] for f in sorted(REPO.glob("Pulumi.*.yaml"))]
+# The costly case (a lost node, the restart, pruning) on the multi-node production stack; every other
+# stack runs the same path through a shorter run of its own layout (train, save, merge, state).
+FULL_STACK = "b200"
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(stack, tmp_path, env_path):
-    p = plan.build_plan(stack, *plan.read_stack_file(REPO / f"Pulumi.{stack}.yaml"))
-    run = Run(p, tmp_path)
+def stack_plan(stack: str) -> dict:
+    return plan.build_plan(stack, *plan.read_stack_file(REPO / f"Pulumi.{stack}.yaml"))
+
+
+def output_paths(run: Run) -> tuple[Path, Path]:
+    """(checkpoint folder, merged folder) on the local bucket, as the where-things-run model maps them."""
+    paths = placement.processes(run.plan, run.pods)
+    ckpt = next(u.path for proc in paths for u in proc.uses if u.what.startswith("checkpoint shards"))
+    merged = next(u.path for proc in paths for u in proc.uses if u.what.startswith("--merge-to"))
+    return run.host(placement.WORKERS, ckpt), run.host(placement.WORKERS, merged)
+
+
+def assert_completed(run: Run, ckpt: Path, merged: Path, steps: int, world: int) -> dict:
+    """A finished run's files, each where the pod that wrote it mounts it; the recovery state."""
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == str(steps)
+    assert len(list((ckpt / f"global_step_{steps}" / "actor").glob("model_world_size_*_rank_*.pt"))) == world
+    state = json.loads((ckpt / "verl-gke-run.json").read_text())  # on the bucket, not the head's disk
+    assert state["attempts"]["1"]["outcome"] == "SUCCEEDED"
+    assert f"rank 0 after step {steps}" in (merged / "model.safetensors").read_text()
+    assert json.loads((merged / ".verl-gke-merged.json").read_text())["step"] == steps
+    assert not list(run.bucket.rglob("train.arrow"))  # the datasets cache stayed on the pod's disk
+    return state
+
+
+def test_the_host_mount_points_are_removed_when_the_head_fails_to_start(tmp_path, monkeypatch):
+    """A failed start never leaves /data or /checkpoints behind on the machine running the tests. First in
+    the module: the shared heads below keep the mount points until the module ends."""
+    pods = placement.pods(stack_plan("dev"))
+    mount_points = sorted({m.path for pod in pods.values() for m in pod.mounts if m.kind == "csi"})
+    fresh = [m for m in mount_points if not os.path.exists(m)]
+    if not fresh:
+        pytest.skip(f"{mount_points} already exist on this machine: nothing the rehearsal would create")
+
+    def refuse(self, timeout: float = 240):
+        assert all(os.path.isdir(m) for m in fresh)  # the mount points were there for the namespace
+        raise RuntimeError("ray start failed")
+
+    monkeypatch.setattr(PodNode, "start", refuse)
+    with pytest.raises(RuntimeError, match="ray start failed"):
+        Cluster(pods, tmp_path)
+    assert [m for m in fresh if os.path.exists(m)] == []
+
+
+def saved_step(ckpt: Path) -> int:
+    """The step verl's tracker file names (0 before the first save or while it is rewritten)."""
+    try:
+        return int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+@needs_namespaces
+def test_a_mount_point_another_run_still_uses_is_kept(tmp_path):
+    """Cleanup never pulls a bucket mount out from under another run's pods (shared machines, CI hosts)."""
+    point, source = tmp_path / "data", tmp_path / "bucket"
+    point.mkdir()
+    source.mkdir()
+    (source / "staged").write_text("verl")
+    other = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-ec",
+                              f"mount --bind {source} {point}; echo up; exec sleep 600"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert other.stdout.readline().strip() == "up"
+        remove_mount_points([point])
+        assert point.is_dir()
+        seen = subprocess.run(["nsenter", f"--mount=/proc/{other.pid}/ns/mnt", "cat", str(point / "staged")],
+                              capture_output=True, text=True, timeout=60)
+        assert seen.stdout == "verl", seen.stderr
+    finally:
+        other.kill()
+        other.wait(timeout=60)
+    remove_mount_points([point])  # nobody mounts it now: removed
+    assert not point.exists()
+
+
+@needs_namespaces
+def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
+    p = stack_plan(FULL_STACK)
+    run = Run(p, clusters(placement.pods(p)), FULL_STACK)
     try:
         pods, gpus = worker_shape(p)
         workers = [run.start(placement.WORKERS, gpus=gpus, cpus=2) for _ in range(pods)]
         job = submit(run, steps=6)
-        paths = placement.processes(p, run.pods)
-        ckpt_dir = next(u.path for proc in paths for u in proc.uses if u.what.startswith("checkpoint shards"))
-        ckpt = run.host(placement.WORKERS, ckpt_dir)
+        ckpt, merged = output_paths(run)
         deadline = time.monotonic() + 900
-        while not (ckpt / "steps.log").exists() or len((ckpt / "steps.log").read_text().split()) < 3:
-            assert time.monotonic() < deadline, "the trainer never got to step 3"
+        # The node is lost once step 3's checkpoint is complete (the tracker names it): steps.log grows
+        # before the save, and a kill between the two would resume from step 2 on a slow machine.
+        while saved_step(ckpt) < 3:
+            assert time.monotonic() < deadline, "the trainer never saved step 3"
             status = requests.get(f"{run.head.address}/api/jobs/{job}", timeout=30).json()["status"]
             assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
             time.sleep(1)
-        workers[0].stop()  # a spot preemption: the node and everything on it are gone
-        run.nodes.remove(workers[0])
+        run.stop(workers[0])  # a spot preemption: the node and everything on it are gone
         time.sleep(5)
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
         status, logs = wait_done(run, job, timeout=1500)
@@ -212,29 +413,43 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(stack, tmp_path, en
         # The restarted trainer resumed from a checkpoint the first one saved, read through the head's mount.
         resumed = re.findall(r"resuming from global_step_(\d+)", logs)
         assert resumed and int(resumed[-1]) >= 3, logs[-4000:]
-        assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "6"
         # verl's rotation in the second process forgot the first one's saves; the supervisor pruned them.
         assert sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) == \
             ["global_step_5", "global_step_6"]
-        assert len(list((ckpt / "global_step_6" / "actor").glob("model_world_size_*_rank_*.pt"))) == pods * gpus
-        state = json.loads((ckpt / "verl-gke-run.json").read_text())  # on the bucket, not the head's disk
-        assert state["attempts"]["1"]["outcome"] == "SUCCEEDED" and len(state["attempts"]["1"]["restarts"]) == 1
-        merged = next(u.path for proc in paths for u in proc.uses if u.what.startswith("--merge-to"))
-        out = run.host(placement.WORKERS, merged)
-        assert "rank 0 after step 6" in (out / "model.safetensors").read_text()
-        assert json.loads((out / ".verl-gke-merged.json").read_text())["step"] == 6
-        assert not list(run.bucket.rglob("train.arrow"))  # the datasets cache stayed on the pod's disk
+        state = assert_completed(run, ckpt, merged, steps=6, world=pods * gpus)
+        assert len(state["attempts"]["1"]["restarts"]) == 1
     finally:
         run.close()
 
 
-def test_the_layout_before_issue_22_fails_the_merge(tmp_path, env_path):
+@needs_namespaces
+@pytest.mark.parametrize("stack", [s for s in STACKS if s != FULL_STACK])
+def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters):
+    """Every other shipped stack's own paths and mounts: the driver on the head finds the tracker and
+    keeps its state on the bucket, the workers write shards and the merged model, nothing else."""
+    p = stack_plan(stack)
+    run = Run(p, clusters(placement.pods(p)), stack)
+    try:
+        pods, gpus = worker_shape(p)
+        for _ in range(pods):
+            run.start(placement.WORKERS, gpus=gpus, cpus=2)
+        status, logs = wait_done(run, submit(run, steps=2))
+        assert status == "SUCCEEDED", logs[-4000:]
+        ckpt, merged = output_paths(run)
+        assert [int(s) for s in (ckpt / "steps.log").read_text().split()] == [1, 2]
+        assert_completed(run, ckpt, merged, steps=2, world=pods * gpus)
+    finally:
+        run.close()
+
+
+@needs_namespaces
+def test_the_layout_before_issue_22_fails_the_merge(clusters):
     """The head without the checkpoint mount: the supervisor finds no tracker and its state is lost."""
-    p = copy.deepcopy(plan.build_plan("dev", *plan.read_stack_file(REPO / "Pulumi.dev.yaml")))
+    p = copy.deepcopy(stack_plan("dev"))
     rc = next(r for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")
     container = rc["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["mountPath"] != "/checkpoints"]
-    run = Run(p, tmp_path)
+    run = Run(p, clusters(placement.pods(p)), "dev-before-22")
     try:
         gpus = next(int(r["inputs"]["expected_gpus"]) for r in p["resources"] if r["type"].endswith(":RayJob"))
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
@@ -245,4 +460,3 @@ def test_the_layout_before_issue_22_fails_the_merge(tmp_path, env_path):
         assert list(run.bucket.rglob("latest_checkpointed_iteration.txt"))  # the workers did save
     finally:
         run.close()
-
