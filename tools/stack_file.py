@@ -573,14 +573,9 @@ def config_value_to_string(value: Any) -> str | Secret:
 
 
 def _yaml_key_text(k: Any) -> str:
-    """The text a scalar key decodes to as a Go string (yaml.v3 sets n.Value; we rebuild it)."""
-    if isinstance(k, str):
-        return k
-    if k is None:
-        return ""
-    if isinstance(k, bool):
-        return "true" if k else "false"
-    return _go_key(k)
+    """The text a scalar key decodes to as a Go string (yaml.v3 sets n.Value; we rebuild it): fmt's %v
+    (_go_key) but for null, whose node value is empty."""
+    return "" if k is None else _go_key(k)
 
 
 def _parse_key(key: str) -> str:
