@@ -65,8 +65,9 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
         why = f"{cl.cpu_nodes_max} x {cl.cpu_machine_type} (cpuNodesMax), on-demand"
         found.append(QuotaNeed(quotas.cpu_quota(cl.cpu_machine_type), vcpus, "cpuNodesMax", why))
         found.append(QuotaNeed(quotas.CPUS_ALL_REGIONS, vcpus, "cpuNodesMax", why + ", counted in every region"))
-        disk = cl.cpu_nodes_max * cpu_boot_disk(cfg)
-        why = f"{cl.cpu_nodes_max} CPU nodes x {cpu_boot_disk(cfg)} GB pd-balanced boot disk"
+        boot = cpu_boot_disk(cfg)
+        disk = cl.cpu_nodes_max * boot
+        why = f"{cl.cpu_nodes_max} CPU nodes x {boot} GB pd-balanced boot disk"
         # One need for the quota: the GPU pool's Persistent Disk boot disks draw on it too.
         if acc.boot_disk_gb and quotas.persistent_disk_boot(acc.machine_type):
             disk += cfg.gpu_nodes * acc.boot_disk_gb
@@ -94,14 +95,14 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
 
 
 def cpu_boot_disk(cfg: StackConfig) -> int:
-    """The CPU pool's boot disk as compose sizes it (catalog.nodes.cpu_boot_disk_gb)."""
-    from catalog.gcsfuse import HEAD_SIDECAR, staging_disk_budget
-    from catalog.models import largest_file_gib
+    """The CPU pool's boot disk (catalog.nodes.cpu_boot_disk_gb), from the staging budget the gate and
+    compose share (stacks.component_rules.derive)."""
+    from catalog.gcsfuse import HEAD_SIDECAR
     from catalog.nodes import cpu_boot_disk_gb
     from catalog.ray import HEAD_EPHEMERAL_GIB
+    from stacks.component_rules import derive
 
-    budget = staging_disk_budget(largest_file_gib(cfg.model))
-    return cpu_boot_disk_gb(budget.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)
+    return cpu_boot_disk_gb(derive(cfg).staging.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)
 
 
 def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Finding]:
