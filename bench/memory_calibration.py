@@ -1,4 +1,4 @@
-"""Calibrate the per-GPU memory model (stacks/memory.py) on verl's own FSDP2 training path.
+"""Calibrate the per-GPU memory model (recipe/memory.py) on verl's own FSDP2 training path.
 
 verl's path (the default, --path fsdp2; run_case_fsdp2 says which verl v0.6.1 code each piece follows):
 
@@ -658,14 +658,14 @@ def fit(json_path: str, capacity_gib: float = 139.8) -> dict:
 
 
 def fit_fsdp2(json_path: str) -> dict:
-    """Check stacks.memory against the FSDP2 table: every case within -5 % / +15 % of its RESERVED peak.
+    """Check recipe.memory against the FSDP2 table: every case within -5 % / +15 % of its RESERVED peak.
 
     The reserved peak is what the caching allocator takes from the GPU, so it is what runs out; the
     allocated peak is printed next to it. Run from the repository root: python -m bench.memory_calibration
     --fit --json bench/memory_calibration_fsdp2.json
     """
     from catalog.models import MODELS
-    from stacks import memory
+    from recipe import memory
 
     with open(json_path) as f:
         table = json.load(f)

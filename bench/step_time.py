@@ -6,7 +6,7 @@
 micro-batches 16 / 8 / 4, TP 8, one update per step) applied where the stack file does not set a
 value itself; "new" is the stack as shipped. Under each stack, every layout the recipe weighed (full
 FSDP, and on several nodes HSDP), with its modelled step time and memory peaks side by side. Times
-come from the throughput model in stacks/sizing.py: ESTIMATES, not measurements.
+come from the throughput model in recipe/sizing.py: ESTIMATES, not measurements.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from catalog.models import model_spec
-from stacks import config, sizing
+from recipe import sizing
+from stacks import config
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recipe's defaults before issue #13 (stacks/keys.py at commit 21f2aac) for the keys it changed.
@@ -63,7 +64,7 @@ def main() -> int:
         for label, cfg in (("old", old), ("new", new)):
             times[label] = sizing.step_time(cfg.grpo, spec, cfg.accelerator, cfg.gpu_nodes)
         rows.append((stack, new, old, times))
-    print("Modelled GRPO step time per shipped stack (ESTIMATE, stacks/sizing.py), old recipe vs tuned\n")
+    print("Modelled GRPO step time per shipped stack (ESTIMATE, recipe/sizing.py), old recipe vs tuned\n")
     for stack, new, old, times in rows:
         g_old, g_new = old.grpo, new.grpo
         print(f"{stack}: {new.model} on {new.gpu_nodes} x {new.accelerator.gpus_per_node} {new.accelerator.key}")
@@ -78,7 +79,7 @@ def main() -> int:
                    if getattr(g_old, f.name) != getattr(g_new, f.name) and f.name not in unused}
         print("  settings old -> new: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()
                                                    if k != "layout_options"))
-        for o in g_new.layout_options:  # every layout stacks.tuning weighed, derived in full
+        for o in g_new.layout_options:  # every layout recipe.tuning weighed, derived in full
             print(f"  layout {o.name:<9} fsdp_size {o.fsdp_size:>3}: step {o.step_seconds:6.1f} s, peak update "
                   f"{o.update_peak_gib:6.1f} GiB / log-prob {o.logprob_peak_gib:6.1f} GiB, checkpoint "
                   f"{o.checkpoint_gb:6.1f} GB, {'fits' if o.fits else 'does not fit'}"

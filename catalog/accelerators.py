@@ -61,7 +61,7 @@ class Accelerator:
     vcpus: int
     memory_gb: int  # machine spec, decimal GB
     local_ssds: int  # local NVMe SSDs backing pods' ephemeral storage (checkpoints, /tmp, caches)
-    # Per GPU, for the memory model (stacks.memory) and the step-time estimate (stacks.sizing).
+    # Per GPU, for the memory model (recipe.memory) and the step-time estimate (recipe.sizing).
     gpu_memory_gib: float  # what CUDA lets PyTorch allocate (torch.cuda total capacity)
     bf16_tflops: float  # dense bf16 tensor-core peak
     hbm_tbps: float  # HBM bandwidth, TB/s
@@ -277,7 +277,7 @@ def nccl_env(acc: Accelerator) -> dict[str, str]:
     NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
     falling back to TCP sockets, which would train at a fraction of the speed. A machine without
     RDMA NICs gets none: NCCL's defaults (PCIe within the node, sockets between nodes) apply.
-    LD_LIBRARY_PATH is not here: it extends the image's value (stacks.grpo.library_path_env).
+    LD_LIBRARY_PATH is not here: it extends the image's value (recipe.grpo.library_path_env).
     """
     if not acc.rdma:
         return {}

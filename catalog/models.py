@@ -3,7 +3,7 @@
 Every architecture figure is a field of the model's published config.json (Qwen/Qwen2.5-*), read
 from copies on the Hugging Face hub (the source of each row is cited below; the memory benchmark
 bench/memory_calibration.py builds the models from the same figures). vLLM shards heads and KV
-heads across tensor-parallel ranks; the memory model (stacks.memory) sizes weights, KV cache and
+heads across tensor-parallel ranks; the memory model (recipe.memory) sizes weights, KV cache and
 activations from the rest. Adding a model is a row here.
 """
 

@@ -56,7 +56,7 @@ def bucket_paths(stack: str, model_id: str, verl_version: str, dataset: str = "g
     whose preprocessing script made the dataset): staging only ever writes a folder no completed
     run has read, so a reader's infinite metadata TTL and file cache never see a file change.
 
-    `run` (stacks.grpo.run_key: what makes a checkpoint resumable) keys the checkpoints and the merged
+    `run` (recipe.grpo.run_key: what makes a checkpoint resumable) keys the checkpoints and the merged
     model: `resume_mode=auto` resumes only the same run; a changed one starts in a folder of its own."""
     dataset_dir = posixpath.join(MOUNT, "datasets", dataset, verl_version)
     stack = stack_segment(stack)

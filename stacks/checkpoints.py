@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from stacks.grpo import GrpoSettings, parse_extras
+from recipe.grpo import GrpoSettings, parse_extras
 
 # Settings that make a checkpoint a different run's (GrpoSettings fields). Left out on purpose:
 # total_epochs, total_training_steps, save_freq, test_freq, val_before_train, logger,
@@ -56,7 +56,7 @@ def run_identity(g: GrpoSettings, *, model: str, nnodes: int, gpus_per_node: int
         "settings": {f: getattr(g, f) for f in RUN_FIELDS},
         "model": model,
         "world_size": nnodes * gpus_per_node,  # FSDP shards are per rank: model_world_size_<W>_rank_<r>.pt
-        # The shard layout: full FSDP (-1) and HSDP shards differ per rank (stacks.tuning picks it).
+        # The shard layout: full FSDP (-1) and HSDP shards differ per rank (recipe.tuning picks it).
         "fsdp": {"strategy": g.actor_strategy, "ulysses_sp": extras.get(SP_KEY, "1"), "fsdp_size": g.fsdp_size},
         "dataset": dataset,
         "extra_overrides": sorted(f"{k}={v}" for k, v in extras.items()
@@ -101,22 +101,22 @@ def save_time(checkpoint_gb: float, nnodes: int, saves: int, run_hours: float) -
 def nccl_timeout_for(cfg) -> int:
     """The stack's `actor_rollout_ref.nccl_timeout` (verl's default for a model not in the catalog)."""
     from catalog.models import model_spec
-    from stacks.sizing import CHECKPOINT_BYTES_PER_PARAM, GB
+    from recipe.sizing import CHECKPOINT_BYTES_PER_PARAM, GB
 
     spec = model_spec(cfg.model)
     if spec is None:
         return VERL_NCCL_TIMEOUT_S
-    # Under HSDP every node writes a whole copy (stacks.sizing): the save takes as long as its replicas' bytes.
-    from stacks.sizing import layout
+    # Under HSDP every node writes a whole copy (recipe.sizing): the save takes as long as its replicas' bytes.
+    from recipe.sizing import layout
 
     replicas = layout(cfg.accelerator, cfg.gpu_nodes, cfg.grpo.fsdp_size).replicas
     return nccl_timeout_s(save_seconds(CHECKPOINT_BYTES_PER_PARAM * spec.params * replicas / GB, cfg.gpu_nodes))
 
 
 def stack_save_time(cfg) -> SaveTime | None:
-    """Save time and its share of the run (stacks.sizing's run estimate); None for an uncatalogued model."""
+    """Save time and its share of the run (recipe.sizing's run estimate); None for an uncatalogued model."""
     from catalog.models import model_spec
-    from stacks import sizing
+    from recipe import sizing
 
     if model_spec(cfg.model) is None:
         return None

@@ -43,7 +43,8 @@ from components.task_files import (
     TaskUpload,
     grant_name,
 )
-from stacks import checkpoints, component_rules, config, cost, dataset, grpo, keys, preflight, quotas, singletons
+from recipe import grpo
+from stacks import checkpoints, component_rules, config, cost, dataset, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
 # The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.

@@ -34,9 +34,10 @@ from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
-from stacks import component_rules, dataset, tuning
-from stacks.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight, task_override_problems
-from stacks.grpo import warnings as grpo_warnings
+from recipe import tuning
+from recipe.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight, task_override_problems
+from recipe.grpo import warnings as grpo_warnings
+from stacks import component_rules, dataset
 from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
 
 __all__ = ["KEYS", "KEYS_BY_NAME", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
@@ -175,7 +176,7 @@ class StackConfig:
     verl_version: str
     image: str
     ray_version: str
-    grpo: GrpoSettings  # every auto setting derived (stacks.tuning)
+    grpo: GrpoSettings  # every auto setting derived (recipe.tuning)
     job: JobSettings
     budget: BudgetConfig | None = None  # billingAccount + budgetMonthly, both or neither
     warnings: tuple[str, ...] = ()  # runs, but slower than it should (printed by the plan and `pulumi up`)

@@ -350,7 +350,7 @@ def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
           max_response_length: int) -> tuple[DatasetFacts, list[str], list[str], list[str]]:
     """DatasetFacts for the run, plus (problems, warnings, notes): verl filters prompts longer than
     max_prompt_length (data.filter_overlong_prompts, verl/utils/dataset/rl_dataset.py), so the rows
-    it keeps are the ones the sizing counts (and stacks.grpo.preflight checks a batch against)."""
+    it keeps are the ones the sizing counts (and recipe.grpo.preflight checks a batch against)."""
     problems: list[str] = []
     warnings: list[str] = []
     notes: list[str] = []

@@ -1,7 +1,7 @@
 """Every config key of the project: its type, default and description, in one table.
 
 Pulumi.yaml's `config:` block is generated from it (`python -m tools.schema --write`) and a test
-keeps the two equal. The validation (stacks.config) and the recipe (stacks.grpo) both name keys
+keeps the two equal. The validation (stacks.config) and the recipe (recipe.grpo) both name keys
 through it, so an error message always names the key the user sets.
 """
 

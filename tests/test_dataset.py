@@ -22,7 +22,8 @@ import pytest
 
 from catalog.datasets import GSM8K, VERL_SCORED_PREFIXES, VERL_SCORED_SOURCES
 from catalog.paths import MOUNT
-from stacks import config, dataset, grpo, sizing
+from recipe import grpo, sizing
+from stacks import config, dataset
 from tools import plan as plan_tool
 
 ROOT = Path(__file__).resolve().parent.parent

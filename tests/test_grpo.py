@@ -13,7 +13,8 @@ import pytest
 from catalog import versions
 from catalog.accelerators import ACCELERATORS
 from catalog.paths import CHECKPOINT_MOUNT, MOUNT, bucket_paths
-from stacks import config, grpo
+from recipe import grpo
+from stacks import config
 
 BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
 MODEL = "Qwen/Qwen2.5-32B-Instruct"
@@ -228,7 +229,7 @@ def test_overrides_apply_verls_throughput_settings(defaults):
     assert ov["actor_rollout_ref.actor.ppo_mini_batch_size"] == "64"  # 256 / 4: four updates per step
     # verl 0.6.1 never reads ref.fsdp_config.param_offload (the reference is always on the host): not sent.
     assert "actor_rollout_ref.ref.fsdp_config.param_offload" not in ov
-    # The layout the recipe picked for two nodes (stacks.tuning): in the command, so a change replaces the job.
+    # The layout the recipe picked for two nodes (recipe.tuning): in the command, so a change replaces the job.
     assert ov["actor_rollout_ref.actor.fsdp_config.fsdp_size"] in ("-1", "8")
     assert ov["trainer.val_before_train"] == "true"
 

@@ -762,7 +762,7 @@ def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(valu
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from stacks import grpo
+    from recipe import grpo
 
     monkeypatch.setenv("CANARY_26", "canary-value-26")
     try:
@@ -780,7 +780,7 @@ def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(valu
 def test_a_commit_id_under_a_commit_key_is_not_a_wandb_key(item):
     """Review 26 (false positive): a Hub revision or git SHA is 40 hex characters, a W&B key's shape; under
     a key that names a commit it is taken. The same value under any other key is still refused."""
-    from stacks import grpo
+    from recipe import grpo
 
     assert grpo._parse_extras((item,))[1] == []
     other = "+trainer.note=" + item.split("=", 1)[1]

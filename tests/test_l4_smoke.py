@@ -16,7 +16,8 @@ import pytest
 from catalog import nics, prices, quotas
 from catalog.accelerators import ACCELERATORS, nccl_env
 from catalog.models import model_spec
-from stacks import config, cost, grpo
+from recipe import grpo
+from stacks import config, cost
 from stacks import quotas as quota_check
 from tests.stack_helpers import ROOT, run_stack_file
 from tools import mocking, plan
@@ -173,7 +174,7 @@ def test_the_memory_model_says_dev_fits_24_gb_with_margin():
 def test_the_run_is_short_one_validation_one_checkpoint():
     cfg = dev_config()
     assert cfg.grpo.total_training_steps == 20 and not cfg.grpo.val_before_train
-    from stacks import sizing
+    from recipe import sizing
     z = sizing.run_sizing(cfg)
     assert (z.total_steps, z.validations, z.checkpoints_saved) == (20, 1, 1)
     assert "trainer.total_training_steps=20" in grpo.overrides(

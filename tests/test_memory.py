@@ -10,7 +10,8 @@ import pytest
 
 from catalog.accelerators import ACCELERATORS, GiB
 from catalog.models import MODELS, model_spec
-from stacks import config, grpo, memory, tuning
+from recipe import grpo, memory, tuning
+from stacks import config
 
 ROOT = Path(__file__).resolve().parent.parent
 # verl's FSDP2 path on one H200 (bench/memory_calibration.py run_case_fsdp2).
@@ -260,7 +261,7 @@ def test_a_kv_cache_smaller_than_a_rollout_batch_warns():
 
 
 # ---------------------------------------------------------------------------------------------
-# Derived defaults (stacks.tuning)
+# Derived defaults (recipe.tuning)
 # ---------------------------------------------------------------------------------------------
 def test_token_budgets_follow_the_lengths_and_fit():
     for prompt, response in ((512, 512), (1024, 1024), (256, 768)):

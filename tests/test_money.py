@@ -11,7 +11,8 @@ import pytest
 from catalog import capacity, prices, quotas
 from catalog.accelerators import ACCELERATORS
 from components.apis import APIS
-from stacks import config, cost, sizing
+from recipe import sizing
+from stacks import config, cost
 from stacks import quotas as quota_check
 from stacks.preflight import PreflightError
 from tests.stack_helpers import BASE, STACK_FILES, run_config

@@ -69,7 +69,7 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
     ("autopilot", "worker.env.LD_LIBRARY_PATH", None):
         "not in the pod's env, which would replace the image's own entries (cuda/compat, torch/lib): the Ray "
         "runtime env extends it instead, /usr/local/nvidia/lib64:/usr/local/gib/lib64:${LD_LIBRARY_PATH} "
-        "(stacks.grpo.library_path_env; the gIB libraries as Google's verl Autopilot sample adds them, @50ec13c9)",
+        "(recipe.grpo.library_path_env; the gIB libraries as Google's verl Autopilot sample adds them, @50ec13c9)",
     ("autopilot", "worker.node_selector.cloud.google.com/gke-accelerator-count", None):
         "Autopilot's documented GPU count selector: pins the 8-GPU machine shape the RDMA NICs belong to",
     ("autopilot", "worker.node_selector.topology.kubernetes.io/zone", None):

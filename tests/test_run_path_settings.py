@@ -10,7 +10,8 @@ import pytest
 from catalog.accelerators import ACCELERATORS, nccl_env
 from catalog.models import model_spec
 from catalog.paths import bucket_paths
-from stacks import checkpoints, grpo
+from recipe import grpo
+from stacks import checkpoints
 from stacks.component_rules import run_paths
 from tests.stack_helpers import STACK_FILES
 from tools import plan

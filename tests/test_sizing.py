@@ -8,7 +8,8 @@ import pytest
 
 from catalog.accelerators import ACCELERATORS
 from catalog.models import model_spec
-from stacks import config, sizing
+from recipe import sizing
+from stacks import config
 
 BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
 

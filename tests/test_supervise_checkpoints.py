@@ -10,7 +10,7 @@ import importlib.util
 import shlex
 
 from catalog.paths import bucket_paths
-from stacks import grpo
+from recipe import grpo
 from tests.ray_fixtures import REPO
 
 _SPEC = importlib.util.spec_from_file_location("supervise", REPO / "components" / "scripts" / "supervise.py")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from catalog import versions
-from stacks import config, grpo
+from recipe import grpo
+from stacks import config
 from stacks.component_rules import run_paths
 from tools.plan import read_stack_file
 
@@ -167,7 +168,7 @@ def test_verl_validate_config(job, composed):
 
 
 def test_memory_model_assumptions_are_verls(verl_defaults):
-    """stacks.memory sizes fp32 actor and reference shards and vLLM's default batch limits from verl's config."""
+    """recipe.memory sizes fp32 actor and reference shards and vLLM's default batch limits from verl's config."""
     rollout = verl_defaults.actor_rollout_ref.rollout
     assert rollout.max_num_batched_tokens == grpo.ROLLOUT_MAX_NUM_BATCHED_TOKENS
     assert rollout.max_num_seqs == grpo.ROLLOUT_MAX_NUM_SEQS

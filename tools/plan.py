@@ -142,10 +142,10 @@ def gke_version_problems(cfg: stack_config.StackConfig) -> list[str]:
 
 
 def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
-    """The GRPO run's memory breakdown (stacks.memory) and sizing (stacks.sizing); empty for an
+    """The GRPO run's memory breakdown (recipe.memory) and sizing (recipe.sizing); empty for an
     uncatalogued model."""
     from catalog.models import model_spec
-    from stacks import grpo, sizing
+    from recipe import grpo, sizing
 
     spec = model_spec(cfg.model)
     # The data the run trains on: GSM8K's figures or what stacks.dataset read from the stack's files.
@@ -158,7 +158,7 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
                        g.ppo_max_token_len_per_gpu, "log_prob_max_token_len_per_gpu": g.log_prob_max_token_len_per_gpu,
                        "use_dynamic_bsz": g.use_dynamic_bsz, "fsdp_size": g.fsdp_size,
                        "gpu_memory_utilization": g.gpu_memory_utilization}
-    # Each layout the recipe weighed (stacks.tuning), derived in full; `chosen` is the one in the command.
+    # Each layout the recipe weighed (recipe.tuning), derived in full; `chosen` is the one in the command.
     layouts = [dataclasses.asdict(o) for o in g.layout_options]
     return {"memory": mem, "layouts": layouts, "sizing": sizing.run_sizing(cfg).as_dict(), "dataset": dataset,
             "checkpoints": checkpoint_figures(cfg), "warnings": list(cfg.warnings)}
@@ -406,7 +406,8 @@ def _ours(out: Path) -> bool:
 def price_report(cfg: stack_config.StackConfig) -> str:
     """The hourly price table and the run estimate from the recipe's sizing (GPU-hours, bucket GB)."""
     from catalog.models import model_spec
-    from stacks import cost, sizing
+    from recipe import sizing
+    from stacks import cost
 
     table = cost.hourly(cfg)
     if model_spec(cfg.model) is None:  # no size figures: the hourly price still holds

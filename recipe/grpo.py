@@ -24,7 +24,8 @@ from catalog.accelerators import Accelerator, nccl_env
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
 from catalog.paths import BucketPaths
-from stacks import keys, memory
+from recipe import memory
+from stacks import keys
 from stacks.dataset import TaskSpec
 
 
@@ -52,15 +53,15 @@ class GrpoSettings:
     val_before_train: bool
     logger: tuple[str, ...]
     extra_overrides: tuple[str, ...]
-    # verl's throughput settings (docs/perf/perf_tuning.rst); 0 / None = derived by stacks.tuning.
+    # verl's throughput settings (docs/perf/perf_tuning.rst); 0 / None = derived by recipe.tuning.
     use_remove_padding: bool = True
     use_dynamic_bsz: bool = True
     ppo_max_token_len_per_gpu: int = 0
     log_prob_max_token_len_per_gpu: int = 0
-    # actor.fsdp_config.fsdp_size: 0 = derived by stacks.tuning (the faster layout that fits), -1 =
+    # actor.fsdp_config.fsdp_size: 0 = derived by recipe.tuning (the faster layout that fits), -1 =
     # shard over every GPU (full FSDP), n = shard within groups of n GPUs and replicate across them (HSDP).
     fsdp_size: int = 0
-    # stacks.tuning's derivation of each layout it weighed (tuning.LayoutOption), for the plan; not a setting.
+    # recipe.tuning's derivation of each layout it weighed (tuning.LayoutOption), for the plan; not a setting.
     layout_options: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
     max_checkpoints_to_keep: int = 2
     total_training_steps: int = 0  # 0: verl's default (null), every epoch runs
@@ -152,8 +153,8 @@ _MAX_TOKENS = "actor_rollout_ref.rollout.max_num_batched_tokens"
 _CHUNKED = "actor_rollout_ref.rollout.enable_chunked_prefill"
 _MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
 _MAX_SEQS = "actor_rollout_ref.rollout.max_num_seqs"
-_COMPILE = "actor_rollout_ref.actor.use_torch_compile"  # false: the entropy runs eager (stacks.memory)
-# dp_actor.py's other entropy paths (off by default): not measured, charged on the safe side (stacks.memory).
+_COMPILE = "actor_rollout_ref.actor.use_torch_compile"  # false: the entropy runs eager (recipe.memory)
+# dp_actor.py's other entropy paths (off by default): not measured, charged on the safe side (recipe.memory).
 _CHUNKED_ENTROPY = "actor_rollout_ref.actor.entropy_from_logits_with_chunking"
 _ENTROPY_CKPT = "actor_rollout_ref.actor.entropy_checkpointing"
 # verl defaults the calibration ran with whose opposite costs memory the model does not count: without
@@ -190,7 +191,7 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
               accelerator: Accelerator | None = None, data: DatasetFacts = GSM8K) -> list[str]:
     """What verl rejects only on the running cluster; each names the key, value and what is allowed.
 
-    With the accelerator, also what would run out of GPU memory (stacks.memory).
+    With the accelerator, also what would run out of GPU memory (recipe.memory).
     """
     problems: list[str] = []
 
@@ -317,7 +318,7 @@ def tokens_per_sequence(g: GrpoSettings, data: DatasetFacts = GSM8K) -> int:
 
 
 def memory_inputs(g: GrpoSettings, acc: Accelerator, world: int, data: DatasetFacts = GSM8K) -> memory.MemoryInputs:
-    """The memory model's view of the settings (every auto value already derived by stacks.tuning)."""
+    """The memory model's view of the settings (every auto value already derived by recipe.tuning)."""
     extras = _parse_extras(g.extra_overrides)[0]
     per_seq = tokens_per_sequence(g, data)
     if g.use_dynamic_bsz:

@@ -13,7 +13,7 @@ verl v0.6.1 document or example it comes from (/work/notes/verl_reference.md has
   gpu_memory_utilization x TP > 2 x model size), the KV cache holds a replica's share of one rollout
   batch and the rollout phase fits; perf_tuning.rst: "prefer a smaller tensor_parallel_size".
 * layout (actor.fsdp_config.fsdp_size): on one node -1 (every GPU in one shard group). On several
-  nodes each layout of stacks.sizing.layouts (full FSDP, HSDP one node per shard group) is derived
+  nodes each layout of recipe.sizing.layouts (full FSDP, HSDP one node per shard group) is derived
   in full (TP, token budgets) and the modelled step time picks the faster one whose memory fits;
   HSDP needs more memory per GPU (shards over 8 GPUs, not all) and writes larger checkpoints.
   Both are kept in `layout_options` for the plan and the benchmark.
@@ -32,8 +32,8 @@ from typing import Any
 from catalog.accelerators import Accelerator
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec, tp_choices
-from stacks import memory, sizing
-from stacks.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
+from recipe import memory, sizing
+from recipe.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
 
 AUTO = 0  # integer keys: 0 = derive
 TRAIN_TOKEN_CAP = 32768  # issue #13 / perf_tuning.rst: 16-32K tokens per GPU for the update
@@ -49,7 +49,7 @@ class LayoutOption:
     fits: bool
     update_peak_gib: float
     logprob_peak_gib: float
-    step_seconds: float  # ESTIMATE (stacks.sizing)
+    step_seconds: float  # ESTIMATE (recipe.sizing)
     checkpoint_gb: float
     internode_share: float  # of each FSDP collective and of the fp32 weight sync, what the NICs carry
     collective_s: float  # one update micro-batch's gathers, reduce-scatter and HSDP all-reduce (ESTIMATE)

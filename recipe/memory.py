@@ -100,7 +100,7 @@ VLLM_NON_TORCH_GIB = 0.5
 
 @dataclass(frozen=True)
 class MemoryInputs:
-    """What the memory depends on; the recipe fills it from the stack (stacks.grpo.memory_inputs)."""
+    """What the memory depends on; the recipe fills it from the stack (recipe.grpo.memory_inputs)."""
 
     world: int  # GPUs in the run
     gpu_gib: float  # PyTorch-visible capacity of one GPU

@@ -51,8 +51,8 @@ from typing import Protocol
 from catalog.accelerators import Accelerator
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec
-from stacks import memory
-from stacks.grpo import GrpoSettings
+from recipe import memory
+from recipe.grpo import GrpoSettings
 
 GB = 1e9
 MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
@@ -105,7 +105,7 @@ class RunSizing:
     est_run_hours: float  # ESTIMATE, training + validation
     gpus: int
     gpu_hours: float  # ESTIMATE: gpus x est_run_hours
-    estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (stacks/sizing.py), "
+    estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (recipe/sizing.py), "
                           "not a measurement")
 
     def as_dict(self) -> dict[str, object]:
@@ -273,7 +273,7 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
 
 
 class SizedStack(Protocol):
-    """What run_sizing reads of a stacks.config.StackConfig (not imported: stacks.tuning, which
+    """What run_sizing reads of a stacks.config.StackConfig (not imported: recipe.tuning, which
     stacks.config imports, uses this module for the layout choice)."""
 
     model: str
