@@ -17,11 +17,15 @@ HEAD_CPU = 12
 HEAD_MEMORY_GIB = 32
 HEAD_EPHEMERAL_GIB = 9  # tutorial; logs live in their own emptyDir
 WORKER_GROUP = "gpu-group"
-# KubeRay RayCluster status condition "HeadPodReady": whether the head Pod is ready for requests,
-# kept live (ray-project/kuberay@3275ee09 ray-operator/apis/ray/v1/raycluster_types.go). Unlike
-# `RayClusterProvisioned` (set once) or `status.state == ready` (every worker running), it still
-# holds with the GPU workers scaled to zero. Beta and on by default from KubeRay v1.3.0.
-HEAD_READY_CONDITION = "HeadPodReady"
+# What `pulumi up` waits for on the RayCluster: KubeRay's record of its head Pod's IP,
+# `status.head.podIP` (ray-project/kuberay ray-operator/apis/ray/v1/raycluster_types.go HeadInfo, set
+# from the head Pod by raycluster_controller.go updateHeadInfo; both at v1.0.0 1add258f, v1.2.2
+# 0ea404b8 and v1.5.2 9f65eca1). It does not depend on the KubeRay version GKE's Ray add-on runs,
+# which no Google page names: the `HeadPodReady` condition needs the RayClusterStatusConditions
+# feature gate, off by default up to v1.2.2 (ray-operator/pkg/features/features.go @0ea404b8), where
+# a wait on it would never end. Unlike `status.state == ready` it holds with the GPU workers scaled
+# to zero. The head's readiness itself is the job provider's wait (ray_client.wait_until_ready).
+HEAD_READY_JSONPATH = "{.status.head.podIP}"
 # Label KubeRay puts on every Pod of a RayCluster (head and workers).
 CLUSTER_LABEL = "ray.io/cluster"
 NODE_TYPE_LABEL = "ray.io/node-type"

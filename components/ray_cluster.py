@@ -35,7 +35,7 @@ from catalog.ray import (
     HEAD_CPU,
     HEAD_EPHEMERAL_GIB,
     HEAD_MEMORY_GIB,
-    HEAD_READY_CONDITION,
+    HEAD_READY_JSONPATH,
     MAX_CLUSTER_NAME,
     WORKER_GROUP,
     head_service,
@@ -47,8 +47,8 @@ WORKER_EPHEMERAL_GIB = int(ACCELERATOR.max_pod_ephemeral_gib - WORKER_SIDECAR.ep
 SHM_MAX_GIB = 256  # Ray's object store (capped at 200 GB by default) lives in /dev/shm, plus NCCL/vLLM
 BUCKET_VOLUME = "training-bucket"
 # pulumi-kubernetes awaits a custom resource only when told how (pulumi/pulumi-kubernetes@00658428
-# provider/pkg/metadata/overrides.go ReadyCondition; since v4.18.0): `condition=<Type>[=<Status>]`
-# like `kubectl wait --for=condition` (await/condition/custom.go). While waiting `pulumi up` shows
+# provider/pkg/metadata/overrides.go ReadyCondition; since v4.18.0): `condition=<Type>[=<Status>]` or
+# `jsonpath={<path>}[=<value>]` like `kubectl wait --for` (await/condition/). While waiting `pulumi up` shows
 # "Waiting for ..." and the object's Warning events; the wait ends after `pulumi.com/timeoutSeconds`.
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
@@ -57,9 +57,9 @@ CHECKPOINT_VOLUME = "checkpoints"
 
 
 def await_annotations(ready_timeout_s: int) -> dict[str, str]:
-    """Make `pulumi up` wait for (and show) the head coming up: the head's readiness, which still holds
-    once the GPU workers are scaled to zero, so an update then does not wait for GPUs."""
-    return {WAIT_FOR_ANNOTATION: f"condition={HEAD_READY_CONDITION}",
+    """Make `pulumi up` wait for (and show) the head coming up: its Pod's address (catalog.ray), which
+    still holds once the GPU workers are scaled to zero, so an update then does not wait for GPUs."""
+    return {WAIT_FOR_ANNOTATION: f"jsonpath={HEAD_READY_JSONPATH}",
             TIMEOUT_ANNOTATION: str(int(ready_timeout_s))}
 
 

@@ -26,8 +26,9 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split("."))
 
 
-def _conditions(value: str) -> list[tuple[str, str]]:
-    """Parse a waitFor value by pulumi-kubernetes' rules (tests/data/pulumi_k8s_await.json)."""
+def _waits(value: str) -> list[tuple[str, str, str]]:
+    """Parse a waitFor value by pulumi-kubernetes' rules (tests/data/pulumi_k8s_await.json):
+    (kind, path or condition type, value or status)."""
     try:
         exprs = json.loads(value)
         assert isinstance(exprs, list), "a JSON value that is not an array is one expression"
@@ -37,9 +38,16 @@ def _conditions(value: str) -> list[tuple[str, str]]:
     parsed = []
     for expr in exprs:
         assert expr.startswith(tuple(AWAIT["value_forms"]["prefixes"])), AWAIT["value_forms"]["other_prefix_error"]
-        assert expr.startswith("condition="), "we wait on a status condition, not a JSONPath"
-        ctype, _, status = expr.removeprefix("condition=").partition("=")
-        parsed.append((ctype, status or "True"))
+        if expr.startswith("condition="):
+            ctype, _, status = expr.removeprefix("condition=").partition("=")
+            parsed.append(("condition", ctype, status or "True"))
+            continue
+        parts = expr.removeprefix("jsonpath=").replace("==", "\0").split("=")
+        assert len(parts) <= 2, AWAIT["jsonpath_form"]
+        path = parts[0].replace("\0", "==")
+        assert re.fullmatch(r"\{\s*\S.*\}", path), AWAIT["jsonpath_form"]
+        assert len(parts) == 1 or parts[1], AWAIT["jsonpath_form"]
+        parsed.append(("jsonpath", path, parts[1] if len(parts) == 2 else ""))
     return parsed
 
 
@@ -52,9 +60,12 @@ def b200():
 def test_raycluster_awaits_the_head_in_pulumi_kubernetes_syntax(path):
     run = run_stack_file(path)
     annotations = run.one(RAYCLUSTER).inputs["metadata"]["annotations"]
-    # The one condition that still holds with the GPU workers scaled to zero: the head's readiness.
-    assert _conditions(annotations[AWAIT["wait_for_annotation"]]) == [("HeadPodReady", "True")]
-    assert "HeadPodReady" in AWAIT["kuberay_raycluster_condition_types"]
+    # What every KubeRay v1 sets once the head Pod has an address, and keeps with the GPU workers at
+    # zero; a wait on a field (no value) holds once the field is present.
+    ((kind, where, value),) = _waits(annotations[AWAIT["wait_for_annotation"]])
+    assert (kind, where, value) == ("jsonpath", "{.status.head.podIP}", "")
+    field = where.strip("{}").rsplit(".", 1)[1]
+    assert all(field in fields for fields in AWAIT["kuberay_head_info_fields"].values())
     raw, _ = plan.read_stack_file(path)
     cfg = config.load({**raw, "gcp:project": BASE["gcp:project"]}, path.stem.split(".", 1)[1])
     timeout = annotations[AWAIT["timeout_annotation"]]
