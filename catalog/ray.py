@@ -24,7 +24,14 @@ WORKER_GROUP = "gpu-group"
 # which no Google page names: the `HeadPodReady` condition needs the RayClusterStatusConditions
 # feature gate, off by default up to v1.2.2 (ray-operator/pkg/features/features.go @0ea404b8), where
 # a wait on it would never end. Unlike `status.state == ready` it holds with the GPU workers scaled
-# to zero. The head's readiness itself is the job provider's wait (ray_client.wait_until_ready).
+# to zero. The kubelet gives a Pod its IP once its sandbox is up, before any image is pulled
+# (kubernetes/kubernetes pkg/kubelet/kuberuntime/kuberuntime_manager.go SyncPod @000f2605): this says
+# the head is placed, not that it runs. The head's readiness is the job provider's wait
+# (ray_client.wait_until_ready). pulumi-kubernetes only checks it once status.observedGeneration has
+# caught up with metadata.generation, and KubeRay writes status for a new generation only when
+# another status field moves (ray-operator/controllers/ray/utils/consistency.go @v1.7.0): an in-place
+# update must leave the generation alone, i.e. change metadata only; any spec change replaces the
+# cluster (components.ray_cluster.runtime_scaled_options).
 HEAD_READY_JSONPATH = "{.status.head.podIP}"
 # Label KubeRay puts on every Pod of a RayCluster (head and workers).
 CLUSTER_LABEL = "ray.io/cluster"

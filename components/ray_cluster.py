@@ -49,7 +49,8 @@ BUCKET_VOLUME = "training-bucket"
 # pulumi-kubernetes awaits a custom resource only when told how (pulumi/pulumi-kubernetes@00658428
 # provider/pkg/metadata/overrides.go ReadyCondition; since v4.18.0): `condition=<Type>[=<Status>]` or
 # `jsonpath={<path>}[=<value>]` like `kubectl wait --for` (await/condition/). While waiting `pulumi up` shows
-# "Waiting for ..." and the object's Warning events; the wait ends after `pulumi.com/timeoutSeconds`.
+# the await's status line (for our path "Missing {path}", from v4.24.0 "{path} selected nothing") and the
+# object's Warning events; the wait ends after `pulumi.com/timeoutSeconds`.
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
 DEFAULT_READY_TIMEOUT_S = 3600

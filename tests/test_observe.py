@@ -73,6 +73,30 @@ def test_raycluster_awaits_the_head_in_pulumi_kubernetes_syntax(path):
     assert int(timeout) == cfg.job.ready_timeout_s  # the job's wait: one config key for both
 
 
+def test_readme_names_the_status_line_pulumi_kubernetes_prints_for_the_wait(b200):
+    """Both JSONPath engines (client-go up to 4.23, RFC9535 from 4.24) print their own line while the field is
+    absent and "Found" after; neither prints "Waiting for {path}" for a path without a value."""
+    wait_for = b200.one(RAYCLUSTER).inputs["metadata"]["annotations"][AWAIT["wait_for_annotation"]]
+    ((_, path, _),) = _waits(wait_for)
+    readme = (ROOT / "README.md").read_text()
+    messages = AWAIT["jsonpath_status_messages"]
+    for line in messages["missing"].values():
+        assert line.format(path=path) in readme
+    assert messages["never_shown_without_value"].format(path=path) not in readme
+
+
+def test_in_place_updates_leave_the_generation_the_wait_is_gated_on(b200):
+    """pulumi-kubernetes awaits updates too, but checks the path only once status.observedGeneration has caught
+    up, and KubeRay writes status for a new generation only when another status field moves
+    (AWAIT["kuberay_status_write"]). Only metadata changes keep the generation (AWAIT["custom_resource_generation"]),
+    so every spec change must replace the cluster: an in-place spec update would wait out the whole timeout."""
+    cr = b200.one(RAYCLUSTER)
+    assert "spec" in cr.replace_on_changes
+    # What is not replaced: the run-time replica counts, which move desired/min worker replicas in status.
+    assert cr.ignore_changes == ["spec.workerGroupSpecs"]
+    assert "replica" in AWAIT["kuberay_status_write"]
+
+
 def test_await_timeout_follows_job_ready_timeout_minutes():
     run = run_config({"jobReadyTimeoutMinutes": 25})
     assert run.one(RAYCLUSTER).inputs["metadata"]["annotations"][AWAIT["timeout_annotation"]] == "1500"
