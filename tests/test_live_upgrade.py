@@ -248,3 +248,20 @@ def test_the_last_releases_job_is_not_resubmitted(stack):
     urn = _job_urn(new)
     result = diff_inputs(RELEASE[stack]["job_inputs"], new[urn]["inputs"])
     assert not result.replaces, f"the running job would be stopped and resubmitted: {result.replaces}"
+
+
+@pytest.mark.parametrize("stack", sorted(RELEASE))
+def test_the_last_releases_ray_cluster_changes_only_metadata(stack):
+    """A RayCluster of the last release is updated in place, and in its metadata only: the API server then
+    keeps metadata.generation (tests/data/pulumi_k8s_await.json custom_resource_generation), so the
+    waitFor's observedGeneration gate holds at once and the new wait is checked against the live head.
+    A spec change would replace the cluster (its running job with it) and needs an upgrade note."""
+    _, new = states(stack)
+    after = next(r for r in new.values() if r["type"] == RAYCLUSTER)
+    before = RELEASE[stack]["raycluster_inputs"]
+    planned = replace_check.apply_ignore_changes(before, after["inputs"], after.get("ignoreChanges", []))
+    assert {k: v for k, v in planned.items() if k != "metadata"} == {k: v for k, v in before.items() if k != "metadata"}
+    replaced_on = [p.removeprefix('metadata.annotations["').removesuffix('"]')
+                   for p in after.get("replaceOnChanges", []) if p.startswith("metadata.annotations[")]
+    for key in replaced_on:
+        assert planned["metadata"]["annotations"].get(key) == before["metadata"]["annotations"].get(key), key
