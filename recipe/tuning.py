@@ -1,7 +1,7 @@
 """verl's throughput settings, derived per model and accelerator where the stack leaves them at "auto".
 
 A key left at 0 (or "auto") is derived here; any value the stack sets wins. Each rule cites the
-verl v0.6.1 document or example it comes from (/work/notes/verl_reference.md has the excerpts):
+verl v0.6.1 document or example it comes from (volcengine/verl @v0.6.1, paths below):
 
 * token budgets (use_dynamic_bsz): `ppo_max_token_len_per_gpu` is a multiple of prompt + response,
   at least 2x (docs/perf/perf_tuning.rst, "Dynamic bsz" tip 1; the seq_balance example runs 24000
@@ -33,7 +33,8 @@ from catalog.accelerators import Accelerator
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec, tp_choices
 from recipe import memory, sizing
-from recipe.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
+from recipe.grpo import GrpoSettings, memory_inputs, sequence_tokens
+from recipe.problems import Problem, named
 
 AUTO = 0  # integer keys: 0 = derive
 TRAIN_TOKEN_CAP = 32768  # issue #13 / perf_tuning.rst: 16-32K tokens per GPU for the update
@@ -71,10 +72,10 @@ def pick_layout(fitting: list[tuple[Any, Any]]) -> Any:
 
 
 def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
-            data: DatasetFacts = GSM8K) -> tuple[GrpoSettings, list[str]]:
+            data: DatasetFacts = GSM8K) -> tuple[GrpoSettings, list[Problem]]:
     """Fill the auto settings; problems name the key to set by hand when nothing can be derived.
     `data`: the run's dataset (its mean lengths size the unpadded micro-batches)."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     world = nnodes * acc.gpus_per_node
     spec = model_spec(model)
     if g.ppo_mini_batch_size == AUTO:
@@ -82,8 +83,8 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
     if spec is None:
         for field in ("tensor_parallel_size", "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
             if getattr(g, field) == AUTO:
-                problems.append(f"{field_key(field)} = 0 (auto): {model} is not in catalog/models.py, so "
-                                "nothing can be derived; set it explicitly")
+                problems.append(Problem(field, f"{named(field)} = 0 (auto): {model} is not in catalog/models.py, "
+                                        "so nothing can be derived; set it explicitly"))
         if g.fsdp_size == AUTO:
             g = dataclasses.replace(g, fsdp_size=-1)
         return g, problems

@@ -37,8 +37,9 @@ from catalog.ray import MAX_CLUSTER_NAME
 from recipe import tuning
 from recipe.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight, task_override_problems
 from recipe.grpo import warnings as grpo_warnings
+from recipe.problems import Problem
 from stacks import component_rules, dataset
-from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
+from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT, field_key
 
 __all__ = ["KEYS", "KEYS_BY_NAME", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
 PLACEHOLDER_PROJECT = "replace-with-your-project-id"  # what the stack files ship with
@@ -393,7 +394,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     parsed_so_far = len(r.problems)
     grpo = _grpo(r)
     if task is not None:
-        r.problems += task_override_problems(grpo.extra_overrides)
+        r.problems += _named(task_override_problems(grpo.extra_overrides))
     warnings: list[str] = []
     data, notes = GSM8K, []
     if task is not None and reading is not None and task_ok and len(r.problems) == parsed_so_far:
@@ -406,12 +407,12 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     # Arithmetic only on values that parsed, and on a model id that is one (else it reports the wrong thing).
     if len(r.problems) == parsed_so_far and gpu_nodes >= 1 and task_ok and not naming.model_id(model):
         grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes, data=data)
-        r.problems += derive_problems
+        r.problems += _named(derive_problems)
         if not derive_problems:
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
             found = preflight(grpo, accelerator=acc, data=data, **shape)
-            r.problems += found
-            warnings += [] if found else grpo_warnings(grpo, accelerator=acc, data=data, **shape)
+            r.problems += _named(found)
+            warnings += [] if found else _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape))
     warnings += _ignored_keys(r)
     _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
@@ -807,6 +808,11 @@ def _grpo(r: _Reader) -> GrpoSettings:
         max_checkpoints_to_keep=r.int("grpoMaxCheckpointsToKeep", minimum=1),
         total_training_steps=r.int("grpoTotalTrainingSteps", minimum=0),
     )
+
+
+def _named(found: list[Problem]) -> list[str]:
+    """The recipe's problems (in its own field names) as the user reads them: naming the config keys."""
+    return [p.render(field_key) for p in found]
 
 
 def from_pulumi(stack: str, allow_placeholder_project: bool = False) -> StackConfig:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import versions
-
-PROJECT = "verl-gke"
+from catalog.naming import PROJECT
 
 
 @dataclass(frozen=True)
@@ -179,3 +178,14 @@ KEYS_BY_NAME = {k.name: k for k in KEYS}
 def full(name: str) -> str:
     """The key as `pulumi config` and the stack files spell it, e.g. verl-gke:gpuNodes."""
     return KEYS_BY_NAME[name].full
+
+
+# The recipe names its inputs by field (recipe.problems); the user sets keys. A GrpoSettings field is the
+# key "grpo" + CamelCase(field); the recipe's other inputs:
+RECIPE_INPUTS = {"nnodes": "gpuNodes", "train_file": "dataTrainFile", "reward_file": "rewardFile",
+                 "reward_function": "rewardFunction"}
+
+
+def field_key(field: str) -> str:
+    """The full config key that sets a recipe field, e.g. rollout_n -> verl-gke:grpoRolloutN."""
+    return full(RECIPE_INPUTS.get(field) or "grpo" + "".join(part.capitalize() for part in field.split("_")))
