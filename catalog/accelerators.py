@@ -51,6 +51,7 @@ GIB_HOST_DIRS = (HostDir("nvidia", NVIDIA_HOST_DIR, NVIDIA_MOUNT), HostDir("gib"
 @dataclass(frozen=True)
 class Accelerator:
     key: str
+    series: str  # Compute Engine's name for the machine series, as users search for it (A4, A3 Ultra, G2)
     machine_type: str
     accelerator_type: str
     gpus_per_node: int
@@ -153,6 +154,7 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
 ACCELERATORS: dict[str, Accelerator] = {
     "b200": Accelerator(
         key="b200",
+        series="A4",
         machine_type="a4-highgpu-8g",
         accelerator_type="nvidia-b200",
         gpus_per_node=8,
@@ -176,6 +178,7 @@ ACCELERATORS: dict[str, Accelerator] = {
     ),
     "h200": Accelerator(
         key="h200",
+        series="A3 Ultra",
         machine_type="a3-ultragpu-8g",
         accelerator_type="nvidia-h200-141gb",
         gpus_per_node=8,
@@ -203,6 +206,7 @@ ACCELERATORS: dict[str, Accelerator] = {
     ),
     "l4": Accelerator(
         key="l4",
+        series="G2",
         # G2 table ("Accelerator-optimized machine family", G2 machine types,
         # https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines): g2-standard-24 has
         # 2 NVIDIA L4 GPUs, 24 vCPUs, 96 GB; the vCPU/memory figures match SkyPilot's catalog row
