@@ -1,11 +1,13 @@
-"""The accelerator table: the one place that maps b200/h200 to what GCP and NCCL need.
+"""The accelerator table: the one place that maps b200, h200 and l4 to what GCP, NCCL and the models need.
 
-Values come from REFERENCE.md (cluster-toolkit gke-a4 / gke-a3-ultragpu examples and the
-tutorial). Allocatable capacity is derived here with GKE's documented node reservations so
-Ray worker requests fit on the node they are meant for. What varies per machine and decides
-whether GKE accepts a request (consumption options, driver, Autopilot worker size) is a field of
-the row, with its source next to it; tests/data/reference/ holds the same facts as extracted
-from Google's references for the parity test.
+Each row's values name their source next to them: GoogleCloudPlatform/cluster-toolkit examples/gke-a4 and
+examples/gke-a3-ultragpu (@1047080: machine and accelerator types, RDMA NICs), container-engine-accelerators
+(@992db81: gIB paths, NCCL settings), vendor datasheets and this project's measurements (GPU memory, FLOPS
+and bandwidth, for the memory model and the step-time estimate). Allocatable capacity is derived here with
+GKE's documented node reservations so Ray worker requests fit on the node they are meant for. What varies
+per machine and decides whether GKE accepts a request (consumption options, driver, Autopilot worker size)
+is a field of the row; tests/data/reference/ holds the same facts as extracted from Google's references for
+the parity test.
 """
 
 from __future__ import annotations
@@ -276,7 +278,8 @@ def installer_url(autopilot: bool, revision: str = GIB_INSTALLER_REVISION) -> st
 
 
 def nccl_env(acc: Accelerator) -> dict[str, str]:
-    """NCCL settings for gIB on this accelerator (REFERENCE.md / container-engine-accelerators).
+    """NCCL settings for gIB on this accelerator: those of the gIB image's set_nccl_env.sh, which
+    container-engine-accelerators gpudirect-rdma/nccl-test-a4.yaml (@992db81) sources.
 
     NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
     falling back to TCP sockets, which would train at a fraction of the speed. A machine without

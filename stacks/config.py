@@ -29,6 +29,7 @@ from catalog.accelerators import (
 )
 from catalog.capacity import Capacity
 from catalog.datasets import GSM8K, DatasetFacts
+from catalog.gcp_provider import GCP_PROVIDER_KEYS
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
@@ -442,6 +443,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 # Kubernetes provider here is explicit (built from the cluster's outputs), so kubernetes:* keys, like any
 # other namespace, would be silently ignored: `verl:gpuNodes: 4` once planned 2 nodes without a word.
 READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
+# Ours first: a typo is most likely of a key the stack files set.
+GCP_NAMES = [k.name.partition(":")[2] for k in KEYS if k.name.startswith("gcp:")] + sorted(GCP_PROVIDER_KEYS)
 MAX_SHOWN = 80
 
 
@@ -520,6 +523,13 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
             close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
             problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
+        elif namespace == "gcp" and key not in known and name not in GCP_PROVIDER_KEYS:
+            # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
+            # otherwise surface only as the key it meant being unset.
+            close = difflib.get_close_matches(name, GCP_NAMES, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
+            hint = f"did you mean gcp:{close[0]}?" if close else "the keys it reads are in catalog/gcp_provider.py"
+            problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a key the Google provider "
+                            f"reads: {hint}")
         elif namespace != PROJECT and len(namespace) <= MAX_SHOWN and \
                 difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
             problems.append(f"{key}: namespace {namespace!r} is not this project's; did you mean {PROJECT}:{name}?")

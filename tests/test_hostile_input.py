@@ -7,6 +7,7 @@ subprocess, to prove the exit code and the absence of a traceback end to end.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import posixpath
@@ -154,6 +155,13 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("typo-unnamespaced", yaml_case("gpunodes", "2"), "did you mean verl-gke:gpuNodes"),
     ("typo-namespace", yaml_case("verl_gke:gpuNodes", "2"), "did you mean verl-gke:gpuNodes"),
     ("unknown-key", yaml_case("verl-gke:colour", "blue"), "verl-gke:colour is not a known key"),
+    # --- unknown keys in the Google provider's namespace (catalog.gcp_provider): did you mean, not "is not set"
+    ("typo-gcp-region", stack_text(**{"gcp:region": None, "gcp:regoin": "us-central1"}),
+     "error: Pulumi.hostile.yaml: invalid stack configuration:\n  - gcp:regoin is not a key the Google provider reads: "
+     "did you mean gcp:region?\n  - gcp:region is not set"),
+    ("typo-gcp-provider-key", yaml_case("gcp:impersonateServiceAcount", "sa@p.iam.gserviceaccount.com"),
+     "gcp:impersonateServiceAcount is not a key the Google provider reads: did you mean "
+     "gcp:impersonateServiceAccount?"),
     # --- other values
     ("accelerator", yaml_case("verl-gke:accelerator", "a100"), "verl-gke:accelerator"),
     ("mode-object", yaml_case("verl-gke:clusterMode", "{a: 1}"), "verl-gke:clusterMode"),
@@ -398,6 +406,26 @@ def test_bad_invocation(sandbox, capsys, argv, named):
     path = write_stack(tmp_path, stack_text())
     rc, text = run_main([*argv, "--config", str(path)], capsys)
     assert_refused(rc, text, named, tmp_path, registered)
+
+
+def test_gcp_provider_keys_are_the_installed_sdks():
+    """catalog.gcp_provider lists what the Google provider reads: pulumi_gcp/config/vars.py's __config__.get* names."""
+    import importlib.util
+
+    from catalog.gcp_provider import GCP_PROVIDER_KEYS
+
+    path = Path(importlib.util.find_spec("pulumi_gcp").origin).parent / "config" / "vars.py"
+    read = {n.args[0].value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "__config__" and n.args}
+    assert read and GCP_PROVIDER_KEYS == read, (sorted(read - GCP_PROVIDER_KEYS), sorted(GCP_PROVIDER_KEYS - read))
+
+
+def test_a_real_provider_key_is_not_a_typo():
+    from stacks import config
+
+    raw = {**{k: v for k, v in GOOD.items()}, "gcp:impersonateServiceAccount": "sa@p.iam.gserviceaccount.com",
+           "gcp:billingProject": "other-project-1"}
+    assert config.unknown_keys(raw) == []
 
 
 def test_every_count_has_an_upper_bound():
