@@ -276,8 +276,8 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
 
 
 class SizedStack(Protocol):
-    """What run_sizing reads of a stacks.config.StackConfig (not imported: recipe.tuning, which
-    stacks.config imports, uses this module for the layout choice)."""
+    """What run_sizing reads of a stack's config (stacks.config.StackConfig has it; recipe/ imports nothing
+    of stacks/)."""
 
     model: str
     grpo: GrpoSettings
