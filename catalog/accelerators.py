@@ -1,11 +1,13 @@
-"""The accelerator table: the one place that maps b200/h200 to what GCP and NCCL need.
+"""The accelerator table: the one place that maps b200, h200 and l4 to what GCP, NCCL and the models need.
 
-Values come from REFERENCE.md (cluster-toolkit gke-a4 / gke-a3-ultragpu examples and the
-tutorial). Allocatable capacity is derived here with GKE's documented node reservations so
-Ray worker requests fit on the node they are meant for. What varies per machine and decides
-whether GKE accepts a request (consumption options, driver, Autopilot worker size) is a field of
-the row, with its source next to it; tests/data/reference/ holds the same facts as extracted
-from Google's references for the parity test.
+Each row's values name their source next to them: GoogleCloudPlatform/cluster-toolkit examples/gke-a4 and
+examples/gke-a3-ultragpu (@1047080: machine and accelerator types, RDMA NICs), container-engine-accelerators
+(@992db81: gIB paths, NCCL settings), vendor datasheets and this project's measurements (GPU memory, FLOPS
+and bandwidth, for the memory model and the step-time estimate). Allocatable capacity is derived here with
+GKE's documented node reservations so Ray worker requests fit on the node they are meant for. What varies
+per machine and decides whether GKE accepts a request (consumption options, driver, Autopilot worker size)
+is a field of the row; tests/data/reference/ holds the same facts as extracted from Google's references for
+the parity test.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ GIB_HOST_DIRS = (HostDir("nvidia", NVIDIA_HOST_DIR, NVIDIA_MOUNT), HostDir("gib"
 @dataclass(frozen=True)
 class Accelerator:
     key: str
+    series: str  # Compute Engine's name for the machine series, as users search for it (A4, A3 Ultra, G2)
     machine_type: str
     accelerator_type: str
     gpus_per_node: int
@@ -153,6 +156,7 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
 ACCELERATORS: dict[str, Accelerator] = {
     "b200": Accelerator(
         key="b200",
+        series="A4",
         machine_type="a4-highgpu-8g",
         accelerator_type="nvidia-b200",
         gpus_per_node=8,
@@ -176,6 +180,7 @@ ACCELERATORS: dict[str, Accelerator] = {
     ),
     "h200": Accelerator(
         key="h200",
+        series="A3 Ultra",
         machine_type="a3-ultragpu-8g",
         accelerator_type="nvidia-h200-141gb",
         gpus_per_node=8,
@@ -203,6 +208,7 @@ ACCELERATORS: dict[str, Accelerator] = {
     ),
     "l4": Accelerator(
         key="l4",
+        series="G2",
         # G2 table ("Accelerator-optimized machine family", G2 machine types,
         # https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines): g2-standard-24 has
         # 2 NVIDIA L4 GPUs, 24 vCPUs, 96 GB; the vCPU/memory figures match SkyPilot's catalog row
@@ -272,7 +278,8 @@ def installer_url(autopilot: bool, revision: str = GIB_INSTALLER_REVISION) -> st
 
 
 def nccl_env(acc: Accelerator) -> dict[str, str]:
-    """NCCL settings for gIB on this accelerator (REFERENCE.md / container-engine-accelerators).
+    """NCCL settings for gIB on this accelerator: those of the gIB image's set_nccl_env.sh, which
+    container-engine-accelerators gpudirect-rdma/nccl-test-a4.yaml (@992db81) sources.
 
     NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
     falling back to TCP sockets, which would train at a fraction of the speed. A machine without

@@ -31,7 +31,7 @@ class ComputeClass:
 GENERAL_PURPOSE = ComputeClass(
     "general-purpose", None, 10,
     "Autopilot caps a general-purpose pod at 10 GiB ephemeral storage (GKE release notes 2024-R27; "
-    "REFERENCE.md 'Platform rules'; 'Resource requests in Autopilot' min/max table)")
+    "'Resource requests in Autopilot' min/max table)")
 # The documented Performance maximum is not in the stored copies of the doc page; the figure is a
 # lower bound Google's own sample proves: AIHypercomputerSamples gpu/tuning/verl_rl_autopilot
 # data-prep-job.yaml (@ddc521d3) runs a Performance pod with 50Gi in the container plus a 50Gi
@@ -45,7 +45,7 @@ PERFORMANCE = ComputeClass(
 ACCELERATOR = ComputeClass(
     "Accelerator (GPU)", None, 1000,
     "lower bound: Google's verl Autopilot RayCluster workers request 1000Gi ephemeral storage on "
-    "8-GPU A4 nodes (AIHypercomputerSamples verl_rl_autopilot ray-cluster, gke_reference.md §3)")
+    "8-GPU A4 nodes (AIHypercomputerSamples gpu/tuning/verl_rl_autopilot ray-cluster worker @6f0d9b35)")
 
 # GCS FUSE sidecar on Autopilot GPU nodes: at most 2 vCPU and 14 GiB memory (known issue in
 # GoogleCloudPlatform/gcs-fuse-csi-driver docs/troubleshooting.md "Sidecar container resource

@@ -1,7 +1,8 @@
 """GPU capacity types and the rules that decide which combinations GKE accepts.
 
-Sources: REFERENCE.md "Capacity" (spot VMs cannot consume reservations; flex-start excludes spot
-and reservations; COMPACT placement needs a single zone), cluster-toolkit gke-node-pool preconditions.
+Sources: GoogleCloudPlatform/cluster-toolkit modules/compute/gke-node-pool/main.tf @01a7a3e preconditions
+(flex-start excludes spot and reservation affinity; COMPACT placement needs a single zone); spot VMs
+cannot consume reservations (Compute Engine reservations docs).
 """
 
 from __future__ import annotations

@@ -144,8 +144,8 @@ def sidecar_resources(annotations: dict[str, str]) -> dict[str, tuple[float | No
 # (gcsfuse fails on an option it does not know). Streaming writes also bring the gcsfuse 3.1 floor:
 # every writing mount renames what it wrote into place (HF's `.incomplete` files, our markers,
 # verl's checkpoint tracker), atomic on hierarchical-namespace buckets by default only from gcsfuse
-# 3.1, which the CSI driver ships from 1.33.2-gke.4655000 (REFERENCE.md "Platform rules"; inferred
-# from releases.md's perf-defaults row, gcsfuse v3.1.0+).
+# 3.1, which the CSI driver ships from 1.33.2-gke.4655000 (inferred from releases.md's perf-defaults
+# row, gcsfuse v3.1.0+: catalog.gke.GCSFUSE_CSI_RELEASES).
 FEATURE_FLOORS: dict[str, tuple[Floor, ...]] = {
     "gcsfuseMetadataPrefetchOnMount": (Floor("1.32.1-gke.1357001", "GCS FUSE metadata prefetch on mount",
                                              GCSFUSE_CSI_RELEASES),),

@@ -18,10 +18,10 @@ from catalog.naming import gke_version as version_key
 __all__ = ["NODE_OAUTH_SCOPES", "NODE_ROLES", "Floor", "highest", "minor", "unmet", "unmet_by_minor",
            "version_key", "version_prefix"]
 
-# Google, "Create a custom AI-optimized GKE cluster which uses A4 or A3 Ultra" (REFERENCE.md
-# "Platform rules"): the page that documents the A4/A3 Ultra and flex-start minimums.
+# Google, "Create a custom AI-optimized GKE cluster which uses A4 or A3 Ultra": the page that documents
+# the A4/A3 Ultra and flex-start minimums.
 AI_CLUSTER_DOC = 'GKE docs "Create a custom AI-optimized GKE cluster which uses A4 or A3 Ultra"'
-# The CSI driver's feature/version table (notes: storage_reference.md §1.4).
+# The CSI driver's feature/version table: GoogleCloudPlatform/gcs-fuse-csi-driver docs/releases.md.
 GCSFUSE_CSI_RELEASES = "gcs-fuse-csi-driver docs/releases.md @5fcdc04a, Requirements"
 
 # GKE docs "Configure GKE node service accounts": nodes need at minimum

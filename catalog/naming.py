@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 
+# The Pulumi project (Pulumi.yaml's name, so the namespace of its config keys) and the project verl's
+# trainer logs the run under (trainer.project_name).
+PROJECT = "verl-gke"
+
 # Kubernetes: RFC 1123 label (namespaces, most names), RFC 1035 label (Services, so RayClusters),
 # RFC 1123 subdomain (PVs, PVCs, Secrets, ServiceAccounts, ConfigMaps).
 # Source: kubernetes/apimachinery pkg/util/validation/validation.go.

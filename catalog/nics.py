@@ -4,7 +4,8 @@ One list, read by everything that must agree on the order: the node pool's addit
 networks (gVNIC first, then RDMA NIC 0..N-1), the GKENetworkParamSet/Network objects, and the pods'
 `networking.gke.io/interfaces` annotation (eth0 = default, eth1 = gVNIC, eth2.. = RDMA 0..N-1).
 Source: GKE "Create a custom AI-optimized GKE cluster which uses A4 or A3 Ultra" (network names
-gvnic-1, rdma-0..7) and REFERENCE.md "Networks".
+gvnic-1, rdma-0..7) and the tutorial's GoogleCloudPlatform/kubernetes-engine-samples
+ai-ml/verl-on-gke/network-mapping.yaml @f6f7c67 (gvnic-1 NetDevice, rdma-0..7 RDMA, in that order).
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """The GRPO recipe: stack settings -> verl Hydra overrides, the Ray job's entrypoint and runtime env.
 
-It reproduces the tutorial's `ray job submit` run with its defects fixed (REFERENCE.md, "verl GRPO
-job"): KL applied as a loss term as verl's GRPO examples do, weights read from the bucket copy,
-checkpoints on the bucket with auto-resume, no pip installs, per-accelerator NCCL tuning.
+It reproduces the `ray job submit` run of Google's tutorial "Tune and scale reinforcement learning with
+verl on GKE" (its manifests: GoogleCloudPlatform/kubernetes-engine-samples ai-ml/verl-on-gke/ @f6f7c67)
+with its defects fixed: KL applied as a loss term as verl's GRPO examples do
+(volcengine/verl examples/grpo_trainer @v0.6.1), weights read from the bucket copy, checkpoints on the
+bucket with auto-resume, no pip installs, per-accelerator NCCL tuning.
 
 `preflight` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
 cluster is up, so a bad batch size fails `pulumi preview` instead of a job on 16 idle GPUs.
-Key names come from stacks.keys; stacks.config calls `preflight` as part of its one gate.
+Its problems (recipe.problems.Problem) name the settings by field (`rollout_n`, `nnodes`);
+stacks.config, which calls `preflight` as part of its one gate, shows them as config keys.
 """
 
 from __future__ import annotations
@@ -17,16 +20,32 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from catalog import secret_shapes
 from catalog.accelerators import Accelerator, nccl_env
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
+from catalog.naming import PROJECT
 from catalog.paths import BucketPaths
 from recipe import memory
-from stacks import keys
-from stacks.dataset import TaskSpec
+from recipe.problems import Problem, named, problem
+
+
+class TaskFile(Protocol):
+    """One file of the stack's own task, as the pods read it (from the bucket mount)."""
+
+    @property
+    def in_pod(self) -> str: ...
+
+
+class Task(Protocol):
+    """The stack's own task (stacks.dataset.TaskSpec): its files and the reward function's name."""
+
+    train: TaskFile
+    val: TaskFile
+    reward: TaskFile | None
+    reward_function: str
 
 
 @dataclass(frozen=True)
@@ -129,8 +148,8 @@ _DERIVED = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path"
             "actor_rollout_ref.nccl_timeout",
             "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.project_name", "trainer.experiment_name",
             "actor_rollout_ref.actor.use_kl_loss")
-# The stack's own task (stacks.dataset.TaskSpec): set through its config keys, never as an extra override.
-_TASK = {"custom_reward_function.path": "rewardFile", "custom_reward_function.name": "rewardFunction"}
+# The stack's own task (Task): set through its own inputs, never as an extra override.
+_TASK = {"custom_reward_function.path": "reward_file", "custom_reward_function.name": "reward_function"}
 # verl keys whose defaults the offline task checks assume (stacks.dataset): the prompt column and the
 # data_source column (data.prompt_key / data.reward_fn_key, trainer/config/data/legacy_data.yaml), the naive
 # reward manager's call (reward_model.reward_manager, reward_model/reward_model.yaml) and the reward's
@@ -176,44 +195,26 @@ _HYDRA_LITERALS = ("true", "false", "null", "inf", "nan")
 _MAX_STACK_IN_ID = 64  # keeps the id (plus the provider's "-r<k>" retries) within 128 chars
 
 
-def _key(name: str) -> str:
-    return keys.full(name)
-
-
-def _field_key(field: str) -> str:
-    return _key("grpo" + "".join(part.capitalize() for part in field.split("_")))
-
-
-field_key = _field_key
-
-
 def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
-              accelerator: Accelerator | None = None, data: DatasetFacts = GSM8K) -> list[str]:
-    """What verl rejects only on the running cluster; each names the key, value and what is allowed.
+              accelerator: Accelerator | None = None, data: DatasetFacts = GSM8K) -> list[Problem]:
+    """What verl rejects only on the running cluster; each names the setting, value and what is allowed.
 
-    With the accelerator, also what would run out of GPU memory (recipe.memory).
+    The settings are resolved (recipe.tuning: no 0 = derive left) and within their bounds (every count
+    >= 1 but fsdp_size, save_freq and test_freq: stacks.keys). With the accelerator, also what would run
+    out of GPU memory (recipe.memory).
     """
-    problems: list[str] = []
+    problems: list[Problem] = []
 
     def bad(field: str, value: object, allowed: str) -> None:
-        problems.append(f"{_field_key(field)} = {value!r}: {allowed}")
+        problems.append(problem(field, value, allowed))
 
     extras, extra_problems = _parse_extras(g.extra_overrides)
     problems += extra_problems
     world = nnodes * gpus_per_node
     if world < 1:
-        return problems + [f"{_key('gpuNodes')} = {nnodes!r}: the cluster needs at least one GPU"]
-    shape = f"{nnodes} node(s) x {gpus_per_node} GPUs = {world} GPUs ({_key('gpuNodes')})"
+        return problems + [problem("nnodes", nnodes, "the cluster needs at least one GPU")]
+    shape = f"{nnodes} node(s) x {gpus_per_node} GPUs = {world} GPUs ({named('nnodes')})"
 
-    before = len(problems)
-    for field in ("train_batch_size", "rollout_n", "max_prompt_length", "max_response_length",
-                  "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu",
-                  "ref_log_prob_micro_batch_size_per_gpu", "tensor_parallel_size", "total_epochs",
-                  "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "max_checkpoints_to_keep"):
-        if getattr(g, field) < 1:
-            bad(field, getattr(g, field), "must be an integer >= 1")
-    if len(problems) > before:
-        return problems  # the arithmetic below needs positive numbers
     if g.rollout_n < 2:
         bad("rollout_n", g.rollout_n, "GRPO normalises rewards within a prompt's group: use >= 2 responses")
 
@@ -235,11 +236,12 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
     # scaled by n and split over the data-parallel groups (GPUs / Ulysses sequence-parallel size).
     sp = _extra_int(extras, _SP, 1, problems)
     if world % sp:
-        problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} must divide {shape}")
+        problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {_SP}={sp} must divide {shape}"))
         sp = 1
     if sp > 1 and not g.use_remove_padding:
         # verl/workers/config/actor.py FSDPActorConfig.validate.
-        problems.append(f"{_key('grpoExtraOverrides')}: {_SP}={sp} needs {_field_key('use_remove_padding')} = true")
+        problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {_SP}={sp} needs "
+                                f"{named('use_remove_padding')} = true"))
     dp = world // sp
     mini = g.ppo_mini_batch_size * g.rollout_n
     if mini % dp:
@@ -284,7 +286,7 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
         bad("max_response_length", g.max_response_length,
             f"prompt {g.max_prompt_length} + response {g.max_response_length} tokens exceed vLLM's "
             f"max_num_batched_tokens {limit}: shorten them or add {_MAX_TOKENS}=<n> to "
-            f"{_key('grpoExtraOverrides')}")
+            f"{named('extra_overrides')}")
 
     # verl/utils/seqlen_balancing.py rearrange_micro_batches: one sequence must fit one micro-batch.
     if g.use_dynamic_bsz:
@@ -293,9 +295,7 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
                 bad(field, getattr(g, field), f"must hold one whole sequence: >= prompt + response = {seq} "
                     f"tokens (perf_tuning.rst recommends >= {2 * seq}; 0 = derive)")
 
-    if not 0 < g.gpu_memory_utilization <= 1:
-        bad("gpu_memory_utilization", g.gpu_memory_utilization, "must be in (0, 1]")
-    elif spec is not None and accelerator is not None and not problems:
+    if spec is not None and accelerator is not None and not problems:
         problems += _memory_problems(g, spec, accelerator, world, extras, data)
     if not g.logger:
         bad("logger", list(g.logger), "needs at least one of " + ", ".join(LOGGERS))
@@ -363,50 +363,51 @@ def memory_breakdown(g: GrpoSettings, spec, acc: Accelerator, world: int,
 
 
 def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras: dict[str, str],
-                     data: DatasetFacts) -> list[str]:
+                     data: DatasetFacts) -> list[Problem]:
     b = memory_breakdown(g, spec, acc, world, extras, data)
     where = f"{acc.key}: {b.torch_budget:.1f} GiB per GPU for PyTorch"
     extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
     headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
-    problems = [f"{_key('grpoExtraOverrides')}: {k}=false: the memory model was calibrated with it on "
-                "(verl's default) and cannot tell whether the update fits without it; remove the override"
+    problems = [Problem("extra_overrides", f"{named('extra_overrides')}: {k}=false: the memory model was calibrated "
+                        "with it on (verl's default) and cannot tell whether the update fits without it; remove "
+                        "the override")
                 for k in _UNMODELLED_OFF if _extra_flag(extras, k, True) is False]
-    layout = f"FSDP over {b.shard} GPUs ({_field_key('fsdp_size')} = {g.fsdp_size})"
+    layout = f"FSDP over {b.shard} GPUs ({named('fsdp_size')} = {g.fsdp_size})"
     if not b.update_fits:
         field = "ppo_max_token_len_per_gpu" if g.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"
         entropy = (f" + eager entropy {b.train_entropy:.1f} ({_entropy_path(extras)} with "
-                   f"{_field_key('entropy_coeff')} = {g.entropy_coeff!r})" if b.train_entropy else "")
-        problems.append(
-            f"{_field_key(field)} = {getattr(g, field)!r}: the actor update needs {b.update_peak:.1f} GiB per GPU"
+                   f"{named('entropy_coeff')} = {g.entropy_coeff!r})" if b.train_entropy else "")
+        problems.append(problem(
+            field, getattr(g, field), f"the actor update needs {b.update_peak:.1f} GiB per GPU"
             f"{extra} ({headroom}: {b.update_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "
             f"weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam {b.adam_state:.1f} + "
             f"activations {b.train_activations:.1f} + logits {b.train_logits:.1f}{entropy}; lower it "
-            f"(0 = derive), add {_key('gpuNodes')}, or shard wider ({_field_key('fsdp_size')} = -1)")
+            f"(0 = derive), add {named('nnodes')}, or shard wider ({named('fsdp_size')} = -1)"))
     if not b.logprob_fits:
         field = "log_prob_max_token_len_per_gpu" if g.use_dynamic_bsz else "log_prob_micro_batch_size_per_gpu"
         entropy = f" + eager entropy {b.logprob_entropy:.1f} ({_entropy_path(extras)})" if b.logprob_entropy else ""
-        problems.append(
-            f"{_field_key(field)} = {getattr(g, field)!r}: the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
+        problems.append(problem(
+            field, getattr(g, field), f"the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
             f"{extra} ({headroom}: {b.logprob_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "
             f"logits {b.logprob_logits:.1f}{entropy} + units in flight {b.logprob_units:.1f} on top of the "
-            f"shards; lower it (0 = derive)")
+            f"shards; lower it (0 = derive)"))
     if not b.rollout_fits:
         if b.kv_cache <= 0:
             why = (f"vLLM's pool of {b.vllm_pool:.1f} GiB leaves no KV cache after its weights "
                    f"{b.vllm_weights:.1f} and activations {b.vllm_activations:.1f}: raise it or "
-                   f"{_field_key('tensor_parallel_size')}")
+                   f"{named('tensor_parallel_size')}")
         else:
             why = (f"the rollout needs {b.rollout_resident:.1f} GiB of resident actor state (weights + Adam) "
                    f"+ the vLLM pool {b.vllm_pool:.1f} + "
                    f"{memory.NON_TORCH_GIB:.1f} outside PyTorch = "
                    f"{b.rollout_resident + b.vllm_pool + memory.NON_TORCH_GIB:.1f} GiB of {b.gpu_gib:.1f} on "
-                   f"{acc.key}: lower it, or add {_key('gpuNodes')}")
-        problems.append(f"{_field_key('gpu_memory_utilization')} = {g.gpu_memory_utilization!r}: {why}")
+                   f"{acc.key}: lower it, or add {named('nnodes')}")
+        problems.append(problem("gpu_memory_utilization", g.gpu_memory_utilization, why))
     return problems
 
 
 def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, accelerator: Accelerator,
-             data: DatasetFacts = GSM8K) -> list[str]:
+             data: DatasetFacts = GSM8K) -> list[Problem]:
     """What runs but slower than it should: the KV cache cannot hold one rollout batch."""
     spec = model_spec(model)
     if spec is None:
@@ -414,45 +415,49 @@ def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, ac
     b = memory_breakdown(g, spec, accelerator, nnodes * gpus_per_node, data=data)
     if not b.rollout_fits or b.kv_holds_batch:
         return []
-    return [f"{_field_key('gpu_memory_utilization')} = {g.gpu_memory_utilization!r}: each vLLM replica's KV cache "
-            f"holds {b.kv_tokens:,} tokens, less than its share of one rollout batch ({b.kv_tokens_needed:,} "
-            f"tokens): vLLM will preempt and recompute sequences. Raise it, shrink "
-            f"{_field_key('train_batch_size')} or {_field_key('rollout_n')}, or add {_key('gpuNodes')}"]
+    return [problem("gpu_memory_utilization", g.gpu_memory_utilization,
+                    f"each vLLM replica's KV cache holds {b.kv_tokens:,} tokens, less than its share of one rollout "
+                    f"batch ({b.kv_tokens_needed:,} tokens): vLLM will preempt and recompute sequences. Raise it, "
+                    f"shrink {named('train_batch_size')} or {named('rollout_n')}, or add {named('nnodes')}")]
 
 
-def parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+def parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]]:
     return _parse_extras(extra)
 
 
-def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]]:
     """Extra overrides as {key: value}, plus problems: malformed, a credential, or a key the recipe owns."""
-    owned = {**{k: f"set {_field_key(f)} instead" for k, f in _FROM_SETTINGS.items()},
+    owned = {**{k: f"set {named(f)} instead" for k, f in _FROM_SETTINGS.items()},
              **{k: "is fixed by the recipe" for k in _FIXED},
              **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
              **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
-             **{k: f"comes from {_key(name)}" for k, name in _TASK.items()}}
-    where = _key("grpoExtraOverrides")
+             **{k: f"comes from {named(field)}" for k, field in _TASK.items()}}
+    where = named("extra_overrides")
     parsed: dict[str, str] = {}
-    problems: list[str] = []
+    problems: list[Problem] = []
+
+    def bad(text: str) -> None:
+        problems.append(Problem("extra_overrides", f"{where}: {text}"))
+
     for item in extra:
         m = _OVERRIDE.match(item.strip()) if isinstance(item, str) else None
         if not m or (m["op"] != "~" and not m["eq"]):
-            problems.append(f"{where}: {item!r} must look like key=value, +key=value, ++key=value or ~key")
+            bad(f"{item!r} must look like key=value, +key=value, ++key=value or ~key")
         elif shape := secret_shapes.resolver_problem(item) or secret_shapes.credential_problem(item, m["key"]):
-            problems.append(f"{where}: {m['key']} {shape}")
+            bad(f"{m['key']} {shape}")
         elif m["key"] in owned:
-            problems.append(f"{where}: {item!r} overrides {m['key']}, which {owned[m['key']]}")
+            bad(f"{item!r} overrides {m['key']}, which {owned[m['key']]}")
         elif _CREDENTIAL_KEY.search(m["key"].split(".")[-1]) or _CREDENTIAL_VALUE.search(m["value"] or ""):
             # Overrides end up in the job's entrypoint, visible on the Ray dashboard: never a secret.
-            problems.append(f"{where}: {m['key']} looks like a credential; use a Kubernetes secret instead")
+            bad(f"{m['key']} looks like a credential; use a Kubernetes secret instead")
         elif m["key"] in parsed:
-            problems.append(f"{where}: {m['key']} is set twice (the last would silently win)")
+            bad(f"{m['key']} is set twice (the last would silently win)")
         else:
             parsed[m["key"]] = m["value"] or ""
     return parsed, problems
 
 
-def task_override_problems(extra: tuple[str, ...]) -> list[str]:
+def task_override_problems(extra: tuple[str, ...]) -> list[Problem]:
     """Extra overrides a stack with its own task may not make: keys the offline checks assume (_TASK_ASSUMED)."""
     problems = []
     for item in extra:
@@ -462,13 +467,14 @@ def task_override_problems(extra: tuple[str, ...]) -> list[str]:
         key = m["key"]
         for assumed, why in _TASK_ASSUMED.items():
             if key == assumed or key.startswith(assumed + "."):
-                problems.append(f"{_key('grpoExtraOverrides')}: {item.strip()!r} changes {key}, but with "
-                                f"{_key('dataTrainFile')} {why} (verl's default); leave it at the default")
+                problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {item.strip()!r} changes "
+                                        f"{key}, but with {named('train_file')} {why} (verl's default); leave it "
+                                        "at the default"))
                 break
     return problems
 
 
-def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[str]) -> int:
+def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[Problem]) -> int:
     if key not in extras:
         return default
     try:
@@ -476,7 +482,8 @@ def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[st
     except ValueError:
         value = 0
     if value < 1:
-        problems.append(f"{_key('grpoExtraOverrides')}: {key}={extras[key]!r} must be an integer >= 1")
+        problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {key}={extras[key]!r} must be an "
+                                "integer >= 1"))
         return default
     return value
 
@@ -485,7 +492,7 @@ NCCL_TIMEOUT_S = 600  # verl v0.6.1 trainer/config/ppo_trainer.yaml actor_rollou
 
 
 def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
-           paths: BucketPaths, task: TaskSpec | None = None,
+           paths: BucketPaths, task: Task | None = None,
            nccl_timeout: int = NCCL_TIMEOUT_S) -> dict[str, object]:
     """verl config key -> typed value, before Hydra formatting (tests compare it with the composed config).
     `task`: the stack's own files (None: GSM8K as staged), read by every pod from the bucket mount."""
@@ -501,7 +508,7 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         "trainer.default_local_dir": paths.checkpoint_dir,
         "trainer.nnodes": nnodes,
         "trainer.n_gpus_per_node": gpus_per_node,
-        "trainer.project_name": keys.PROJECT,
+        "trainer.project_name": PROJECT,
         "trainer.experiment_name": stack,
         # The barrier after each save runs under it: sized for the save (stacks.checkpoints).
         "actor_rollout_ref.nccl_timeout": nccl_timeout,
@@ -523,7 +530,7 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
 
 
 def overrides(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
-              paths: BucketPaths, task: TaskSpec | None = None, nccl_timeout: int = NCCL_TIMEOUT_S) -> list[str]:
+              paths: BucketPaths, task: Task | None = None, nccl_timeout: int = NCCL_TIMEOUT_S) -> list[str]:
     """verl Hydra overrides for the stack's GRPO run; the extra overrides come last."""
     values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths, task=task,
                     nccl_timeout=nccl_timeout)

@@ -95,7 +95,7 @@ class RunSizing:
     rollout_tokens_per_step_max: int  # every response at max_response_length
     checkpoint_gb: float  # one saved step (actor model + optimizer shards)
     checkpoints_saved: int  # over the whole run (every save_freq steps and the last)
-    checkpoints_kept: int  # on the bucket at once (grpoMaxCheckpointsToKeep)
+    checkpoints_kept: int  # on the bucket at once (max_checkpoints_to_keep)
     model_gb: float  # the staged Hugging Face copy
     bucket_gb: float  # model + kept checkpoints + data
     est_step_seconds: float  # ESTIMATE
@@ -105,6 +105,8 @@ class RunSizing:
     est_run_hours: float  # ESTIMATE, training + validation
     gpus: int
     gpu_hours: float  # ESTIMATE: gpus x est_run_hours
+    # total_training_steps when it ends the run before its epochs do (total_steps < per epoch x epochs), else 0
+    steps_cap: int = 0
     estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (recipe/sizing.py), "
                           "not a measurement")
 
@@ -238,8 +240,8 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     world = nnodes * acc.gpus_per_node
     steps_per_epoch = data.train_rows // g.train_batch_size  # verl's train loader drops the last partial batch
     total = steps_per_epoch * g.total_epochs
-    if g.total_training_steps > 0:  # verl stops at total_training_steps when it is set
-        total = min(total, g.total_training_steps)
+    capped = 0 < g.total_training_steps < total  # verl stops at total_training_steps when it is set
+    total = g.total_training_steps if capped else total
     saved = 0
     if g.save_freq > 0 and total:
         saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step
@@ -269,12 +271,13 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
         bucket_gb=model_gb + kept * ckpt_gb + data.data_gb,
         est_step_seconds=st.total, est_step_breakdown=breakdown, validations=validations,
         est_validation_seconds=val_s, est_run_hours=run_hours, gpus=world, gpu_hours=world * run_hours,
+        steps_cap=g.total_training_steps if capped else 0,
     )
 
 
 class SizedStack(Protocol):
-    """What run_sizing reads of a stacks.config.StackConfig (not imported: recipe.tuning, which
-    stacks.config imports, uses this module for the layout choice)."""
+    """What run_sizing reads of a stack's config (stacks.config.StackConfig has it; recipe/ imports nothing
+    of stacks/)."""
 
     model: str
     grpo: GrpoSettings

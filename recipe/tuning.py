@@ -1,7 +1,7 @@
 """verl's throughput settings, derived per model and accelerator where the stack leaves them at "auto".
 
 A key left at 0 (or "auto") is derived here; any value the stack sets wins. Each rule cites the
-verl v0.6.1 document or example it comes from (/work/notes/verl_reference.md has the excerpts):
+verl v0.6.1 document or example it comes from (volcengine/verl @v0.6.1, paths below):
 
 * token budgets (use_dynamic_bsz): `ppo_max_token_len_per_gpu` is a multiple of prompt + response,
   at least 2x (docs/perf/perf_tuning.rst, "Dynamic bsz" tip 1; the seq_balance example runs 24000
@@ -33,7 +33,8 @@ from catalog.accelerators import Accelerator
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec, tp_choices
 from recipe import memory, sizing
-from recipe.grpo import GrpoSettings, field_key, memory_inputs, sequence_tokens
+from recipe.grpo import GrpoSettings, memory_inputs, sequence_tokens
+from recipe.problems import Problem, named
 
 AUTO = 0  # integer keys: 0 = derive
 TRAIN_TOKEN_CAP = 32768  # issue #13 / perf_tuning.rst: 16-32K tokens per GPU for the update
@@ -71,10 +72,60 @@ def pick_layout(fitting: list[tuple[Any, Any]]) -> Any:
 
 
 def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
-            data: DatasetFacts = GSM8K) -> tuple[GrpoSettings, list[str]]:
-    """Fill the auto settings; problems name the key to set by hand when nothing can be derived.
+            data: DatasetFacts = GSM8K) -> tuple[GrpoSettings, list[Problem]]:
+    """Fill the auto settings; problems name the setting to change when nothing can be derived: the one
+    to set by hand for an uncatalogued model, `nnodes` when even the smallest derived token budget leaves
+    the model without room on these GPUs (lowering a budget the user never set fixes nothing).
     `data`: the run's dataset (its mean lengths size the unpadded micro-batches)."""
-    problems: list[str] = []
+    resolved, problems = _resolve(g, model=model, acc=acc, nnodes=nnodes, data=data)
+    spec = model_spec(model)
+    if spec is not None and not problems and (short := _short_at_the_floor(g, resolved, spec, acc, nnodes, data)):
+        problems.append(_more_nodes(g, resolved, short, spec, model=model, acc=acc, nnodes=nnodes, data=data))
+    return resolved, problems
+
+
+MAX_NODES_TRIED = 64  # how far the "how many nodes fit" search looks
+
+
+def _short_at_the_floor(asked: GrpoSettings, g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
+                        data: DatasetFacts) -> str:
+    """The derived token budget (field) whose pass does not fit although it was derived at its smallest."""
+    if not g.use_dynamic_bsz:
+        return ""
+    b = memory.breakdown(spec, memory_inputs(g, acc, nnodes * acc.gpus_per_node, data))
+    if not b.update_fits and asked.ppo_max_token_len_per_gpu == AUTO:
+        return "ppo_max_token_len_per_gpu"
+    if not b.logprob_fits and asked.log_prob_max_token_len_per_gpu == AUTO:
+        return "log_prob_max_token_len_per_gpu"
+    return ""
+
+
+def _more_nodes(asked: GrpoSettings, g: GrpoSettings, field: str, spec: ModelSpec, *, model: str,
+                acc: Accelerator, nnodes: int, data: DatasetFacts) -> Problem:
+    """`nnodes` is the setting to change: the fewest nodes at which every derived setting fits, if any."""
+    world = nnodes * acc.gpus_per_node
+    b = memory.breakdown(spec, memory_inputs(g, acc, world, data))
+    need, what = ((b.update_peak, "the actor update") if field == "ppo_max_token_len_per_gpu"
+                  else (b.logprob_peak, "the log-prob pass"))
+    fewest = next((n for n in range(nnodes + 1, MAX_NODES_TRIED + 1)
+                   if _fits(_resolve(asked, model=model, acc=acc, nnodes=n, data=data)[0], spec, acc, n, data)), None)
+    fix = (f"{fewest} nodes ({fewest * acc.gpus_per_node} GPUs) fit: set it to {fewest}" if fewest
+           else f"no count up to {MAX_NODES_TRIED} nodes fits: choose a smaller model")
+    return Problem("nnodes", f"{named('nnodes')} = {nnodes}: {model} does not fit on {world} {acc.key} GPUs: {what} "
+                   f"needs {need:.1f} GiB per GPU ({need * (1 + memory.FRAGMENTATION):.1f} with "
+                   f"{memory.FRAGMENTATION:.0%} allocator headroom) of {b.torch_budget:.1f} for PyTorch even at the "
+                   f"smallest token budget ({named(field)} = "
+                   f"{getattr(g, field)}, derived; weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam "
+                   f"{b.adam_state:.1f} sharded over {b.shard} GPUs); {fix}")
+
+
+def _fits(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, data: DatasetFacts) -> bool:
+    return memory.breakdown(spec, memory_inputs(g, acc, nnodes * acc.gpus_per_node, data)).fits
+
+
+def _resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
+             data: DatasetFacts) -> tuple[GrpoSettings, list[Problem]]:
+    problems: list[Problem] = []
     world = nnodes * acc.gpus_per_node
     spec = model_spec(model)
     if g.ppo_mini_batch_size == AUTO:
@@ -82,8 +133,8 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
     if spec is None:
         for field in ("tensor_parallel_size", "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
             if getattr(g, field) == AUTO:
-                problems.append(f"{field_key(field)} = 0 (auto): {model} is not in catalog/models.py, so "
-                                "nothing can be derived; set it explicitly")
+                problems.append(Problem(field, f"{named(field)} = 0 (auto): {model} is not in catalog/models.py, "
+                                        "so nothing can be derived; set it explicitly"))
         if g.fsdp_size == AUTO:
             g = dataclasses.replace(g, fsdp_size=-1)
         return g, problems

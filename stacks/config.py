@@ -27,20 +27,22 @@ from catalog.accelerators import (
     gke_reserved_cpu,
     gke_reserved_memory_gib,
 )
-from catalog.capacity import CAPACITIES, Capacity
+from catalog.capacity import Capacity
 from catalog.datasets import GSM8K, DatasetFacts
+from catalog.gcp_provider import GCP_PROVIDER_KEYS
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from catalog.ray import MAX_CLUSTER_NAME
 from recipe import tuning
-from recipe.grpo import GSM8K_TRAIN_ROWS, GrpoSettings, preflight, task_override_problems
+from recipe.grpo import GrpoSettings, preflight, task_override_problems
 from recipe.grpo import warnings as grpo_warnings
+from recipe.problems import Problem
 from stacks import component_rules, dataset
-from stacks.keys import KEYS, KEYS_BY_NAME, PROJECT
+from stacks.keys import CHANNELS, KEYS, KEYS_BY_NAME, MODES, PROJECT, Key, field_key
 
-__all__ = ["KEYS", "KEYS_BY_NAME", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
+__all__ = ["CHANNELS", "KEYS", "KEYS_BY_NAME", "MODES", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
 PLACEHOLDER_PROJECT = "replace-with-your-project-id"  # what the stack files ship with
 
 
@@ -58,52 +60,15 @@ class ConfigError(ValueError):
 
 MAX_LINE = 300  # characters kept from each end of an over-long problem line
 MAX_LINES = 100  # problem lines printed; ConfigError.problems keeps them all
-MODES = ("autopilot", "standard")
-CHANNELS = ("RAPID", "REGULAR", "STABLE")
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
 _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
-# Upper bound of every count, and why. GKE: "Nodes per node pool zone: 1,000"
-# (https://cloud.google.com/kubernetes-engine/quotas); each pool here lives in one zone or is
-# bounded per zone. Qwen2.5's full context is 131,072 tokens (Qwen2.5 model cards).
-_GKE_POOL = (1000, "GKE allows 1,000 nodes per node pool per zone")
-_CONTEXT = (131072, "Qwen2.5's full context is 131,072 tokens")
-_GPUS_PER_NODE = max(a.gpus_per_node for a in ACCELERATORS.values())
-_BOUNDS: dict[str, tuple[int, str]] = {
-    "gpuNodes": _GKE_POOL,
-    "cpuNodesMin": _GKE_POOL,
-    "cpuNodesMax": _GKE_POOL,
-    "mtu": (8896, "the largest MTU a GCP VPC allows, https://cloud.google.com/vpc/docs/mtu"),
-    # How long `pulumi up` may block: a week / a month; more is a unit slip (seconds typed as minutes).
-    "jobReadyTimeoutMinutes": (7 * 24 * 60, "one week"),
-    # Cloud Storage soft delete retention: at most 90 days (soft_delete_policy docs).
-    "bucketSoftDeleteDays": (90, "Cloud Storage keeps soft-deleted objects at most 90 days"),
-    "jobMaxRecoveries": (100, "recoveries of one run; more is a typo"),
-    "rayHeadCpu": (256, "vCPUs of the one CPU node the head runs on; more is a typo"),
-    "rayHeadMemoryGib": (2048, "memory of the one CPU node the head runs on; more is a typo"),
-    "grpoTotalTrainingSteps": (1_000_000, "optimizer steps of one run; more is a typo"),
-    "jobCompletionTimeoutMinutes": (30 * 24 * 60, "30 days"),
-    "grpoTrainBatchSize": (GSM8K_TRAIN_ROWS, "the GSM8K training rows"),
-    "grpoPpoMiniBatchSize": (GSM8K_TRAIN_ROWS, "the GSM8K training rows"),
-    "grpoRolloutN": (1024, "responses per prompt; more is a typo"),
-    "grpoMaxPromptLength": _CONTEXT,
-    "grpoMaxResponseLength": _CONTEXT,
-    # Per-GPU micro batches are split from at most a full batch's samples.
-    "grpoPpoMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
-    "grpoLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
-    "grpoRefLogProbMicroBatchSizePerGpu": (GSM8K_TRAIN_ROWS * 1024, "a full batch's samples"),
-    "grpoTensorParallelSize": (_GPUS_PER_NODE, "vLLM shards a model within one node's GPUs"),
-    "dataTrainRows": (10**10, "rows; more is a typo"),
-    "grpoTotalEpochs": (1000, "passes over the training data; more is a typo"),
-    "grpoSaveFreq": (1_000_000, "steps; more is a typo"),
-    "grpoTestFreq": (1_000_000, "steps; more is a typo"),
-    "grpoMaxCheckpointsToKeep": (1000, "checkpoints; more is a typo"),
-    "grpoPpoMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
-    "grpoFsdpSize": (4096, "GPUs in one FSDP shard group; more is a typo"),
-    "grpoLogProbMaxTokenLenPerGpu": (4 * 1024 * 1024, "tokens per GPU in one pass; more is a typo"),
-    "budgetMonthly": (10**9, "a monthly budget; more is a typo"),
-}
-MAXIMUM = {k: v[0] for k, v in _BOUNDS.items()}
-MAX_WHY = {k: v[1] for k, v in _BOUNDS.items()}
+# Keys whose bound follows the run's rows (GSM8K's or dataTrainFile's): a batch holds at most every row, a
+# per-GPU micro batch at most a full batch's samples (rows x the most responses per prompt).
+_BATCH_KEYS = ("grpoTrainBatchSize", "grpoPpoMiniBatchSize")
+_MICRO_KEYS = ("grpoPpoMicroBatchSizePerGpu", "grpoLogProbMicroBatchSizePerGpu", "grpoRefLogProbMicroBatchSizePerGpu")
+# The keys the recipe's arithmetic reads: it runs only when every one passed the table and its rules.
+_RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
+                         | {"gpuNodes", "model"})
 
 
 @dataclass(frozen=True)
@@ -209,16 +174,38 @@ class _Reader:
         self.raw = raw
         self.problems: list[str] = []
         self.missing: set[str] = set()
-        self.bounds: dict[str, tuple[int, str]] = {}  # per-stack maxima (the stack's own data rows)
+        self.refused: set[str] = set()  # keys with a problem: the arithmetic never runs on their values
+        self.v: dict[str, Any] = {}  # every key's value as read (values())
 
     def bad(self, key: str, value: object, allowed: str) -> None:
         self.problems.append(f"{KEYS_BY_NAME[key].full} = {shown(value)}: {allowed}")
+        self.refused.add(key)
 
     def _value(self, key: str) -> Any:
         spec = KEYS_BY_NAME[key]
         if spec.full in self.raw:
             return self.raw[spec.full]
         return spec.default
+
+    def values(self) -> dict[str, Any]:
+        """Every key but the secrets (read by the program itself), checked against its row of the table."""
+        self.v = {k.name: self.read(k) for k in KEYS if not k.secret}
+        return self.v
+
+    def read(self, k: Key) -> Any:
+        """One key as its row types it: integer, boolean, list, number, one of its choices, or text."""
+        if k.type == "integer":
+            return self.int(k)
+        if k.type == "boolean":
+            return self.bool(k.name)
+        if k.type == "array":
+            return self.list(k.name)
+        if k.number:
+            return self.float(k)
+        text = self.str(k.name)
+        if k.choices and text not in k.choices and k.name not in self.missing:
+            self.bad(k.name, text, "must be one of " + ", ".join(k.choices))
+        return text
 
     def str(self, key: str) -> str:
         """The value as text; a required key (no default) that is unset or empty is reported once."""
@@ -230,6 +217,7 @@ class _Reader:
         if not text and KEYS_BY_NAME[key].default is None:
             self.problems.append(f"{KEYS_BY_NAME[key].full} is not set: {KEYS_BY_NAME[key].description}")
             self.missing.add(key)
+            self.refused.add(key)
         return text
 
     def check(self, key: str, value: object, problem: str | None) -> None:
@@ -237,37 +225,39 @@ class _Reader:
         if problem and key not in self.missing:
             self.bad(key, value, problem)
 
-    def int(self, key: str, minimum: int | None = None) -> int:
+    def int(self, k: Key) -> int:
         """An integer as the Pulumi CLI accepts one for an `integer` key (Go strconv.Atoi: optional
-        sign, decimal digits, int64), at most MAXIMUM[key]: every count has an upper bound."""
-        value = self._value(key)
+        sign, decimal digits, int64), within the row's bounds: every count has an upper bound."""
+        value = self._value(k.name)
         text = str(value)
-        maximum, why = self.bounds.get(key, (MAXIMUM[key], MAX_WHY[key]))
+        minimum, maximum = k.minimum, k.maximum
         if not _ATOI.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
-            self.bad(key, value, f"must be an integer from {minimum if minimum is not None else 0} "
+            self.bad(k.name, value, f"must be an integer from {minimum if minimum is not None else 0} "
                      f"to {maximum}")
             return minimum or 0
         number = int(text)
         if minimum is not None and number < minimum:
-            self.bad(key, number, f"must be an integer >= {minimum}")
+            self.bad(k.name, number, f"must be an integer >= {minimum}")
         elif number > maximum:
-            self.bad(key, number, f"must be at most {maximum} ({why})")
+            self.bad(k.name, number, f"must be at most {maximum} ({k.why})")
             return minimum or 0
         return number
 
-    def float(self, key: str, low: float, high: float, low_open: bool = False) -> float:
-        value = self._value(key)
+    def float(self, k: Key) -> float:
+        """A number written as a string, within the row's bounds ((minimum, maximum] when open_minimum)."""
+        value = self._value(k.name)
+        low, high = k.minimum, k.maximum
         try:
             number = float(str(value).strip())
         except (TypeError, ValueError):
-            self.bad(key, value, "must be a number")
+            self.bad(k.name, value, "must be a number")
             return low
         if not math.isfinite(number):  # float() takes nan and inf; no comparison below would catch nan
-            self.bad(key, value, f"must be a finite number in [{low}, {high}]")
+            self.bad(k.name, value, f"must be a finite number in [{low}, {high}]")
             return low
-        if number < low or number > high or (low_open and number == low):
-            bracket = "(" if low_open else "["
-            self.bad(key, number, f"must be a number in {bracket}{low}, {high}]")
+        if number < low or number > high or (k.open_minimum and number == low):
+            bracket = "(" if k.open_minimum else "["
+            self.bad(k.name, number, f"must be a number in {bracket}{low}, {high}]")
         return number
 
     def bool(self, key: str) -> bool:
@@ -309,38 +299,33 @@ class _Reader:
             return ()
         return tuple(value)
 
-    def choice(self, key: str, allowed: tuple[str, ...]) -> str:
-        value = self.str(key)
-        if value not in allowed:
-            self.bad(key, value, "must be one of " + ", ".join(allowed))
-        return value
-
 
 def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = False) -> StackConfig:
     """Validate raw config (full keys -> strings, as Pulumi stores them) into a StackConfig."""
     r = _Reader(raw)
     r.problems += unknown_keys(raw)
+    r.values()  # every key against its row of the table; the rules below read r.v
 
-    project = r.str("gcp:project")
+    project = r.v["gcp:project"]
     r.check("gcp:project", project, naming.project_id(project))
     if project == PLACEHOLDER_PROJECT and not allow_placeholder_project:
         r.bad("gcp:project", project, "is the placeholder; run `pulumi config set gcp:project <your-project>`")
-    region = r.str("gcp:region")
+    region = r.v["gcp:region"]
     r.check("gcp:region", region, naming.region(region))
-    zone = r.str("gcp:zone")
+    zone = r.v["gcp:zone"]
     if region and "gcp:region" not in r.missing:
         r.check("gcp:zone", zone, naming.zone_in_region(zone, region))
 
-    acc_key = r.choice("accelerator", tuple(ACCELERATORS))
+    acc_key = r.v["accelerator"]
     acc = ACCELERATORS.get(acc_key, ACCELERATORS["b200"])
-    vouched = r.str("zoneOffersAccelerator")
+    vouched = r.v["zoneOffersAccelerator"]
     if vouched and vouched != zone:
         r.bad("zoneOffersAccelerator", vouched, f"must be empty or gcp:zone ({zone}): it vouches for that one zone")
     if acc_key in ACCELERATORS and zone and "gcp:zone" not in r.missing and not naming.zone(zone):
         r.check("gcp:zone", zone, zones.offered_problem(acc.machine_type, zone, vouched))
-    mode = r.choice("clusterMode", MODES)
-    gpu_nodes = r.int("gpuNodes", minimum=1)
-    capacity = Capacity(r.choice("capacity", CAPACITIES), r.str("reservation"))
+    mode = r.v["clusterMode"]
+    gpu_nodes = r.v["gpuNodes"]
+    capacity = Capacity(r.v["capacity"], r.v["reservation"])
     for field_name, why in capacity.problems():
         if field_name == "reservation":
             r.bad("reservation", capacity.reservation, why)
@@ -350,53 +335,58 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     if capacity.reservation:
         r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
 
-    prefix = r.str("namePrefix")
+    prefix = r.v["namePrefix"]
     if problem := naming.dns_1035_label(prefix, MAX_PREFIX):
         r.bad("namePrefix", prefix, problem)
     else:
         _derived_names(r, prefix, acc)
-    namespace = r.str("namespace")
+    namespace = r.v["namespace"]
     r.check("namespace", namespace, naming.namespace(namespace))
 
     network = _network(r, acc, gpu_nodes)
     cluster = _cluster(r, acc, mode, capacity)
 
-    model = r.str("model")
+    model = r.v["model"]
     r.check("model", model, naming.model_id(model))
     has_token = bool(raw.get(KEYS_BY_NAME["hfToken"].full))
     if is_gated(model) and not has_token:
         r.bad("hfToken", "<unset>", f"model {model} is gated on the hub: run "
               "`pulumi config set --secret hfToken <token>` with a token that has access")
 
-    verl_version = r.str("verlVersion")
+    verl_version = r.v["verlVersion"]
     r.check("verlVersion", verl_version, naming.release_tag(verl_version))
-    image = r.str("image")
+    image = r.v["image"]
     r.check("image", image, naming.image_ref(image))
-    ray_version = r.str("rayVersion")
+    ray_version = r.v["rayVersion"]
     r.check("rayVersion", ray_version, naming.ray_version(ray_version))
 
     budget = _budget(r)
-    bucket_location = r.str("bucketLocation")
+    bucket_location = r.v["bucketLocation"]
     if bucket_location:
         r.check("bucketLocation", bucket_location, storage_locations.bucket_location(bucket_location))
     elif region and "gcp:region" not in r.missing and not naming.region(region):
         # The bucket defaults to the cluster's region: it must be a location Cloud Storage offers.
         r.check("gcp:region", region, storage_locations.bucket_location(region))
     bucket_location = bucket_location or region
-    bucket_name = r.str("bucketName")
+    bucket_name = r.v["bucketName"]
     if bucket_name:
         r.check("bucketName", bucket_name, naming.bucket_prefix(bucket_name, 63))
-    delete_bucket = r.bool("bucketDeleteOnDestroy")
-    soft_delete = r.int("bucketSoftDeleteDays")
+    delete_bucket = r.v["bucketDeleteOnDestroy"]
+    soft_delete = r.v["bucketSoftDeleteDays"]
     r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
     task, reading, task_ok = _task(r)
-    parsed_so_far = len(r.problems)
+    if task is None:
+        _batch_bounds(r, GSM8K.train_rows, "the GSM8K training rows")
     grpo = _grpo(r)
+    overrides_ok = True
     if task is not None:
-        r.problems += task_override_problems(grpo.extra_overrides)
+        found = _named(task_override_problems(grpo.extra_overrides))
+        r.problems += found
+        overrides_ok = not found
+    inputs_ok = overrides_ok and not r.refused & _RECIPE_KEYS  # the recipe's inputs all passed the table
     warnings: list[str] = []
     data, notes = GSM8K, []
-    if task is not None and reading is not None and task_ok and len(r.problems) == parsed_so_far:
+    if task is not None and reading is not None and task_ok and inputs_ok:
         data, found, task_warnings, notes = dataset.facts(
             task, reading, max_prompt_length=grpo.max_prompt_length, max_response_length=grpo.max_response_length)
         r.problems += found
@@ -404,14 +394,14 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         notes = reading.notes + notes
         task_ok = not found
     # Arithmetic only on values that parsed, and on a model id that is one (else it reports the wrong thing).
-    if len(r.problems) == parsed_so_far and gpu_nodes >= 1 and task_ok and not naming.model_id(model):
+    if inputs_ok and gpu_nodes >= 1 and task_ok and not naming.model_id(model):
         grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes, data=data)
-        r.problems += derive_problems
+        r.problems += _named(derive_problems)
         if not derive_problems:
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
             found = preflight(grpo, accelerator=acc, data=data, **shape)
-            r.problems += found
-            warnings += [] if found else grpo_warnings(grpo, accelerator=acc, data=data, **shape)
+            r.problems += _named(found)
+            warnings += [] if found else _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape))
     warnings += _ignored_keys(r)
     _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
@@ -420,16 +410,16 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         r.bad("wandbApiKey", "<unset>", "grpoLogger has wandb: run `pulumi config set --secret "
               "wandbApiKey <key>` (https://wandb.ai/authorize), or drop wandb from grpoLogger")
     job = JobSettings(
-        submit=r.bool("submitJob"),
-        ready_timeout_s=r.int("jobReadyTimeoutMinutes", minimum=1) * 60,
-        wait_for_completion=r.bool("jobWaitForCompletion"),
-        completion_timeout_s=r.int("jobCompletionTimeoutMinutes", minimum=1) * 60,
-        resubmit_on_failure=r.bool("jobResubmitOnFailure"),
-        max_recoveries=r.int("jobMaxRecoveries", minimum=0),
-        release_gpus=r.bool("jobReleaseGpus"),
-        merge_model=r.bool("jobMergeModel"),
+        submit=r.v["submitJob"],
+        ready_timeout_s=r.v["jobReadyTimeoutMinutes"] * 60,
+        wait_for_completion=r.v["jobWaitForCompletion"],
+        completion_timeout_s=r.v["jobCompletionTimeoutMinutes"] * 60,
+        resubmit_on_failure=r.v["jobResubmitOnFailure"],
+        max_recoveries=r.v["jobMaxRecoveries"],
+        release_gpus=r.v["jobReleaseGpus"],
+        merge_model=r.v["jobMergeModel"],
     )
-    image_mirror = r.bool("imageMirror")
+    image_mirror = r.v["imageMirror"]
     if r.problems:
         raise ConfigError(r.problems)
     cfg = StackConfig(
@@ -453,6 +443,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 # Kubernetes provider here is explicit (built from the cluster's outputs), so kubernetes:* keys, like any
 # other namespace, would be silently ignored: `verl:gpuNodes: 4` once planned 2 nodes without a word.
 READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
+# Ours first: a typo is most likely of a key the stack files set.
+GCP_NAMES = [k.name.partition(":")[2] for k in KEYS if k.name.startswith("gcp:")] + sorted(GCP_PROVIDER_KEYS)
 MAX_SHOWN = 80
 
 
@@ -505,7 +497,7 @@ def _visible(key: str) -> str:
 def _ignored_keys(r: _Reader) -> list[str]:
     """Keys older stack files may set that no longer change anything: a warning, not an error, so
     those stacks keep loading (refusing them would block `pulumi up` on a live stack)."""
-    offload = r.choice("grpoRefParamOffload", ("auto", "true", "false")).lower()
+    offload = r.v["grpoRefParamOffload"].lower()
     if offload == "auto":
         return []
     return [f"{KEYS_BY_NAME['grpoRefParamOffload'].full} = {offload}: ignored. verl 0.6.1 always keeps the reference "
@@ -531,6 +523,13 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
             close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
             problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
+        elif namespace == "gcp" and key not in known and name not in GCP_PROVIDER_KEYS:
+            # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
+            # otherwise surface only as the key it meant being unset.
+            close = difflib.get_close_matches(name, GCP_NAMES, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
+            hint = f"did you mean gcp:{close[0]}?" if close else "the keys it reads are in catalog/gcp_provider.py"
+            problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a key the Google provider "
+                            f"reads: {hint}")
         elif namespace != PROJECT and len(namespace) <= MAX_SHOWN and \
                 difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
             problems.append(f"{key}: namespace {namespace!r} is not this project's; did you mean {PROJECT}:{name}?")
@@ -546,8 +545,8 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
     """The stack's own data and reward (stacks.dataset): paths checked, files read and the reward
     smoke-tested here, so a broken file fails the plan and `pulumi preview` before anything exists.
     Returns (task, its reading, whether it is usable); (None, None, True) for GSM8K."""
-    train, val, reward = r.str("dataTrainFile"), r.str("dataValFile"), r.str("rewardFile")
-    function, packages = r.str("rewardFunction"), r.list("rewardPackages")
+    train, val, reward = r.v["dataTrainFile"], r.v["dataValFile"], r.v["rewardFile"]
+    function, packages = r.v["rewardFunction"], r.v["rewardPackages"]
     if not train:
         for key, value in (("dataValFile", val), ("rewardFile", reward)):
             if value:
@@ -560,7 +559,7 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
             r.bad("rewardPackages", list(packages), "only applies with rewardFile")
     if not train:
         if not r.is_default("dataTrainRows"):
-            r.bad("dataTrainRows", r.int("dataTrainRows", minimum=0), "only applies with a gs:// dataTrainFile")
+            r.bad("dataTrainRows", r.v["dataTrainRows"], "only applies with a gs:// dataTrainFile")
         return None, None, True
     before = len(r.problems)
     if not val:
@@ -578,7 +577,7 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
     r.problems += found
     if len(r.problems) > before:
         return None, None, False
-    declared = r.int("dataTrainRows", minimum=0)
+    declared = r.v["dataTrainRows"]
     if files["train"].source and declared < 1:
         r.bad("dataTrainRows", declared, f"must be the number of rows of {train}: the plan cannot read a gs:// file "
               "(no credentials offline) and sizes the run with it; the staging Job checks it against the file "
@@ -597,18 +596,23 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
         return task, reading, False
     rows = declared if task.train.source else reading.readings["train"].rows
     # The batch bounds follow the stack's rows instead of GSM8K's (the filter's cut is checked later).
-    r.bounds.update({"grpoTrainBatchSize": (rows, f"the {rows} rows of dataTrainFile"),
-                     "grpoPpoMiniBatchSize": (rows, f"the {rows} rows of dataTrainFile"),
-                     **{k: (rows * 1024, "a full batch's samples") for k in (
-                         "grpoPpoMicroBatchSizePerGpu", "grpoLogProbMicroBatchSizePerGpu",
-                         "grpoRefLogProbMicroBatchSizePerGpu")}})
+    _batch_bounds(r, rows, f"the {rows} rows of dataTrainFile")
     return task, reading, True
+
+
+def _batch_bounds(r: _Reader, rows: int, whose: str) -> None:
+    """A batch holds at most the run's rows; a per-GPU micro batch at most a full batch's samples."""
+    samples = rows * KEYS_BY_NAME["grpoRolloutN"].maximum
+    for key, top, why in [*((k, rows, whose) for k in _BATCH_KEYS),
+                          *((k, samples, "a full batch's samples") for k in _MICRO_KEYS)]:
+        if key not in r.refused and r.v[key] > top:
+            r.bad(key, r.v[key], f"must be at most {top} ({why})")
 
 
 def _budget(r: _Reader) -> BudgetConfig | None:
     """The optional budget alert: both keys or neither."""
-    account = r.str("billingAccount")
-    amount = r.int("budgetMonthly", minimum=0)
+    account = r.v["billingAccount"]
+    amount = r.v["budgetMonthly"]
     if account:
         r.check("billingAccount", account, naming.billing_account_id(account))
         if amount < 1:
@@ -655,9 +659,9 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
             return
         nets[label or key] = net
 
-    primary, pods, services = r.str("primaryCidr"), r.str("podsCidr"), r.str("servicesCidr")
-    gvnic = r.str("gvnicCidr")
-    rdma = r.list("rdmaCidrs")
+    primary, pods, services = r.v["primaryCidr"], r.v["podsCidr"], r.v["servicesCidr"]
+    gvnic = r.v["gvnicCidr"]
+    rdma = r.v["rdmaCidrs"]
     cidr("primaryCidr", primary, 24)
     cidr("podsCidr", pods, 21)
     cidr("servicesCidr", services, 27)
@@ -682,13 +686,13 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
             if nets[a].overlaps(nets[b]):
                 key = a.split("[")[0]
                 r.bad(key, str(nets[a]), f"overlaps {b} = {nets[b]}: every range must be disjoint")
-    mtu = r.int("mtu", minimum=1300)  # GCP VPC MTU range: 1300..8896
+    mtu = r.v["mtu"]  # GCP VPC MTU range: 1300..8896
     return NetworkConfig(primary, pods, services, gvnic, rdma, mtu)
 
 
 def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> ClusterConfig:
     floors = acc.gke_floors + capacity.gke_floors + gcsfuse.gke_floors()
-    pin = r.str("gkeVersion")
+    pin = r.v["gkeVersion"]
     if pin and (problem := naming.gke_version_pin(pin)):
         r.bad("gkeVersion", pin, problem)
     elif pin:
@@ -698,15 +702,15 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
         if short:
             r.bad("gkeVersion", pin, f"is below {short[0].version}, the floor for {short[0].needed_for} "
                   f"({short[0].source}); unset it to take the release channel's newest version")
-    channel = r.choice("releaseChannel", CHANNELS)
+    channel = r.v["releaseChannel"]
     if mode == "autopilot" and not acc.autopilot:
         r.bad("clusterMode", mode, f"accelerator {acc.key} has no Autopilot worker size in the catalog: use standard")
-    zonal = r.bool("zonalCluster")
+    zonal = r.v["zonalCluster"]
     if zonal and mode == "autopilot":
         r.bad("zonalCluster", True, "Autopilot clusters are regional: set it false or use clusterMode standard")
-    head_cpu = r.int("rayHeadCpu", minimum=1)
-    head_memory = r.int("rayHeadMemoryGib", minimum=1)
-    machine = r.str("cpuMachineType")
+    head_cpu = r.v["rayHeadCpu"]
+    head_memory = r.v["rayHeadMemoryGib"]
+    machine = r.v["cpuMachineType"]
     vcpus = naming.machine_vcpus(machine)
     if vcpus is None:
         r.bad("cpuMachineType", machine, "must be a machine type such as c2-standard-16")
@@ -717,16 +721,16 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
     else:
         for problem in head_fit_problems(machine, vcpus, head_cpu, head_memory):
             r.bad("cpuMachineType", machine, problem)
-    lo = r.int("cpuNodesMin", minimum=1)
-    hi = r.int("cpuNodesMax", minimum=1)
+    lo = r.v["cpuNodesMin"]
+    hi = r.v["cpuNodesMax"]
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
-                         r.bool("deletionProtection"), zonal, head_cpu, head_memory, _migrations(r))
+                         r.v["deletionProtection"], zonal, head_cpu, head_memory, _migrations(r))
 
 
 def _migrations(r: _Reader) -> frozenset[str]:
-    names = r.list("migrations")
+    names = r.v["migrations"]
     for name in names:
         if name not in MIGRATIONS:
             r.bad("migrations", name, "is not a migration: allowed are " + ", ".join(
@@ -757,7 +761,7 @@ def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: 
 
 def _authorized_networks(r: _Reader) -> tuple[str, ...]:
     """CIDRs for master_authorized_networks_config: IPv4 (the cluster is single-stack), no host bits."""
-    cidrs = r.list("masterAuthorizedNetworks")
+    cidrs = r.v["masterAuthorizedNetworks"]
     for value in cidrs:
         try:
             net = ipaddress.ip_network(value, strict=True)
@@ -777,36 +781,41 @@ def _authorized_networks(r: _Reader) -> tuple[str, ...]:
 
 def _grpo(r: _Reader) -> GrpoSettings:
     return GrpoSettings(
-        train_batch_size=r.int("grpoTrainBatchSize", minimum=1),
-        rollout_n=r.int("grpoRolloutN", minimum=1),
-        max_prompt_length=r.int("grpoMaxPromptLength", minimum=1),
-        max_response_length=r.int("grpoMaxResponseLength", minimum=1),
-        learning_rate=r.float("grpoLearningRate", 0.0, 1.0, low_open=True),
-        ppo_mini_batch_size=r.int("grpoPpoMiniBatchSize", minimum=0),
-        ppo_micro_batch_size_per_gpu=r.int("grpoPpoMicroBatchSizePerGpu", minimum=1),
-        log_prob_micro_batch_size_per_gpu=r.int("grpoLogProbMicroBatchSizePerGpu", minimum=1),
-        ref_log_prob_micro_batch_size_per_gpu=r.int("grpoRefLogProbMicroBatchSizePerGpu", minimum=1),
-        tensor_parallel_size=r.int("grpoTensorParallelSize", minimum=0),
-        gpu_memory_utilization=r.float("grpoGpuMemoryUtilization", 0.0, 1.0, low_open=True),
-        rollout_engine=r.choice("grpoRolloutEngine", ("vllm", "sglang")),
-        actor_strategy=r.choice("grpoActorStrategy", ("fsdp", "fsdp2")),
-        kl_loss_coef=r.float("grpoKlLossCoef", 0.0, 10.0),
-        kl_loss_type=r.choice("grpoKlLossType", ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")),
-        entropy_coeff=r.float("grpoEntropyCoeff", 0.0, 10.0),
-        total_epochs=r.int("grpoTotalEpochs", minimum=1),
-        save_freq=r.int("grpoSaveFreq", minimum=-1),
-        test_freq=r.int("grpoTestFreq", minimum=-1),
-        val_before_train=r.bool("grpoValBeforeTrain"),
-        logger=r.list("grpoLogger"),
-        extra_overrides=r.list("grpoExtraOverrides"),
-        use_remove_padding=r.bool("grpoUseRemovePadding"),
-        use_dynamic_bsz=r.bool("grpoUseDynamicBsz"),
-        ppo_max_token_len_per_gpu=r.int("grpoPpoMaxTokenLenPerGpu", minimum=0),
-        log_prob_max_token_len_per_gpu=r.int("grpoLogProbMaxTokenLenPerGpu", minimum=0),
-        fsdp_size=r.int("grpoFsdpSize", minimum=-1),
-        max_checkpoints_to_keep=r.int("grpoMaxCheckpointsToKeep", minimum=1),
-        total_training_steps=r.int("grpoTotalTrainingSteps", minimum=0),
+        train_batch_size=r.v["grpoTrainBatchSize"],
+        rollout_n=r.v["grpoRolloutN"],
+        max_prompt_length=r.v["grpoMaxPromptLength"],
+        max_response_length=r.v["grpoMaxResponseLength"],
+        learning_rate=r.v["grpoLearningRate"],
+        ppo_mini_batch_size=r.v["grpoPpoMiniBatchSize"],
+        ppo_micro_batch_size_per_gpu=r.v["grpoPpoMicroBatchSizePerGpu"],
+        log_prob_micro_batch_size_per_gpu=r.v["grpoLogProbMicroBatchSizePerGpu"],
+        ref_log_prob_micro_batch_size_per_gpu=r.v["grpoRefLogProbMicroBatchSizePerGpu"],
+        tensor_parallel_size=r.v["grpoTensorParallelSize"],
+        gpu_memory_utilization=r.v["grpoGpuMemoryUtilization"],
+        rollout_engine=r.v["grpoRolloutEngine"],
+        actor_strategy=r.v["grpoActorStrategy"],
+        kl_loss_coef=r.v["grpoKlLossCoef"],
+        kl_loss_type=r.v["grpoKlLossType"],
+        entropy_coeff=r.v["grpoEntropyCoeff"],
+        total_epochs=r.v["grpoTotalEpochs"],
+        save_freq=r.v["grpoSaveFreq"],
+        test_freq=r.v["grpoTestFreq"],
+        val_before_train=r.v["grpoValBeforeTrain"],
+        logger=r.v["grpoLogger"],
+        extra_overrides=r.v["grpoExtraOverrides"],
+        use_remove_padding=r.v["grpoUseRemovePadding"],
+        use_dynamic_bsz=r.v["grpoUseDynamicBsz"],
+        ppo_max_token_len_per_gpu=r.v["grpoPpoMaxTokenLenPerGpu"],
+        log_prob_max_token_len_per_gpu=r.v["grpoLogProbMaxTokenLenPerGpu"],
+        fsdp_size=r.v["grpoFsdpSize"],
+        max_checkpoints_to_keep=r.v["grpoMaxCheckpointsToKeep"],
+        total_training_steps=r.v["grpoTotalTrainingSteps"],
     )
+
+
+def _named(found: list[Problem]) -> list[str]:
+    """The recipe's problems (in its own field names) as the user reads them: naming the config keys."""
+    return [p.render(field_key) for p in found]
 
 
 def from_pulumi(stack: str, allow_placeholder_project: bool = False) -> StackConfig:

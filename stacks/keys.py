@@ -1,8 +1,10 @@
-"""Every config key of the project: its type, default and description, in one table.
+"""Every config key of the project, in one table: type, default, bounds, choices and description.
 
 Pulumi.yaml's `config:` block is generated from it (`python -m tools.schema --write`) and a test
-keeps the two equal. The validation (stacks.config) and the recipe (recipe.grpo) both name keys
-through it, so an error message always names the key the user sets.
+keeps the two equal. The gate (stacks.config) checks every key against its row in one loop (the type
+as the Pulumi CLI reads it, the bounds, the choices) before its cross-key rules; messages name the
+key and what its row allows. Descriptions that name catalog facts (accelerators, capacity types,
+migrations) are written from the catalog.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import versions
-
-PROJECT = "verl-gke"
+from catalog.accelerators import ACCELERATORS
+from catalog.capacity import CAPACITIES
+from catalog.migrations import MIGRATIONS
+from catalog.naming import PROJECT
 
 
 @dataclass(frozen=True)
@@ -22,13 +26,62 @@ class Key:
     default: Any
     description: str
     secret: bool = False
+    # Bounds: an integer key's, or a number's written as a string (grpoLearningRate); `why` says where the
+    # maximum comes from. Every integer key has a maximum: a count without one lets a unit slip through.
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    why: str = ""
+    open_minimum: bool = False  # (minimum, maximum]: the minimum itself is refused
+    choices: tuple[str, ...] = ()
 
     @property
     def full(self) -> str:
         return self.name if ":" in self.name else f"{PROJECT}:{self.name}"
 
+    @property
+    def number(self) -> bool:
+        """A string key read as a number (Pulumi has no float type): bounded, with a minimum."""
+        return self.type == "string" and self.minimum is not None
 
+
+def _either(items: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(items[:-1]) + " or " + items[-1] if len(items) > 1 else items[0]
+
+
+def _accelerators() -> str:
+    return _either([f"{a.key} ({a.series}, {a.machine_type}: {a.gpus_per_node} GPUs{'' if a.rdma else ', no RDMA'})"
+                    for a in ACCELERATORS.values()])
+
+
+def _gpus_per_node() -> str:
+    by_count: dict[int, list[str]] = {}
+    for a in ACCELERATORS.values():
+        by_count.setdefault(a.gpus_per_node, []).append(a.key)
+    parts = [f"{n} GPUs each on {'/'.join(keys)}" if i == 0 else f"{n} on {'/'.join(keys)}"
+             for i, (n, keys) in enumerate(by_count.items())]
+    return ", ".join(parts)
+
+
+MODES = ("autopilot", "standard")
+CHANNELS = ("RAPID", "REGULAR", "STABLE")
 RDMA_DEFAULT = [f"192.168.{n + 1}.0/24" for n in range(8)]
+# verl v0.6.1's choices: the rollout engines and actor strategies the recipe supports, and every kl_loss_type
+# verl's kl_penalty accepts (volcengine/verl @v0.6.1 verl/trainer/ppo/core_algos.py).
+_ENGINES = ("vllm", "sglang")
+_STRATEGIES = ("fsdp", "fsdp2")
+_KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+# Upper bounds, and why. GKE: "Nodes per node pool zone: 1,000"
+# (https://cloud.google.com/kubernetes-engine/quotas); each pool here lives in one zone or is bounded per
+# zone. Qwen2.5's full context is 131,072 tokens (Qwen2.5 model cards).
+_GKE_POOL = {"maximum": 1000, "why": "GKE allows 1,000 nodes per node pool per zone"}
+_CONTEXT = {"maximum": 131072, "why": "Qwen2.5's full context is 131,072 tokens"}
+# Rows of a dataset, and the samples of one batch of them (rows x grpoRolloutN's maximum). The batch keys
+# are bounded by the run's own rows too (GSM8K's or dataTrainFile's): a rule of the gate, since it
+# depends on another key.
+_ROWS = {"maximum": 10**10, "why": "rows; more is a typo"}
+_SAMPLES = {"maximum": 10**10 * 1024, "why": "a full batch's samples; more is a typo"}
+_STEPS = {"maximum": 1_000_000, "why": "steps; more is a typo"}
+_TOKENS = {"maximum": 4 * 1024 * 1024, "why": "tokens per GPU in one pass; more is a typo"}
 
 KEYS: tuple[Key, ...] = (
     Key("gcp:project", "string", None, "Google Cloud project id (required)."),
@@ -36,12 +89,12 @@ KEYS: tuple[Key, ...] = (
     Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),
     Key("zoneOffersAccelerator", "string", "",
         "Set to gcp:zone when that zone offers the accelerator but is newer than catalog/zones.py's table."),
-    Key("accelerator", "string", "b200",
-        "GPU profile: b200 (A4, a4-highgpu-8g), h200 (A3 Ultra) or l4 (G2, g2-standard-24: 2 x L4, no RDMA)."),
-    Key("clusterMode", "string", "standard", "GKE mode: autopilot or standard."),
-    Key("gpuNodes", "integer", 2, "Number of GPU nodes (Ray GPU workers; 8 GPUs each on b200/h200, 2 on l4)."),
-    Key("capacity", "string", "spot",
-        "GPU capacity: spot, on-demand, reservation or flex-start, as the accelerator offers it."),
+    Key("accelerator", "string", "b200", f"GPU profile: {_accelerators()}.", choices=tuple(ACCELERATORS)),
+    Key("clusterMode", "string", "standard", f"GKE mode: {_either(MODES)}.", choices=MODES),
+    Key("gpuNodes", "integer", 2, f"Number of GPU nodes (Ray GPU workers; {_gpus_per_node()}).", minimum=1,
+        **_GKE_POOL),
+    Key("capacity", "string", "spot", f"GPU capacity: {_either(CAPACITIES)}, as the accelerator offers it.",
+        choices=CAPACITIES),
     Key("reservation", "string", "", "Compute Engine reservation name (only with capacity=reservation)."),
     Key("namePrefix", "string", "verl", "Prefix of every GCP resource name (lowercase, <= 20 chars)."),
     Key("namespace", "string", "verl", "Kubernetes namespace for the Ray cluster and jobs."),
@@ -52,11 +105,13 @@ KEYS: tuple[Key, ...] = (
         "Subnet of the additional gVNIC network (accelerators with RDMA NICs only)."),
     Key("rdmaCidrs", "array", RDMA_DEFAULT,
         "One subnet per GPU NIC on the RoCE network, in NIC order (accelerators with RDMA NICs only)."),
-    Key("mtu", "integer", 8896, "MTU of the gVNIC and RDMA networks."),
+    # GCP VPC MTU range: 1300..8896 (https://cloud.google.com/vpc/docs/mtu).
+    Key("mtu", "integer", 8896, "MTU of the gVNIC and RDMA networks.", minimum=1300, maximum=8896,
+        why="the largest MTU a GCP VPC allows, https://cloud.google.com/vpc/docs/mtu"),
     Key("gkeVersion", "string", "",
         "GKE version to create the cluster at: empty = the release channel's newest, a minor such as 1.33 = "
         "its newest 1.33 patch, or a full version; resolved at deploy time and checked against the floors."),
-    Key("releaseChannel", "string", "REGULAR", "GKE release channel: RAPID, REGULAR or STABLE."),
+    Key("releaseChannel", "string", "REGULAR", f"GKE release channel: {_either(CHANNELS)}.", choices=CHANNELS),
     Key("zonalCluster", "boolean", False,
         "Standard only: a zonal cluster in gcp:zone instead of a regional one (the GKE free tier covers one "
         "zonal cluster per billing account; the control plane is then in one zone)."),
@@ -64,14 +119,16 @@ KEYS: tuple[Key, ...] = (
         "IPv4 CIDRs allowed to reach the control plane's IP endpoint; empty = the IP endpoint is off. pulumi "
         "and kubectl use the DNS-based endpoint, authorized by IAM, from any address."),
     Key("migrations", "array", [],
-        "Changes a stack created before them applies to its live resources: private-cluster, private-nodes, "
-        "no-compact-placement, primary-mtu (README 'Upgrading a live stack'); new stacks get them all."),
+        f"Changes a stack created before them applies to its live resources: {', '.join(MIGRATIONS)} "
+        "(README 'Upgrading a live stack'); new stacks get them all."),
     Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
-    Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard)."),
-    Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard)."),
+    Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard).", minimum=1, **_GKE_POOL),
+    Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard).", minimum=1, **_GKE_POOL),
     Key("rayHeadCpu", "integer", 12,
-        "CPUs the Ray head requests (it runs no tasks); cpuMachineType must have more vCPUs."),
-    Key("rayHeadMemoryGib", "integer", 32, "Memory (GiB) the Ray head requests."),
+        "CPUs the Ray head requests (it runs no tasks); cpuMachineType must have more vCPUs.", minimum=1,
+        maximum=256, why="vCPUs of the one CPU node the head runs on; more is a typo"),
+    Key("rayHeadMemoryGib", "integer", 32, "Memory (GiB) the Ray head requests.", minimum=1, maximum=2048,
+        why="memory of the one CPU node the head runs on; more is a typo"),
     Key("deletionProtection", "boolean", False, "GKE deletion protection (true blocks pulumi destroy)."),
     Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
     Key("bucketName", "string", "",
@@ -83,9 +140,12 @@ KEYS: tuple[Key, ...] = (
         "Cloud Billing account id (012345-567890-ABCDEF) for the optional budget alert; set with budgetMonthly."),
     Key("budgetMonthly", "integer", 0,
         "Monthly budget for this project in the billing account's currency; alerts at 50/90/100% "
-        "(needs billingAccount)."),
+        "(needs billingAccount).", minimum=0, maximum=10**9, why="a monthly budget; more is a typo"),
     Key("bucketSoftDeleteDays", "integer", 0,
-        "Days Cloud Storage keeps (and bills) deleted objects such as rotated checkpoints: 0 = off, or 7..90."),
+        "Days Cloud Storage keeps (and bills) deleted objects such as rotated checkpoints: 0 = off, or 7..90.",
+        # Cloud Storage soft delete retention: at most 90 days (soft_delete_policy docs); 0 or 7..90 is
+        # catalog.naming.soft_delete_days' rule, which the gate applies after the bounds.
+        maximum=90, why="Cloud Storage keeps soft-deleted objects at most 90 days"),
     Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
         secret=True),
@@ -98,13 +158,17 @@ KEYS: tuple[Key, ...] = (
         "(cached; eligible for GKE image streaming)."),
     Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
     Key("submitJob", "boolean", True, "Submit the GRPO job once the Ray cluster can run it."),
-    Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs."),
+    # How long `pulumi up` may block: a week / a month; more is a unit slip (seconds typed as minutes).
+    Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs.", minimum=1,
+        maximum=7 * 24 * 60, why="one week"),
     Key("jobWaitForCompletion", "boolean", False, "Keep pulumi up running until the job ends."),
-    Key("jobCompletionTimeoutMinutes", "integer", 1440, "Bound on waiting for completion."),
+    Key("jobCompletionTimeoutMinutes", "integer", 1440, "Bound on waiting for completion.", minimum=1,
+        maximum=30 * 24 * 60, why="30 days"),
     Key("jobResubmitOnFailure", "boolean", True,
         "On refresh, resubmit a FAILED/STOPPED job (resumes from the last checkpoint)."),
     Key("jobMaxRecoveries", "integer", 3,
-        "Recoveries one run may use: in-run restarts after lost GPU nodes plus resubmissions (-r<k>)."),
+        "Recoveries one run may use: in-run restarts after lost GPU nodes plus resubmissions (-r<k>).",
+        minimum=0, maximum=100, why="recoveries of one run; more is a typo"),
     Key("jobReleaseGpus", "boolean", True,
         "Scale the GPU workers to 0 when the run ends (the next submission scales them back)."),
     Key("jobMergeModel", "boolean", True,
@@ -117,7 +181,8 @@ KEYS: tuple[Key, ...] = (
     Key("dataValFile", "string", "",
         "Validation parquet in the same format (required with dataTrainFile): a local path or gs://<bucket>/<object>."),
     Key("dataTrainRows", "integer", 0,
-        "Rows of a gs:// dataTrainFile, which the plan cannot read (sizes the run; the staging Job checks it)."),
+        "Rows of a gs:// dataTrainFile, which the plan cannot read (sizes the run; the staging Job checks it).",
+        minimum=0, **_ROWS),
     Key("rewardFile", "string", "",
         "Python file with the reward function (a local path, uploaded next to the data); empty = verl's "
         "built-in scorer for the rows' data_source."),
@@ -126,33 +191,48 @@ KEYS: tuple[Key, ...] = (
         "returning a number or a dict with \"score\"."),
     Key("rewardPackages", "array", [],
         "Modules rewardFile imports that only the container image has (the offline smoke test skips them)."),
-    Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step)."),
-    Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt)."),
-    Key("grpoMaxPromptLength", "integer", 512, "data.max_prompt_length (tokens)."),
+    Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step).", minimum=1, **_ROWS),
+    Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt).", minimum=1,
+        maximum=1024, why="responses per prompt; more is a typo"),
+    Key("grpoMaxPromptLength", "integer", 512, "data.max_prompt_length (tokens).", minimum=1, **_CONTEXT),
     Key("grpoMaxResponseLength", "integer", 1024,
-        "data.max_response_length (tokens); verl v0.6.1 examples/grpo_trainer use 1024 for GSM8K."),
-    Key("grpoLearningRate", "string", "1e-6", "actor_rollout_ref.actor.optim.lr."),
+        "data.max_response_length (tokens); verl v0.6.1 examples/grpo_trainer use 1024 for GSM8K.", minimum=1,
+        **_CONTEXT),
+    Key("grpoLearningRate", "string", "1e-6", "actor_rollout_ref.actor.optim.lr.", minimum=0.0, maximum=1.0,
+        open_minimum=True),
     Key("grpoPpoMiniBatchSize", "integer", 0,
-        "actor_rollout_ref.actor.ppo_mini_batch_size; 0 = a quarter of the train batch (4 updates per step)."),
-    Key("grpoPpoMicroBatchSizePerGpu", "integer", 16, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu."),
+        "actor_rollout_ref.actor.ppo_mini_batch_size; 0 = a quarter of the train batch (4 updates per step).",
+        minimum=0, **_ROWS),
+    # Per-GPU micro batches are split from at most a full batch's samples.
+    Key("grpoPpoMicroBatchSizePerGpu", "integer", 16, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.",
+        minimum=1, **_SAMPLES),
     Key("grpoLogProbMicroBatchSizePerGpu", "integer", 8,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu."),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu.", minimum=1, **_SAMPLES),
     Key("grpoRefLogProbMicroBatchSizePerGpu", "integer", 4,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu."),
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu.", minimum=1, **_SAMPLES),
     Key("grpoTensorParallelSize", "integer", 0,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size; 0 = the smallest that fits (heads, GPU memory)."),
-    Key("grpoGpuMemoryUtilization", "string", "0.6", "actor_rollout_ref.rollout.gpu_memory_utilization."),
-    Key("grpoRolloutEngine", "string", "vllm", "actor_rollout_ref.rollout.name: vllm or sglang."),
-    Key("grpoActorStrategy", "string", "fsdp2", "actor_rollout_ref.actor.strategy: fsdp or fsdp2."),
-    Key("grpoKlLossCoef", "string", "0.001", "actor_rollout_ref.actor.kl_loss_coef (KL as a loss term)."),
-    Key("grpoKlLossType", "string", "low_var_kl", "actor_rollout_ref.actor.kl_loss_type."),
-    Key("grpoEntropyCoeff", "string", "0", "actor_rollout_ref.actor.entropy_coeff."),
-    Key("grpoTotalEpochs", "integer", 2, "trainer.total_epochs."),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size; 0 = the smallest that fits (heads, GPU memory).",
+        minimum=0, maximum=max(a.gpus_per_node for a in ACCELERATORS.values()),
+        why="vLLM shards a model within one node's GPUs"),
+    Key("grpoGpuMemoryUtilization", "string", "0.6", "actor_rollout_ref.rollout.gpu_memory_utilization.",
+        minimum=0.0, maximum=1.0, open_minimum=True),
+    Key("grpoRolloutEngine", "string", "vllm", f"actor_rollout_ref.rollout.name: {_either(_ENGINES)}.",
+        choices=_ENGINES),
+    Key("grpoActorStrategy", "string", "fsdp2", f"actor_rollout_ref.actor.strategy: {_either(_STRATEGIES)}.",
+        choices=_STRATEGIES),
+    Key("grpoKlLossCoef", "string", "0.001", "actor_rollout_ref.actor.kl_loss_coef (KL as a loss term).",
+        minimum=0.0, maximum=10.0),
+    Key("grpoKlLossType", "string", "low_var_kl", "actor_rollout_ref.actor.kl_loss_type.", choices=_KL_TYPES),
+    Key("grpoEntropyCoeff", "string", "0", "actor_rollout_ref.actor.entropy_coeff.", minimum=0.0, maximum=10.0),
+    Key("grpoTotalEpochs", "integer", 2, "trainer.total_epochs.", minimum=1, maximum=1000,
+        why="passes over the training data; more is a typo"),
     Key("grpoTotalTrainingSteps", "integer", 0,
-        "trainer.total_training_steps: stop after this many steps (0 = run every epoch)."),
+        "trainer.total_training_steps: stop after this many steps (0 = run every epoch).", minimum=0,
+        maximum=1_000_000, why="optimizer steps of one run; more is a typo"),
+    # -1: never (verl's convention for the frequencies).
     Key("grpoSaveFreq", "integer", 30, "trainer.save_freq (steps between checkpoints; the plan shows the "
-        "save time, kept under 10 % of the run)."),
-    Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations)."),
+        "save time, kept under 10 % of the run).", minimum=-1, **_STEPS),
+    Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations).", minimum=-1, **_STEPS),
     Key("grpoValBeforeTrain", "boolean", True, "trainer.val_before_train (a baseline score at step 0)."),
     # tensorboard: verl 0.6.1 requires it (its package metadata), so the image has it; see TENSORBOARD_DIR.
     Key("grpoLogger", "array", ["console", "tensorboard"],
@@ -162,16 +242,21 @@ KEYS: tuple[Key, ...] = (
     Key("grpoUseDynamicBsz", "boolean", True,
         "actor.use_dynamic_bsz and the log-prob passes' *_use_dynamic_bsz (micro-batches by tokens)."),
     Key("grpoPpoMaxTokenLenPerGpu", "integer", 0,
-        "actor.ppo_max_token_len_per_gpu; 0 = the largest multiple of prompt+response <= 32768 that fits."),
+        "actor.ppo_max_token_len_per_gpu; 0 = the largest multiple of prompt+response <= 32768 that fits.",
+        minimum=0, **_TOKENS),
     Key("grpoLogProbMaxTokenLenPerGpu", "integer", 0,
-        "rollout/ref log_prob_max_token_len_per_gpu; 0 = up to 2x the update budget, as memory allows."),
+        "rollout/ref log_prob_max_token_len_per_gpu; 0 = up to 2x the update budget, as memory allows.",
+        minimum=0, **_TOKENS),
     # Kept so existing stack files still load: verl 0.6.1 always CPU-offloads the reference and never
     # reads ref.fsdp_config.param_offload (fsdp_workers.py), so any value is ignored with a warning.
     Key("grpoRefParamOffload", "string", "auto",
-        "Ignored (warns when set): verl 0.6.1 always keeps the reference model on the host."),
+        "Ignored (warns when set): verl 0.6.1 always keeps the reference model on the host.",
+        choices=("auto", "true", "false")),
     Key("grpoFsdpSize", "integer", 0,
-        "actor.fsdp_config.fsdp_size: -1 = shard over all GPUs, n = HSDP groups of n; 0 = the faster that fits."),
-    Key("grpoMaxCheckpointsToKeep", "integer", 2, "trainer.max_actor_ckpt_to_keep (older checkpoints deleted)."),
+        "actor.fsdp_config.fsdp_size: -1 = shard over all GPUs, n = HSDP groups of n; 0 = the faster that fits.",
+        minimum=-1, maximum=4096, why="GPUs in one FSDP shard group; more is a typo"),
+    Key("grpoMaxCheckpointsToKeep", "integer", 2, "trainer.max_actor_ckpt_to_keep (older checkpoints deleted).",
+        minimum=1, maximum=1000, why="checkpoints; more is a typo"),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 
@@ -179,3 +264,14 @@ KEYS_BY_NAME = {k.name: k for k in KEYS}
 def full(name: str) -> str:
     """The key as `pulumi config` and the stack files spell it, e.g. verl-gke:gpuNodes."""
     return KEYS_BY_NAME[name].full
+
+
+# The recipe names its inputs by field (recipe.problems); the user sets keys. A GrpoSettings field is the
+# key "grpo" + CamelCase(field); the recipe's other inputs:
+RECIPE_INPUTS = {"nnodes": "gpuNodes", "train_file": "dataTrainFile", "reward_file": "rewardFile",
+                 "reward_function": "rewardFunction"}
+
+
+def field_key(field: str) -> str:
+    """The full config key that sets a recipe field, e.g. rollout_n -> verl-gke:grpoRolloutN."""
+    return full(RECIPE_INPUTS.get(field) or "grpo" + "".join(part.capitalize() for part in field.split("_")))

@@ -134,3 +134,57 @@ def test_bucket_prefix_limit_is_the_components():
     from stacks.config import MAX_PREFIX
 
     assert MAX_PREFIX + len("-data") <= MAX_BUCKET_PREFIX
+
+
+# --- the key table: every bound and choice a row holds is what the gate enforces ---------------------------
+
+def _refused(key: str, value: str) -> list[str]:
+    from stacks import config
+
+    with pytest.raises(config.ConfigError) as err:
+        config.load({**BASE, config.KEYS_BY_NAME[key].full: value}, "b200")
+    return [p for p in err.value.problems if p.startswith(config.KEYS_BY_NAME[key].full + " = ")]
+
+
+def _table_cases() -> list[tuple[str, str, str]]:
+    """(key, a value just outside its row, what the message must say) for each bound and choice."""
+    from stacks.keys import KEYS
+
+    cases = []
+    for k in KEYS:
+        if k.type == "integer":
+            cases.append((k.name, str(k.maximum + 1), f"must be at most {k.maximum} ({k.why})"))
+            if k.minimum is not None:
+                cases.append((k.name, str(k.minimum - 1), f"must be an integer >= {k.minimum}"))
+        elif k.number:
+            bracket = "(" if k.open_minimum else "["
+            allowed = f"must be a number in {bracket}{k.minimum}, {k.maximum}]"
+            cases.append((k.name, str(k.maximum * 2 + 1), allowed))
+            cases.append((k.name, str(k.minimum if k.open_minimum else k.minimum - 1), allowed))
+        elif k.choices:
+            cases.append((k.name, "not-a-choice", "must be one of " + ", ".join(k.choices)))
+    return cases
+
+
+@pytest.mark.parametrize("key,value,allowed", _table_cases(), ids=lambda v: str(v)[:40])
+def test_the_gate_enforces_each_row_of_the_key_table(key, value, allowed):
+    """The gate reads each key through its row (stacks.keys): the message names the key and what it allows."""
+    named = _refused(key, value)
+    assert any(allowed in p for p in named), (allowed, named)
+
+
+def test_catalog_facts_in_descriptions_come_from_the_catalog():
+    """A new accelerator, capacity type or migration shows in Pulumi.yaml without anyone retyping it."""
+    from catalog.accelerators import ACCELERATORS
+    from catalog.capacity import CAPACITIES
+    from catalog.migrations import MIGRATIONS
+    from stacks.keys import KEYS_BY_NAME
+
+    text = {name: KEYS_BY_NAME[name].description for name in ("accelerator", "gpuNodes", "capacity", "migrations")}
+    for acc in ACCELERATORS.values():
+        assert acc.key in text["accelerator"] and acc.machine_type in text["accelerator"], acc.key
+        assert f"{acc.gpus_per_node} " in text["gpuNodes"] and acc.key in text["gpuNodes"], acc.key
+    assert all(c in text["capacity"] for c in CAPACITIES)
+    assert all(m in text["migrations"] for m in MIGRATIONS), text["migrations"]
+    assert KEYS_BY_NAME["accelerator"].choices == tuple(ACCELERATORS)
+    assert KEYS_BY_NAME["capacity"].choices == CAPACITIES

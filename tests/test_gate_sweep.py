@@ -1,7 +1,7 @@
 """A generated sweep: every config the gate accepts plans without an exception.
 
 Configs start from a shipped stack file and change a few keys, each drawn from the key table:
-integers from their bounds (stacks.config.MAXIMUM) and near the default, choices from what the gate
+integers from their bounds (stacks.keys: each row's maximum) and near the default, choices from what the gate
 allows, strings from a pool of legal and borderline values. The gate (tools.plan.gate: every key,
 every component's own rules, the sample quotas) is cheap, so many configs go through it and through
 everything the plan computes without the mocks (memory, sizing, price, staging budget); a few
@@ -57,7 +57,7 @@ STRINGS: dict[str, list[str]] = {
 
 def _value(key: stack_config.Key):
     if key.type == "integer":
-        top = stack_config.MAXIMUM[key.name]
+        top = key.maximum
         near = [v for v in (key.default, 0, 1, 2, 4, 8, 16, 32, 64, 256, top) if isinstance(v, int) and v <= top]
         return st.one_of(st.sampled_from(near), st.integers(min_value=-1, max_value=top)).map(str)
     if key.type == "boolean":

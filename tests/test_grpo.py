@@ -15,6 +15,7 @@ from catalog.accelerators import ACCELERATORS
 from catalog.paths import CHECKPOINT_MOUNT, MOUNT, bucket_paths
 from recipe import grpo
 from stacks import config
+from stacks.keys import field_key
 
 BASE = {"gcp:project": "test-project-1", "gcp:region": "us-central1", "gcp:zone": "us-central1-b"}
 MODEL = "Qwen/Qwen2.5-32B-Instruct"
@@ -41,7 +42,32 @@ def test_every_setting_has_its_config_key():
     fields = {f.name for f in dataclasses.fields(grpo.GrpoSettings) if f.compare}  # layout_options: derived
     # grpoRefParamOffload is read only to warn that verl 0.6.1 ignores it (stacks.config._ignored_keys).
     keys = {k.name for k in config.KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
-    assert {grpo._field_key(f).split(":", 1)[1] for f in fields} == keys
+    assert {field_key(f).split(":", 1)[1] for f in fields} == keys
+
+
+def rendered(problems: list) -> list[str]:
+    """The recipe's problems as the gate reports them: naming the config keys (stacks.config)."""
+    return [p.render(field_key) for p in problems]
+
+
+def test_the_recipe_names_its_own_fields(defaults):
+    """recipe/ knows no config key: its messages name GrpoSettings fields (and nnodes); stacks maps them."""
+    g = dataclasses.replace(defaults, rollout_n=1, extra_overrides=("data.train_batch_size=8",))
+    problems = grpo.preflight(g, nnodes=2, gpus_per_node=8, model=MODEL)[:2]  # then the batch it unbalances
+    assert [p.field for p in problems] == ["extra_overrides", "rollout_n"]
+    assert [str(p) for p in problems] == [
+        "extra_overrides: 'data.train_batch_size=8' overrides data.train_batch_size, which set train_batch_size "
+        "instead",
+        "rollout_n = 1: GRPO normalises rewards within a prompt's group: use >= 2 responses"]
+    assert rendered(problems) == [
+        "verl-gke:grpoExtraOverrides: 'data.train_batch_size=8' overrides data.train_batch_size, which set "
+        "verl-gke:grpoTrainBatchSize instead",
+        "verl-gke:grpoRolloutN = 1: GRPO normalises rewards within a prompt's group: use >= 2 responses"]
+    # A verl key that ends in a field's name stays as typed.
+    g = dataclasses.replace(defaults, extra_overrides=("actor_rollout_ref.rollout.n=4",))
+    text = rendered(grpo.preflight(g, nnodes=2, gpus_per_node=8, model=MODEL))[0]
+    assert text.startswith("verl-gke:grpoExtraOverrides: 'actor_rollout_ref.rollout.n=4' overrides "
+                           "actor_rollout_ref.rollout.n, which set verl-gke:grpoRolloutN instead"), text
 
 
 @pytest.mark.parametrize("nnodes", [2, 1])
@@ -93,11 +119,8 @@ BAD = {
                          "grpoTensorParallelSize", "use one of 1, 2"),
     "grpo-needs-a-group": ({"rollout_n": 1}, 2, MODEL, "grpoRolloutN", ">= 2"),
     "batch-above-gsm8k": ({"train_batch_size": 8000}, 2, MODEL, "grpoTrainBatchSize", "7473 GSM8K"),
-    "zero-prompt-length": ({"max_prompt_length": 0}, 2, MODEL, "grpoMaxPromptLength", ">= 1"),
     "too-long-for-vllm": ({"max_response_length": 8000}, 2, MODEL, "grpoMaxResponseLength",
                           "max_num_batched_tokens 8192"),
-    "gpu-memory-zero": ({"gpu_memory_utilization": 0.0}, 2, MODEL, "grpoGpuMemoryUtilization", "(0, 1]"),
-    "gpu-memory-over-one": ({"gpu_memory_utilization": 1.2}, 2, MODEL, "grpoGpuMemoryUtilization", "(0, 1]"),
     "bad-logger": ({"logger": ("console", "tensorbored")}, 2, MODEL, "grpoLogger", "'tensorbored' is not"),
     "no-logger": ({"logger": ()}, 2, MODEL, "grpoLogger", "at least one"),
     "extra-without-value": (extra("trainer.critic_warmup"), 2, MODEL, "grpoExtraOverrides",
@@ -129,7 +152,6 @@ BAD = {
                                     "must hold one whole sequence: >= prompt + response = 1536"),
     "log-prob-budget-below-sequence": ({"log_prob_max_token_len_per_gpu": 512}, 2, MODEL,
                                        "grpoLogProbMaxTokenLenPerGpu", ">= prompt + response = 1536"),
-    "keep-no-checkpoint": ({"max_checkpoints_to_keep": 0}, 2, MODEL, "grpoMaxCheckpointsToKeep", ">= 1"),
     "extra-not-an-int": (extra(ROLLOUT + "max_num_batched_tokens=lots"), 2, MODEL, "grpoExtraOverrides",
                          "must be an integer"),
 }
@@ -139,11 +161,28 @@ BAD = {
 def test_bad_settings_are_rejected_naming_the_key(defaults, case):
     changes, nnodes, model, key, text = BAD[case]
     g = dataclasses.replace(defaults, **changes)
-    problems = grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model)
+    problems = rendered(grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model))
     named = [p for p in problems if p.startswith(f"{config.PROJECT}:{key}")]
     assert named, problems
     assert any(text in p for p in named), named
     assert all(re.match(r"^verl-gke:grpo\w+", p) or p.startswith("verl-gke:gpuNodes") for p in problems)
+
+
+# Bounds the key table holds (stacks.keys): the gate refuses them before the recipe's arithmetic runs.
+GATE_BAD = {
+    "zero-prompt-length": ("grpoMaxPromptLength", "0", "must be an integer >= 1"),
+    "keep-no-checkpoint": ("grpoMaxCheckpointsToKeep", "0", "must be an integer >= 1"),
+    "gpu-memory-zero": ("grpoGpuMemoryUtilization", "0", "must be a number in (0.0, 1.0]"),
+    "gpu-memory-over-one": ("grpoGpuMemoryUtilization", "1.2", "must be a number in (0.0, 1.0]"),
+}
+
+
+@pytest.mark.parametrize("case", list(GATE_BAD))
+def test_bounds_are_the_gates(case):
+    key, value, text = GATE_BAD[case]
+    with pytest.raises(config.ConfigError) as err:
+        config.load({**BASE, f"verl-gke:{key}": value}, "b200")
+    assert any(p.startswith(f"verl-gke:{key} = ") and text in p for p in err.value.problems), err.value.problems
 
 
 @pytest.mark.parametrize("case", ["samples-not-divisible", "mini-above-train", "mini-not-integral",
@@ -157,7 +196,7 @@ def test_batch_and_tp_cases_are_the_only_problem(defaults, case):
 def test_all_problems_are_reported_at_once(defaults):
     g = dataclasses.replace(defaults, train_batch_size=255, ppo_mini_batch_size=128, logger=("nope",),
                             extra_overrides=("trainer.nnodes=3",), tensor_parallel_size=8)
-    problems = grpo.preflight(g, nnodes=2, gpus_per_node=8, model="Qwen/Qwen2.5-1.5B-Instruct")
+    problems = rendered(grpo.preflight(g, nnodes=2, gpus_per_node=8, model="Qwen/Qwen2.5-1.5B-Instruct"))
     keys = [p.split(" ", 1)[0].rstrip(":").removeprefix("verl-gke:") for p in problems]
     assert keys == ["grpoExtraOverrides", "grpoTrainBatchSize", "grpoTensorParallelSize", "grpoLogger"]
 

@@ -7,6 +7,7 @@ subprocess, to prove the exit code and the absence of a traceback end to end.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import posixpath
@@ -154,6 +155,13 @@ BAD_FILES: list[tuple[str, str | bytes, str]] = [
     ("typo-unnamespaced", yaml_case("gpunodes", "2"), "did you mean verl-gke:gpuNodes"),
     ("typo-namespace", yaml_case("verl_gke:gpuNodes", "2"), "did you mean verl-gke:gpuNodes"),
     ("unknown-key", yaml_case("verl-gke:colour", "blue"), "verl-gke:colour is not a known key"),
+    # --- unknown keys in the Google provider's namespace (catalog.gcp_provider): did you mean, not "is not set"
+    ("typo-gcp-region", stack_text(**{"gcp:region": None, "gcp:regoin": "us-central1"}),
+     "error: Pulumi.hostile.yaml: invalid stack configuration:\n  - gcp:regoin is not a key the Google provider reads: "
+     "did you mean gcp:region?\n  - gcp:region is not set"),
+    ("typo-gcp-provider-key", yaml_case("gcp:impersonateServiceAcount", "sa@p.iam.gserviceaccount.com"),
+     "gcp:impersonateServiceAcount is not a key the Google provider reads: did you mean "
+     "gcp:impersonateServiceAccount?"),
     # --- other values
     ("accelerator", yaml_case("verl-gke:accelerator", "a100"), "verl-gke:accelerator"),
     ("mode-object", yaml_case("verl-gke:clusterMode", "{a: 1}"), "verl-gke:clusterMode"),
@@ -400,9 +408,29 @@ def test_bad_invocation(sandbox, capsys, argv, named):
     assert_refused(rc, text, named, tmp_path, registered)
 
 
+def test_gcp_provider_keys_are_the_installed_sdks():
+    """catalog.gcp_provider lists what the Google provider reads: pulumi_gcp/config/vars.py's __config__.get* names."""
+    import importlib.util
+
+    from catalog.gcp_provider import GCP_PROVIDER_KEYS
+
+    path = Path(importlib.util.find_spec("pulumi_gcp").origin).parent / "config" / "vars.py"
+    read = {n.args[0].value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "__config__" and n.args}
+    assert read and GCP_PROVIDER_KEYS == read, (sorted(read - GCP_PROVIDER_KEYS), sorted(GCP_PROVIDER_KEYS - read))
+
+
+def test_a_real_provider_key_is_not_a_typo():
+    from stacks import config
+
+    raw = {**{k: v for k, v in GOOD.items()}, "gcp:impersonateServiceAccount": "sa@p.iam.gserviceaccount.com",
+           "gcp:billingProject": "other-project-1"}
+    assert config.unknown_keys(raw) == []
+
+
 def test_every_count_has_an_upper_bound():
-    integers = {k.name for k in stack_config.KEYS if k.type == "integer"}
-    assert integers <= set(stack_config.MAXIMUM), integers - set(stack_config.MAXIMUM)
+    unbounded = [k.name for k in stack_config.KEYS if k.type == "integer" and (k.maximum is None or not k.why)]
+    assert unbounded == []
 
 
 def test_table_is_large_enough():
@@ -772,7 +800,7 @@ def test_overrides_that_omegaconf_resolves_from_the_environment_are_refused(valu
         resolved = ""
     _, problems = grpo._parse_extras((f"+trainer.note={value}",))
     if "canary-value-26" in str(resolved):
-        assert problems and "resolver" in problems[0], (value, problems)
+        assert problems and "resolver" in str(problems[0]), (value, problems)
 
 
 @pytest.mark.parametrize("item", ["+actor_rollout_ref.model.revision=0a1b2c3d4e5f60718293a4b5c6d7e8f901234567",
@@ -784,7 +812,7 @@ def test_a_commit_id_under_a_commit_key_is_not_a_wandb_key(item):
 
     assert grpo._parse_extras((item,))[1] == []
     other = "+trainer.note=" + item.split("=", 1)[1]
-    assert "W&B API key" in grpo._parse_extras((other,))[1][0]
+    assert "W&B API key" in str(grpo._parse_extras((other,))[1][0])
 
 
 def test_the_resolver_check_is_linear_in_the_override_length():

@@ -1,6 +1,6 @@
 """The house's one-way layers, read from the code's own imports.
 
-catalog (facts, no Pulumi) <- components (catalog + SDKs) <- stacks (the program) <- tools;
+catalog (facts, no Pulumi) <- components (catalog + SDKs), recipe (pure) <- stacks (the program) <- tools;
 __main__ runs stacks; nothing but tests imports tools; no module imports another in a cycle.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"catalog": 0, "components": 1, "stacks": 2, "tools": 3}
+LAYERS = {"catalog": 0, "components": 1, "recipe": 1, "stacks": 2, "tools": 3}
 PROJECT_PACKAGES = set(LAYERS) | {"tests", "bench"}
 
 

@@ -385,3 +385,46 @@ def test_turning_off_what_the_calibration_ran_with_is_refused(key):
         config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=False"]), "s")
     assert any(p.startswith(f"verl-gke:grpoExtraOverrides: {key}=false: the memory model") for p in err.value.problems)
     config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=true"]), "s")  # verl's default: fine
+
+
+def test_a_model_too_big_for_its_nodes_names_gpu_nodes_not_a_derived_key():
+    """72B on one B200 node: no token budget fits, and the user set none; the one problem names gpuNodes and
+    the count that fits, not grpoPpoMaxTokenLenPerGpu (which they never set: lowering it fixes nothing)."""
+    raw = {**BASE, "verl-gke:model": "Qwen/Qwen2.5-72B-Instruct", "verl-gke:gpuNodes": "1"}
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "b200")
+    problems = err.value.problems
+    assert problems[0].startswith("verl-gke:gpuNodes = 1: Qwen/Qwen2.5-72B-Instruct does not fit on 8 b200 GPUs: "
+                                  "the actor update needs "), problems
+    assert problems[0].endswith("2 nodes (16 GPUs) fit: set it to 2"), problems[0]
+    assert not any(p.startswith(("verl-gke:grpoPpoMaxTokenLenPerGpu", "verl-gke:grpoGpuMemoryUtilization"))
+                   for p in problems), problems
+    config.load({**raw, "verl-gke:gpuNodes": "2"}, "b200")  # the count it names does fit
+
+
+def test_a_budget_the_user_set_is_still_the_key_named():
+    raw = {**BASE, "verl-gke:model": "Qwen/Qwen2.5-72B-Instruct", "verl-gke:gpuNodes": "1",
+           "verl-gke:grpoPpoMaxTokenLenPerGpu": "3072"}
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "b200")
+    assert err.value.problems[0].startswith("verl-gke:grpoPpoMaxTokenLenPerGpu = 3072: the actor update needs")
+
+
+def test_the_plan_prints_the_kv_cache_warning_once(tmp_path, capsys):
+    """The KV-cache warning was printed by the program under the plan's mocks, again for the other cluster
+    mode's admission plan, in the report and at the end: four times. Now once, and the program's own
+    pulumi.log.warn (what `pulumi up` shows) is recorded by the mocks."""
+    from tools import mocking, plan
+    from tools.plan import ROOT as REPO
+
+    text = (REPO / "Pulumi.b200.yaml").read_text()
+    stack = tmp_path / "Pulumi.b200.yaml"
+    stack.write_text(text + "  verl-gke:grpoGpuMemoryUtilization: '0.2'\n  verl-gke:grpoRolloutN: 16\n")
+    assert plan.main(["--stack", "b200", "--config", str(stack), "--out", str(tmp_path / "out")]) == 0
+    out, err = capsys.readouterr()
+    assert (out + err).count("KV cache holds") == 1, out + err
+    assert "warning: verl-gke:grpoGpuMemoryUtilization = 0.2: each vLLM replica's KV cache holds" in err
+
+    raw, secrets = plan.read_stack_file(stack)
+    run = mocking.run(lambda: __import__("stacks.compose", fromlist=["program"]).program(True), raw, "b200", secrets)
+    assert [m for level, m in run.logs if level == "warning" and "KV cache holds" in m], run.logs

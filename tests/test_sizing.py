@@ -27,6 +27,19 @@ def test_steps_follow_verls_dataloader():
     assert z.rollout_tokens_per_step == 256 * 8 * (100 + 270)
 
 
+def test_the_plan_names_the_cap_that_ends_the_run_before_its_epochs():
+    """"116 per epoch x 1 = 20" read as arithmetic gone wrong: the plan names grpoTotalTrainingSteps."""
+    from tools import plan
+
+    capped = sizing.run_sizing(load(grpoTrainBatchSize="64", grpoTotalEpochs="1", grpoTotalTrainingSteps="20"))
+    assert (capped.steps_per_epoch, capped.total_steps, capped.steps_cap) == (116, 20, 20)
+    assert plan._steps(capped.as_dict()) == "116 per epoch x 1 = 116, capped at 20 by verl-gke:grpoTotalTrainingSteps"
+    # A cap the epochs never reach changes nothing, and says nothing.
+    loose = sizing.run_sizing(load(grpoTotalTrainingSteps="1000"))
+    assert (loose.total_steps, loose.steps_cap) == (58, 0)
+    assert plan._steps(loose.as_dict()) == "29 per epoch x 2 = 58"
+
+
 def test_checkpoints_count_the_last_step_and_the_keep_limit():
     cfg = load()  # save_freq 30 over 58 steps: 30 and the last (58)
     z = sizing.run_sizing(cfg)

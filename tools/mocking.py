@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -112,6 +113,9 @@ class Run:
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
     invokes: list[Invoke] = field(default_factory=list)
+    # What the program logged (pulumi.log): (level, message). Recorded, not printed: the plan prints the
+    # config's warnings itself, once.
+    logs: list[tuple[str, str]] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -323,6 +327,24 @@ def without_shell_config() -> Iterator[None]:
         os.environ.update(saved)
 
 
+class _Recorder(logging.Handler):
+    def __init__(self, result: Run):
+        super().__init__()
+        self.result = result
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.result.logs.append((record.levelname.lower(), record.getMessage()))
+
+
+def _recording_logger(result: Run) -> logging.Logger:
+    """The logger pulumi's MockEngine writes the program's pulumi.log messages to: into `result.logs` only."""
+    logger = logging.getLogger(f"{__name__}.program")
+    logger.handlers = [_Recorder(result)]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    return logger
+
+
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
         project: str = "verl-gke", result: Run | None = None, server_config: dict[str, Any] | None = None,
         preview: bool = False, existing: frozenset[str] = frozenset(),
@@ -338,7 +360,8 @@ def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_
     psettings.ROOT.set(None)
     mocks = ProgramMocks(gcp_project, server_config, preview, existing, quotas)
     monitor = RecordingMonitor(mocks, result)
-    pmocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
+    pmocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor,
+                     logger=_recording_logger(result))
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
     with without_shell_config():

@@ -212,9 +212,9 @@ def report(plan: dict[str, Any]) -> str:
         *_layout_lines(plan.get("layouts") or []),
         *_dataset_lines(plan.get("dataset")),
         "Run sizing",
-        f"  steps       {z['steps_per_epoch']} per epoch x {z['total_epochs']} = {z['total_steps']} "
-        f"({z['updates_per_step']} updates each); {z['rollout_sequences_per_step']} sequences, "
-        f"~{z['rollout_tokens_per_step']:,} tokens per step (max {z['rollout_tokens_per_step_max']:,})",
+        f"  steps       {_steps(z)} ({z['updates_per_step']} updates each); "
+        f"{z['rollout_sequences_per_step']} sequences, ~{z['rollout_tokens_per_step']:,} tokens per step "
+        f"(max {z['rollout_tokens_per_step_max']:,})",
         f"  checkpoints {z['checkpoint_gb']} GB each, {z['checkpoints_saved']} saved, {z['checkpoints_kept']} kept; "
         f"bucket {z['bucket_gb']} GB (model {z['model_gb']})",
         *([f"  saves       {c['saves']} x ~{c['saveSeconds']} s at {c['writeGBpsPerNode']} GB/s per node = "
@@ -225,8 +225,16 @@ def report(plan: dict[str, Any]) -> str:
         f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; run "
         f"{z['est_run_hours']} h on {z['gpus']} GPUs = {z['gpu_hours']} GPU-hours",
     ]
-    lines += [f"warning: {w}" for w in plan.get("warnings") or []]
-    return "\n".join(lines)
+    return "\n".join(lines)  # the warnings: printed once, last (main)
+
+
+def _steps(z: dict[str, Any]) -> str:
+    """Steps per epoch x epochs, and the cap that ends the run sooner (grpoTotalTrainingSteps) when one does."""
+    epochs = f"{z['steps_per_epoch']} per epoch x {z['total_epochs']} = "
+    if z.get("steps_cap"):
+        key = stack_config.KEYS_BY_NAME["grpoTotalTrainingSteps"].full
+        return epochs + f"{z['steps_per_epoch'] * z['total_epochs']}, capped at {z['total_steps']} by {key}"
+    return epochs + str(z["total_steps"])
 
 
 # A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
