@@ -1,0 +1,120 @@
+"""The job provider's typed input reads every shape a state already holds, and diffs it as before.
+
+Stored shapes: each shipped stack's job inputs as the last release wrote them (tests/data/release_state.json,
+f611a47) and as the release before wrote them (tests/data/live_state, 7746758), and the older shapes the
+program registered on the way (tests/data/job_input_shapes.json: no scale/budget/logs hint, the DNS endpoint
+before cluster_uid, cluster_uid before the DNS endpoint). The state's outputs of each are what create
+returned then: the inputs with defaults, plus the job's outputs (no `recoveries` before the budget).
+
+tests/data/job_diff_before_typing.json holds what `diff_inputs` answered for each (shape, change) at
+commit 2b0d8fe, before the typed input (the untyped `with_defaults` dicts): the typed code must answer
+the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pulumi.runtime import rpc
+
+from components.ray_job_provider import diff_inputs
+
+DATA = Path(__file__).parent / "data"
+BEFORE = DATA / "job_diff_before_typing.json"
+DNS = "gke-0123456789abcdef-123456789012.us-central1.gke.goog"
+
+
+def wire(props: dict) -> dict:
+    """Props as the engine's gRPC round trip delivers them to a provider (numbers as doubles, None dropped)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(props, {})))
+    finally:
+        loop.close()
+
+
+def stored_shapes() -> dict[str, dict]:
+    shapes = {}
+    release = json.loads((DATA / "release_state.json").read_text())["stacks"]
+    for stack, data in sorted(release.items()):
+        if data["job_inputs"]:
+            shapes[f"release-f611a47-{stack}"] = data["job_inputs"]
+    for path in sorted((DATA / "live_state").glob("*.json")):
+        for r in json.loads(path.read_text())["resources"]:
+            if r["type"] == "pulumi-python:dynamic/verl-gke:RayJob":
+                shapes[f"live-7746758-{path.stem}"] = r["inputs"]
+    for shape in json.loads((DATA / "job_input_shapes.json").read_text())["shapes"]:
+        shapes[f"history-{shape['commit'][:7]}-{shape['stack']}"] = shape["inputs"]
+    return shapes
+
+
+SHAPES = stored_shapes()
+
+
+def outputs_of(inputs: dict, status: str = "RUNNING", **extra) -> dict:
+    """A state's outputs for these inputs as create returned them then: inputs, the job's outputs, and
+    `recoveries` only where the run had a budget (max_recoveries)."""
+    outs = {**inputs, "job_id": inputs["submission_id"], "attempt": 1, "status": status, "message": "",
+            "dashboard_url": "https://x/proxy"}
+    if "max_recoveries" in inputs:
+        outs["recoveries"] = 0
+    return wire({**outs, **extra})
+
+
+def _today(inputs: dict) -> dict:
+    """The same job in the shape today's program registers: the DNS endpoint (same CA), the RayCluster's
+    uid, the worker group, the budget and the logs hint."""
+    scale = {"namespace": "verl", "name": "verl-dev-ray", "group": "gpu-group", "index": 0, "replicas": 1}
+    return {"scale": scale, "max_recoveries": 3, "logs_hint": "gcloud logging read x", **inputs,
+            "gke": {**inputs["gke"], "endpoint": DNS, "public_ca": True}, "cluster_uid": "uid-1"}
+
+
+# (olds, news) for one change of a stored shape; olds are the state's outputs, news the program's inputs.
+CHANGES: dict[str, Callable[[dict], tuple[dict, dict]]] = {
+    "nothing": lambda s: (outputs_of(s), wire(s)),
+    "today's shape": lambda s: (outputs_of(s), wire(_today(s))),
+    "a knob": lambda s: (outputs_of(s), wire({**s, "ready_timeout_s": 7200, "metadata": {"stack": "x"}})),
+    "the entrypoint": lambda s: (outputs_of(s), wire({**s, "entrypoint": s["entrypoint"] + " x=1"})),
+    "another cluster": lambda s: (outputs_of(s), wire({**s, "gke": {**s["gke"], "endpoint": DNS,
+                                                                      "ca_certificate": "T1RIRVI="}})),
+    "its RayCluster replaced": lambda s: (outputs_of(s, cluster_uid="uid-0"), wire({**s, "cluster_uid": "uid-1"})),
+    "found FAILED": lambda s: (outputs_of(s, "FAILED"), wire(s)),
+    "FAILED, budget spent": lambda s: (outputs_of(s, "FAILED", recoveries=3, attempt=4), wire(s)),
+    "found GONE after a read": lambda s: (outputs_of(s, "GONE", last_job_id=s["submission_id"]),
+                                          wire({**s, "last_job_id": s["submission_id"]})),
+    "preview: id unknown": lambda s: (outputs_of(s), {**wire(s), "submission_id": rpc.UNKNOWN}),
+    "preview: gke unknown": lambda s: (outputs_of(s), {**wire(s), "gke": rpc.UNKNOWN}),
+    "preview: CA unknown": lambda s: (outputs_of(s), {**wire(s), "gke": {**s["gke"], "ca_certificate": rpc.UNKNOWN}}),
+}
+
+
+def answer(shape: str, change: str) -> dict:
+    olds, news = CHANGES[change](SHAPES[shape])
+    result = diff_inputs(olds, news)
+    return {"changes": result.changes, "replaces": list(result.replaces),
+            "delete_before_replace": result.delete_before_replace}
+
+
+def test_every_stored_shape_and_change_is_recorded():
+    recorded = json.loads(BEFORE.read_text())["answers"]
+    assert sorted(recorded) == sorted(SHAPES) and all(sorted(v) == sorted(CHANGES) for v in recorded.values())
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_stored_shape_diffs_as_before(shape):
+    recorded = json.loads(BEFORE.read_text())["answers"][shape]
+    assert {change: answer(shape, change) for change in CHANGES} == recorded
+
+
+if __name__ == "__main__":  # records the answers of the code at hand (done once, before the typed input)
+    import subprocess
+
+    commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    BEFORE.write_text(json.dumps({
+        "source": f"components.ray_job_provider.diff_inputs at commit {commit}, before the typed input "
+                  "(python -m tests.test_job_input)",
+        "answers": {s: {c: answer(s, c) for c in CHANGES} for s in sorted(SHAPES)}}, indent=1) + "\n")
