@@ -24,14 +24,8 @@ from pulumi.runtime import rpc
 from components import ray_client
 from components.ray_client import GONE, DashboardError, RayJobError, base_url, tail
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
-from components.ray_job_provider import (
-    LAST_JOB_KEY,
-    attempt_number,
-    diff_inputs,
-    pick_attempt,
-    validate_inputs,
-    with_defaults,
-)
+from components.ray_job_input import JobInput
+from components.ray_job_provider import LAST_JOB_KEY, diff_inputs, pick_attempt
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -58,6 +52,15 @@ def wire(props: dict) -> dict:
         return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(props, {})))
     finally:
         loop.close()
+
+
+def with_defaults(props: dict) -> dict:
+    """The inputs as create stores them: every field, defaults filled."""
+    return JobInput.from_props(props).props()
+
+
+def validate_inputs(props: dict) -> list[tuple[str, str]]:
+    return JobInput.from_props(props).problems()
 
 
 def new_id(tag: str) -> str:
@@ -91,13 +94,6 @@ def props(address: str | None, tag: str = "job", **overrides) -> dict:
 
 
 # ----------------------------------------------------------------------------- pure decisions
-
-
-def test_attempt_numbers():
-    assert attempt_number("s-abc", "s-abc") == 1
-    assert attempt_number("s-abc-r7", "s-abc") == 7
-    for other in ("s-abc-r1", "s-abc-rx", "s-abc-r", "s-abcd", "x-s-abc", None):
-        assert attempt_number(other, "s-abc") is None
 
 
 def test_pick_attempt_after_a_vanished_attempt():
@@ -139,9 +135,11 @@ def test_base_url_plain_and_service_proxy():
 
 
 def test_wire_numbers_come_back_as_ints():
-    inputs = with_defaults(wire({"expected_gpus": 16, "ready_timeout_s": 600, "address": None}))
-    assert inputs["expected_gpus"] == 16 and isinstance(inputs["expected_gpus"], int)
-    assert "address" in inputs and inputs["address"] is None
+    job = JobInput.from_props(wire({"expected_gpus": 16, "ready_timeout_s": 600, "address": None,
+                                    "probe_window_s": 2, "attempt": 3, "__provider": "blob"}))
+    assert job.expected_gpus == 16 and isinstance(job.expected_gpus, int) and isinstance(job.ready_timeout_s, int)
+    assert job.address is None and isinstance(job.probe_window_s, float)  # seconds of a window may be fractions
+    assert "__provider" not in job.props() and "attempt" not in job.props()  # engine keys and outputs are not inputs
 
 
 def test_validate_inputs_names_the_property():
@@ -339,6 +337,11 @@ def test_ray_job_resource_under_mocks():
     assert verified  # the apply ran: not a vacuous pass
     with pytest.raises(ValueError, match="exactly one"):
         RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", expected_gpus=1))
+    # what is known at construction is judged there, by the provider's own rules; Outputs are not judged yet
+    with pytest.raises(ValueError, match=r"RayJobArgs\.stop_timeout_s: 0 must be a number of seconds > 0"):
+        RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", address="http://h:8265", stop_timeout_s=0))
+    assert RayJobArgs(submission_id=pulumi.Output.from_input("has space"), entrypoint="e",
+                      address="http://h:8265").problems() == []
 
 
 # ----------------------------------------------------------------------------- against a real head
@@ -705,7 +708,8 @@ def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, m
 
 
 def test_supervisor_note_and_budget_rules():
-    from components.ray_recovery import budget_left, supervisor_note, with_attempt_env
+    from components.ray_recovery import budget_left, with_attempt_env
+    from components.scripts.verl_gke_protocol import supervisor_note
 
     logs = ("noise\n[verl-gke] starting the trainer (attempt 2, recoveries used 1 of 3, ...)\n"
             "[verl-gke] recovery 2 of 3: 1 GPU worker node(s) left the Ray cluster (abc)\nmore noise\n")
