@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from pulumi.runtime import rpc
 
-from components.ray_job_provider import diff_inputs
+from components.ray_job_input import JobInput, JobOutputs
+from components.ray_job_provider import RayJobProvider, diff_inputs
 
 DATA = Path(__file__).parent / "data"
 BEFORE = DATA / "job_diff_before_typing.json"
@@ -97,6 +98,34 @@ def answer(shape: str, change: str) -> dict:
     result = diff_inputs(olds, news)
     return {"changes": result.changes, "replaces": list(result.replaces),
             "delete_before_replace": result.delete_before_replace}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_stored_shape_parses_as_a_valid_typed_input(shape):
+    """As the program registered it, and as the engine hands the state's outputs back (doubles, no None)."""
+    stored = SHAPES[shape]
+    for props in (stored, outputs_of(stored)):
+        job = JobInput.from_props(props)
+        assert job.problems() == [], props
+        assert (job.submission_id, job.entrypoint) == (stored["submission_id"], stored["entrypoint"])
+        assert type(job.expected_gpus) is int and type(job.stop_timeout_s) is int and type(job.max_recoveries) is int
+        assert job.cluster_uid == stored.get("cluster_uid") and job.scale == stored.get("scale")
+        assert job.max_recoveries == stored.get("max_recoveries", 3) and job.logs_hint == stored.get("logs_hint", "")
+        assert job.raycluster == ("verl", stored["gke"]["service"].removesuffix("-head-svc"))
+        assert "__provider" not in job.props() and job.props()["submission_id"] == stored["submission_id"]
+    state = JobOutputs.from_props(outputs_of(stored))
+    assert (state.job_id, state.attempt, state.status) == (stored["submission_id"], 1, "RUNNING")
+    assert type(state.attempt) is int and state.recoveries == (0 if "max_recoveries" in stored else None)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_stored_shape_updates_in_place_keeping_the_job(shape):
+    """A knob changed on a stored shape: update keeps the job's outputs and fills today's defaults."""
+    olds, news = CHANGES["a knob"](SHAPES[shape])
+    outs = RayJobProvider().update(olds["job_id"], olds, news).outs
+    assert (outs["job_id"], outs["attempt"], outs["status"]) == (olds["job_id"], 1, "RUNNING")
+    assert outs["ready_timeout_s"] == 7200 and outs["max_recoveries"] == SHAPES[shape].get("max_recoveries", 3)
+    assert outs["dashboard_url"].endswith(f"/services/{SHAPES[shape]['gke']['service']}:8265/proxy")
 
 
 def test_every_stored_shape_and_change_is_recorded():
