@@ -20,8 +20,9 @@ import requests
 
 from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
-__all__ = ["BOGUS_RAY_ADDRESS", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem", "free_port", "gpus_on",
-           "head_node", "jobs_on", "make_ca", "make_server_cert", "pem", "point_ray_env_nowhere", "wait_status"]
+__all__ = ["BOGUS_RAY_ADDRESS", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem",
+           "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
+           "point_ray_env_nowhere", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -128,6 +129,21 @@ def b64_pem(cert) -> str:
     return base64.b64encode(pem(cert)).decode()
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """An HTTP/1.1 handler without an access log (the test servers': the proxy, the fault front)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_args) -> None:
+        pass
+
+    def _head(self, status: int, ctype: str, length: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+
 class ServiceProxy:
     """The part of a Kubernetes API server the provider uses: HTTPS, a bearer token, and
     `/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy/...` forwarded to one real Ray dashboard."""
@@ -185,17 +201,9 @@ class ServiceProxy:
     def _handler(self):
         proxy = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_args) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _reply(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
+                self._head(status, ctype, len(body))
                 self.wfile.write(body)
 
             def _status(self, code: int, reason: str, message: str) -> None:

@@ -13,7 +13,6 @@ the same.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -23,19 +22,11 @@ from pulumi.runtime import rpc
 
 from components.ray_job_input import JobInput, JobOutputs
 from components.ray_job_provider import RayJobProvider, diff_inputs
+from tests.provider_grpc import wire
 
 DATA = Path(__file__).parent / "data"
 BEFORE = DATA / "job_diff_before_typing.json"
 DNS = "gke-0123456789abcdef-123456789012.us-central1.gke.goog"
-
-
-def wire(props: dict) -> dict:
-    """Props as the engine's gRPC round trip delivers them to a provider (numbers as doubles, None dropped)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(props, {})))
-    finally:
-        loop.close()
 
 
 def stored_shapes() -> dict[str, dict]:

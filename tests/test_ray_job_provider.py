@@ -6,7 +6,6 @@ doubles, None dropped. RAY_ADDRESS points nowhere in every test: the provider mu
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -17,6 +16,7 @@ import threading
 import uuid
 
 import pulumi
+import pulumi.dynamic as dyn
 import pytest
 import requests
 from pulumi.runtime import rpc
@@ -26,6 +26,7 @@ from components.ray_client import GONE, DashboardError, RayJobError, base_url, t
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
 from components.ray_job_input import JobInput
 from components.ray_job_provider import LAST_JOB_KEY, diff_inputs, pick_attempt
+from tests.provider_grpc import wire
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -43,15 +44,6 @@ from tests.ray_fixtures import (
 
 HEAD_GPUS = 2
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
-
-
-def wire(props: dict) -> dict:
-    """Props as the engine's gRPC round trip delivers them to a provider."""
-    loop = asyncio.new_event_loop()
-    try:
-        return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(props, {})))
-    finally:
-        loop.close()
 
 
 def with_defaults(props: dict) -> dict:
@@ -609,57 +601,47 @@ def test_missing_google_credentials_is_a_clear_error(head, provider, monkeypatch
     assert "CLOUDSDK_AUTH_ACCESS_TOKEN" in str(err.value)
 
 
+def in_a_fresh_provider_process(blob: str, created: dyn.CreateResult, body: str, timeout: float) -> dict:
+    """Run `body` as `python -m pulumi.dynamic` would for a refresh or destroy from state: a fresh interpreter in
+    the project directory unpickles `blob` into `p` (pulumi.runtime._serialization._deserialize); `id_` and
+    `outs` are the created job's as the engine sends them; `body` sets `result`, returned here."""
+    script = (
+        "import base64, dill, json, sys\n"
+        "from pulumi.runtime._serialization import _deserialize\n"
+        "imported_before = [m for m in sys.modules if m.startswith('components')]\n"
+        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
+        "id_, outs = sys.argv[2], json.loads(sys.argv[3])\n"
+        f"{body}\n"
+        "print(json.dumps(result))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
 def test_provider_pickled_like_pulumi_runs_in_a_fresh_interpreter(head, provider):
     from pulumi.dynamic.dynamic import serialize_provider
 
     created = provider.create(props(head.address, "pickle", wait_for_completion=True))
     blob = serialize_provider(RayJobProvider())  # the engine's own dill call (recurse=True)
-    # What `python -m pulumi.dynamic` does in the project directory for a refresh from state.
-    script = (
-        "import base64, dill, json, sys\n"
-        "from pulumi.runtime._serialization import _deserialize\n"
-        "assert not [m for m in sys.modules if m.startswith('components')]\n"
-        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
-        "assert vars(p) == {}\n"
-        "print(json.dumps(p.read(sys.argv[2], json.loads(sys.argv[3])).outs))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run(
-        [sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    outs = json.loads(run.stdout.splitlines()[-1])
+    outs = in_a_fresh_provider_process(blob, created, "assert not imported_before and vars(p) == {}\n"
+                                                      "result = p.read(id_, outs).outs", timeout=120)
     assert outs["status"] == "SUCCEEDED" and outs["job_id"] == created.id
 
 
-def test_provider_pickled_before_the_split_still_refreshes_and_deletes(head, provider):
-    """State written before components/ray_job.py was split holds the provider pickled by today's
-    module path (tests/data/ray_job_provider_v1.dill.b64, made by that code). `pulumi refresh` and
-    `pulumi destroy` unpickle it in a fresh process: it must still read and stop a running job."""
-    blob = (REPO / "tests" / "data" / "ray_job_provider_v1.dill.b64").read_text().strip()
+@pytest.mark.parametrize("pickled", ["ray_job_provider_v1.dill.b64", "ray_job_provider_f611a47.dill.b64"])
+def test_provider_pickled_by_an_earlier_release_still_refreshes_and_deletes(head, provider, pickled):
+    """A state holds the provider as `pulumi up` pickled it then: before components/ray_job.py was split
+    (v1, by `components.ray_job`) and by the last release (f611a47, by `components.ray_job_provider`; made
+    by pulumi.dynamic.serialize_provider on that commit's code). `pulumi refresh` and `pulumi destroy`
+    unpickle it in a fresh process: it must still read and stop a running job."""
+    blob = (REPO / "tests" / "data" / pickled).read_text().strip()
     assert b"components.ray_job" in base64.b64decode(blob)
     created = provider.create(props(head.address, "oldstate", entrypoint="sleep 600"))
-    script = (
-        "import base64, dill, json, sys\n"
-        "from pulumi.runtime._serialization import _deserialize\n"
-        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
-        "outs = json.loads(sys.argv[3])\n"
-        "read = p.read(sys.argv[2], outs).outs\n"
-        "p.delete(sys.argv[2], read)\n"
-        "print(json.dumps({'read': read['status'], 'class': type(p).__module__}))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run(
-        [sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
-    )
-    assert run.returncode == 0, run.stderr
-    result = json.loads(run.stdout.splitlines()[-1])
+    result = in_a_fresh_provider_process(blob, created, "read = p.read(id_, outs).outs\np.delete(id_, read)\n"
+                                         "result = {'read': read['status'], 'class': type(p).__module__}", timeout=180)
     assert result["read"] in ("PENDING", "RUNNING")
     assert result["class"] == "components.ray_job_provider"  # the shim resolved to the moved class
     final = requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"]
