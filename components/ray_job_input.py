@@ -154,6 +154,9 @@ class JobOutputs:
         return cls(**_fields_of(cls, props))
 
 
+LAST_JOB_KEY = "last_job_id"  # JobInput.last_job_id: state's, never the program's
+# The program's inputs and the provider's knobs: a change to any of them is a change (an update at least).
+INPUT_KEYS = tuple(f.name for f in fields(JobInput) if f.name != LAST_JOB_KEY)
 OUTPUT_KEYS = tuple(f.name for f in fields(JobOutputs))
 
 

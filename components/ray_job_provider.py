@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import fields
 from typing import Any
 
 import pulumi.dynamic as dyn
@@ -54,15 +53,12 @@ from components.ray_client import (
     tail,
     wait_until_ready,
 )
-from components.ray_job_input import OUTPUT_KEYS, JobInput, JobOutputs, is_unknown
+from components.ray_job_input import INPUT_KEYS, LAST_JOB_KEY, OUTPUT_KEYS, JobInput, JobOutputs, is_unknown
 from components.ray_presence import ABSENT, PRESENT, look, unknown_message, unreachable_is_gone
 from components.ray_recovery import budget_left, scale_to, scale_up, used_by, with_attempt_env
 from components.scripts.verl_gke_protocol import attempt_id, attempt_number, supervisor_note, worker_group_patch
 
 RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
-LAST_JOB_KEY = "last_job_id"  # the newest attempt state knows of, kept in the inputs by `read`
-# The program's inputs and the provider's knobs: a change to any of them is a change (an update at least).
-INPUT_KEYS = tuple(f.name for f in fields(JobInput) if f.name != LAST_JOB_KEY)
 # What makes a different job. The target is compared without the CA, so a CA rotation is no restart.
 REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
 FOLLOWS_KEY = "cluster_uid"  # replaces when it changes; absent on either side is no change
