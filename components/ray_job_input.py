@@ -93,7 +93,7 @@ class RayJobArgs:
                 bad += [(f"scale.{key}", "required") for key in ("namespace", "name", "group", "replicas")
                         if scale.get(key) in (None, "")]
         metadata = known.get("metadata")
-        if isinstance(metadata, dict) and not all(isinstance(v, str) for v in metadata.values()):
+        if isinstance(metadata, dict) and not all(isinstance(v, str) or _pending(v) for v in metadata.values()):
             bad.append(("metadata", "Ray job metadata values must be strings"))
         return bad
 
