@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.ray_job import RayJobProvider  # noqa: E402
-from tests.ray_fixtures import RAY, RayNode, gpus_on, ray_env  # noqa: E402
+from tools.local_ray import RAY, RayNode, gpus_on, ray_env  # noqa: E402
 
 
 def new_id(tag: str) -> str:

@@ -22,12 +22,15 @@ Bounded recovery (components.ray_recovery): a resubmission is a recovery, counte
 supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
 reported, not resubmitted. Before waiting for the GPUs, `scale` brings the RayCluster's worker group
 back to its size (the supervisor scales it to 0 when a run ends).
+
+Every method reads its props through one typed input (components.ray_job_input: JobInput.from_props,
+which takes every shape a state already holds) and the job's outputs (JobOutputs); what is said to the
+run supervisor is components/scripts/verl_gke_protocol.py.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
@@ -36,7 +39,6 @@ import pulumi.dynamic as dyn
 from components.ray_client import (
     ACTIVE,
     GONE,
-    PROGRESS_EVERY_S,
     READY_POLL_CAP_S,
     TERMINAL,
     Dashboard,
@@ -51,91 +53,17 @@ from components.ray_client import (
     tail,
     wait_until_ready,
 )
-from components.ray_presence import (
-    ABSENT,
-    PRESENT,
-    PROBE_WINDOW_S,
-    look,
-    unknown_message,
-    unreachable_is_gone,
-)
-from components.ray_recovery import budget_left, scale_to, scale_up, supervisor_note, used_by, with_attempt_env
+from components.ray_job_input import INPUT_KEYS, LAST_JOB_KEY, OUTPUT_KEYS, JobInput, JobOutputs, is_unknown
+from components.ray_presence import ABSENT, PRESENT, look, unknown_message, unreachable_is_gone
+from components.ray_recovery import budget_left, scale_to, scale_up, used_by, with_attempt_env
+from components.scripts.verl_gke_protocol import attempt_id, attempt_number, supervisor_note, worker_group_patch
 
 RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
-
-DEFAULTS: dict[str, Any] = {
-    "address": None,
-    "gke": None,
-    "runtime_env": {},
-    "metadata": {},
-    "expected_gpus": 0,
-    "ready_timeout_s": 3600,
-    "wait_for_completion": False,
-    "completion_timeout_s": 86400,
-    "resubmit_on_failure": True,
-    "log_tail_lines": 50,
-    "stop_timeout_s": 120,
-    # One budget for resubmissions and the run supervisor's in-run restarts (components.ray_recovery).
-    "max_recoveries": 3,
-    # {namespace, name, group, index, replicas}: the RayCluster worker group to scale back up (gke only).
-    "scale": None,
-    "logs_hint": "",  # a command that reads the job's logs where they outlive the pods; in failures
-    # The RayCluster's uid: a property dependency, so a replaced RayCluster replaces (resubmits) the job
-    # in the same `up`. Absent from an older state: no change (never a restart for the upgrade itself).
-    "cluster_uid": None,
-    # How long refresh and delete keep asking before the answer is "unknown" (components.ray_presence).
-    "probe_window_s": PROBE_WINDOW_S,
-    "progress_every_s": PROGRESS_EVERY_S,  # a console line while waiting for the GPUs
-    "release_timeout_s": 60,  # scaling the worker group back to 0 after a failed create
-}
-INPUT_KEYS = ("submission_id", "entrypoint", *DEFAULTS)
-INT_KEYS = (
-    "expected_gpus",
-    "ready_timeout_s",
-    "completion_timeout_s",
-    "log_tail_lines",
-    "stop_timeout_s",
-    "attempt",
-    "max_recoveries",
-    "recoveries",
-    "release_timeout_s",
-)
-OUTPUT_KEYS = ("job_id", "attempt", "status", "message", "dashboard_url", "recoveries")
 # What makes a different job. The target is compared without the CA, so a CA rotation is no restart.
 REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
 FOLLOWS_KEY = "cluster_uid"  # replaces when it changes; absent on either side is no change
 DIGEST_KEY = "verl_gke_digest"  # in the submitted job's metadata: what makes a job on the head ours
-
-SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-LAST_JOB_KEY = "last_job_id"  # the newest attempt state knows of, kept in the inputs by `read`
 SUBMIT_MIN_WINDOW_S = 30  # retries of "No available agent" get at least this long after readiness
-
-
-
-def with_defaults(props: dict[str, Any]) -> dict[str, Any]:
-    """Inputs with defaults filled in and engine-private keys (`__provider`) dropped.
-
-    Pulumi's wire format has only doubles and drops None: 16 comes back as 16.0, so counts are
-    turned back into ints here, once, for every method.
-    """
-    given = {k: v for k, v in props.items() if not k.startswith("__") and v is not None}
-    for key in INT_KEYS:
-        if isinstance(given.get(key), float) and given[key].is_integer():
-            given[key] = int(given[key])
-    return {**DEFAULTS, **given}
-
-
-def _is_unknown(value: Any) -> bool:
-    """A value not known yet (preview): the engine sends rpc.UNKNOWN, which the provider server turns
-    into pulumi's `Unknown` object (deserialize_properties(..., keep_unknowns=True)); also inside a dict."""
-    from pulumi.runtime import rpc
-
-    return rpc.contains_unknowns(value) or (isinstance(value, str) and value == rpc.UNKNOWN)
-
-
-def _given(value: Any) -> bool:
-    """Set by the program: known and non-empty, or not known yet."""
-    return _is_unknown(value) or bool(value)
 
 
 def _wire_unknowns(value: Any) -> Any:
@@ -146,69 +74,7 @@ def _wire_unknowns(value: Any) -> Any:
         return {k: _wire_unknowns(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_wire_unknowns(v) for v in value]
-    return rpc.UNKNOWN if _is_unknown(value) else value
-
-
-def validate_inputs(inputs: dict[str, Any]) -> list[tuple[str, str]]:
-    """(property, reason) for each bad input; values still unknown at preview are not judged."""
-    bad: list[tuple[str, str]] = []
-    known = {k: v for k, v in with_defaults(inputs).items() if not _is_unknown(v)}
-    has_address, has_gke = _given(inputs.get("address")), _given(inputs.get("gke"))
-    if has_address == has_gke:
-        bad.append(("address", "give exactly one of `address` (dashboard URL) and `gke` (service proxy)"))
-    address = known.get("address")
-    if isinstance(address, str) and not address.startswith(("http://", "https://")):
-        bad.append(("address", f"{address!r} is not an http(s):// URL"))
-    gke = inputs.get("gke")  # judged field by field: at preview the endpoint and CA are often unknown
-    if isinstance(gke, dict):
-        for key in ("endpoint", "ca_certificate", "namespace", "service"):
-            if not _given(gke.get(key)):
-                bad.append((f"gke.{key}", "required"))
-    for key in ("submission_id", "entrypoint"):
-        if not _given(inputs.get(key)):
-            bad.append((key, "required"))
-    sid = known.get("submission_id")
-    if sid and not (isinstance(sid, str) and SUBMISSION_ID_RE.match(sid)):
-        bad.append(("submission_id", f"{sid!r} must match {SUBMISSION_ID_RE.pattern}"))
-    entrypoint = known.get("entrypoint")
-    if entrypoint and not (isinstance(entrypoint, str) and entrypoint.strip()):
-        bad.append(("entrypoint", "must be a non-empty shell command"))
-    for key in ("expected_gpus", "log_tail_lines"):
-        if key in known and not (isinstance(known[key], int) and known[key] >= 0):
-            bad.append((key, f"{known[key]!r} must be an integer >= 0"))
-    for key in ("ready_timeout_s", "completion_timeout_s", "stop_timeout_s", "probe_window_s", "progress_every_s",
-                "release_timeout_s"):
-        if key in known and not (isinstance(known[key], (int, float)) and known[key] > 0):
-            bad.append((key, f"{known[key]!r} must be a number of seconds > 0"))
-    if "max_recoveries" in known and not (isinstance(known["max_recoveries"], int)
-                                          and known["max_recoveries"] >= 0):
-        bad.append(("max_recoveries", f"{known['max_recoveries']!r} must be an integer >= 0"))
-    scale = known.get("scale")
-    if scale is not None:
-        if not has_gke:
-            bad.append(("scale", "needs `gke`: the worker group is scaled through the Kubernetes API"))
-        elif isinstance(scale, dict):
-            for key in ("namespace", "name", "group", "replicas"):
-                if scale.get(key) in (None, ""):
-                    bad.append((f"scale.{key}", "required"))
-    metadata = known.get("metadata")
-    if isinstance(metadata, dict) and not all(isinstance(v, str) for v in metadata.values()):
-        bad.append(("metadata", "Ray job metadata values must be strings"))
-    return bad
-
-
-def attempt_number(job_id: str | None, base_id: str) -> int | None:
-    """1 for the base id, k for `<base>-r<k>`, None for somebody else's job."""
-    if job_id == base_id:
-        return 1
-    if job_id and job_id.startswith(base_id + "-r") and job_id[len(base_id) + 2 :].isdigit():
-        number = int(job_id[len(base_id) + 2 :])
-        return number if number >= 2 else None
-    return None
-
-
-def attempt_id(base_id: str, attempt: int) -> str:
-    return base_id if attempt == 1 else f"{base_id}-r{attempt}"
+    return rpc.UNKNOWN if is_unknown(value) else value
 
 
 def pick_attempt(
@@ -237,46 +103,51 @@ def pick_attempt(
     return newest["submission_id"], number, newest
 
 
-def _target_replaces(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _target_replaces(old: JobInput, new: JobInput) -> list[str]:
     """`address`/`gke` when the job would live on another Ray cluster. A value not known yet (the whole
     `gke` input, or which service it names) counts as another cluster; an unknown CA alone does not."""
-    gke = new.get("gke")
-    if _is_unknown(new.get("address")) or (_is_unknown(gke) and not isinstance(gke, dict)):
-        return [k for k in ("address", "gke") if _is_unknown(new.get(k))]
+    gke = new.gke
+    if is_unknown(new.address) or (is_unknown(gke) and not isinstance(gke, dict)):
+        return [k for k in ("address", "gke") if is_unknown(getattr(new, k))]
     if isinstance(gke, dict):
         known_parts = {k: v for k, v in gke.items() if k != "ca_certificate"}
-        if _is_unknown(known_parts):
+        if is_unknown(known_parts):
             return ["gke"]
-        if _is_unknown(gke.get("ca_certificate")):
-            new = {**new, "gke": {**gke, "ca_certificate": ""}}
-    if same_target(old, new):  # the same cluster reached another way (its DNS endpoint) is no new target
+        if is_unknown(gke.get("ca_certificate")):
+            gke = {**gke, "ca_certificate": ""}
+    # The same cluster reached another way (its DNS endpoint) is no new target.
+    if same_target({"address": old.address, "gke": old.gke}, {"address": new.address, "gke": gke}):
         return []
-    return [k for k in ("address", "gke") if old.get(k) != new.get(k)]
+    return [k for k in ("address", "gke") if getattr(old, k) != getattr(new, k)]
 
 
 def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
     """Replace for a different job or cluster, or to resubmit a dead job; update in place otherwise.
 
-    Any input may arrive wholly unknown: the engine's dependents pass (pulumi/pulumi
+    `olds` are the state's outputs (inputs with defaults, and the job's outputs), `news` the program's
+    inputs. Any input may arrive wholly unknown: the engine's dependents pass (pulumi/pulumi
     pkg/resource/deploy/step_generator.go `calculateDependentReplacements`, commit 1b5949891b3c) turns
     every input that has a property dependency on a resource being replaced into one unknown value and
     asks this diff; a replace key not known yet replaces.
     """
-    old, new = with_defaults(olds), with_defaults(news)
-    replaces = [k for k in REPLACE_KEYS if _is_unknown(new.get(k)) or old.get(k) != new.get(k)]
+    old, new, state = JobInput.from_props(olds), JobInput.from_props(news), JobOutputs.from_props(olds)
+
+    def differs(key: str) -> bool:
+        return is_unknown(getattr(new, key)) or getattr(old, key) != getattr(new, key)
+
+    replaces = [k for k in REPLACE_KEYS if differs(k)]
     replaces += _target_replaces(old, new)
     # The RayCluster the job runs on: replaced cluster, replaced job. Absent on either side (a state from
     # before this input) is no change: the upgrade itself never restarts a run.
-    if old.get(FOLLOWS_KEY) is not None and new.get(FOLLOWS_KEY) is not None and (
-            _is_unknown(new[FOLLOWS_KEY]) or old[FOLLOWS_KEY] != new[FOLLOWS_KEY]):
+    if old.cluster_uid is not None and new.cluster_uid is not None and differs(FOLLOWS_KEY):
         replaces.append(FOLLOWS_KEY)
     # After `pulumi up --refresh` finds the job dead (spot preemption): a new attempt resumes training.
     # ... while the run's recovery budget lasts: a run that used it up stays as it is until its inputs change.
-    cap = new.get("max_recoveries")
-    if (old.get("status") in RESUBMIT_ON and new.get("resubmit_on_failure") is not False
-            and (_is_unknown(cap) or budget_left(old.get("recoveries"), old.get("attempt"), cap))):
+    cap = new.max_recoveries
+    if (state.status in RESUBMIT_ON and new.resubmit_on_failure is not False
+            and (is_unknown(cap) or budget_left(state.recoveries, state.attempt, cap))):
         replaces.append("status")
-    changed = bool(replaces) or any(_is_unknown(new.get(k)) or old.get(k) != new.get(k) for k in INPUT_KEYS)
+    changed = bool(replaces) or any(differs(k) for k in INPUT_KEYS)
     # Stop the old job before the new one needs the same GPUs.
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
 
@@ -293,8 +164,8 @@ class RayJobProvider(dyn.ResourceProvider):
     """Submits one Ray job per attempt and tracks it. Stateless: safe to pickle and run anywhere."""
 
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
-        failures = [dyn.CheckFailure(prop, reason) for prop, reason in validate_inputs(news)]
-        inputs = _wire_unknowns(news)
+        failures = [dyn.CheckFailure(prop, reason) for prop, reason in JobInput.from_props(news).problems()]
+        inputs = _wire_unknowns(news)  # stored as given: no defaults, so a state's inputs never grow by themselves
         # The attempt state remembers (put into the inputs by `read`) rides along to the next create.
         if olds.get(LAST_JOB_KEY) and not news.get(LAST_JOB_KEY):
             inputs[LAST_JOB_KEY] = olds[LAST_JOB_KEY]
@@ -307,67 +178,60 @@ class RayJobProvider(dyn.ResourceProvider):
         """All or nothing: when the cluster is not ready in time or the submission fails, the worker group
         this create scaled up goes back to 0 before the error is raised (the engine records nothing for
         a failed create, so nothing else would ever scale it down)."""
-        inputs = with_defaults(props)
-        problems = validate_inputs(inputs)
+        job = JobInput.from_props(props)
+        problems = job.problems()
         if problems:
             raise RayJobError("; ".join(f"{prop}: {reason}" for prop, reason in problems))
-        base = inputs["submission_id"]
-        with Dashboard(inputs) as dash:
+        with Dashboard(job.target) as dash:
             scaled = False
             try:
-                if inputs["scale"]:
+                if job.scale:
                     # The run supervisor released the GPUs when the last run ended: bring them back first.
-                    scale_up(dash, inputs["scale"], time.monotonic() + inputs["ready_timeout_s"])
+                    scale_up(dash, job.scale, time.monotonic() + job.ready_timeout_s)
                     scaled = True
-                outs = self._submit_or_adopt(dash, base, inputs)
+                outs = self._submit_or_adopt(dash, job)
             except RayJobError as err:
                 if not scaled:
                     raise
-                raise RayJobError(f"{err}\n{self._release(dash, base, inputs)}") from None
+                raise RayJobError(f"{err}\n{self._release(dash, job)}") from None
         return dyn.CreateResult(outs["job_id"], outs)
 
-    def _submit_or_adopt(self, dash: Dashboard, base: str, inputs: dict[str, Any]) -> dict[str, Any]:
-        started = time.monotonic()
-        deadline = started + inputs["ready_timeout_s"]
-        jobs = wait_until_ready(dash, inputs["expected_gpus"], inputs["ready_timeout_s"],
-                                progress_every_s=inputs["progress_every_s"], what=f"Ray job {base}")
-        job_id, attempt, adopted, used, note = self._choose(dash, jobs, base, inputs)
+    def _submit_or_adopt(self, dash: Dashboard, job: JobInput) -> dict[str, Any]:
+        base = job.submission_id
+        deadline = time.monotonic() + job.ready_timeout_s
+        jobs = wait_until_ready(dash, job.expected_gpus, job.ready_timeout_s,
+                                progress_every_s=job.progress_every_s, what=f"Ray job {base}")
+        job_id, attempt, adopted, used, note = self._choose(dash, jobs, job)
         if adopted is not None:
-            check_ours(adopted, inputs, dash.url)
+            check_ours(adopted, job, dash.url)
         else:
-            runtime_env = with_attempt_env(inputs["runtime_env"], base, attempt, used, inputs["max_recoveries"])
+            runtime_env = with_attempt_env(job.runtime_env, base, attempt, used, job.max_recoveries)
             # The agent was part of readiness; a short window still covers a head that restarts it.
-            outcome = submit(dash, job_id, {**inputs, "runtime_env": runtime_env,
-                                            "metadata": {**inputs["metadata"], DIGEST_KEY: digest(inputs)}},
+            outcome = submit(dash, job_id, {"entrypoint": job.entrypoint, "runtime_env": runtime_env,
+                                            "metadata": {**job.metadata, DIGEST_KEY: digest(job)}},
                              max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
-        job = dash.job(job_id, deadline=max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
+        info = dash.job(job_id, deadline=max(deadline, time.monotonic() + SUBMIT_MIN_WINDOW_S))
         if adopted is None and outcome == "adopted":
-            check_ours(job, inputs, dash.url)  # another create got there first: it must be the same run
-        if inputs["wait_for_completion"]:
-            job = follow(dash, job_id, inputs["completion_timeout_s"])
-            used, note = used_by(dash, job, attempt)
-            if job.get("status") in ("FAILED", "STOPPED"):
-                raise RayJobError(self._failure(dash, job_id, job, inputs["log_tail_lines"], inputs["logs_hint"]))
-        return {
-            **inputs,
-            "job_id": job_id,
-            "attempt": attempt,
-            "status": job.get("status"),
-            "message": _message(job.get("message"), note),
-            "dashboard_url": dash.url,
-            "recoveries": used,
-        }
+            check_ours(info, job, dash.url)  # another create got there first: it must be the same run
+        if job.wait_for_completion:
+            info = follow(dash, job_id, job.completion_timeout_s)
+            used, note = used_by(dash, info, attempt)
+            if info.get("status") in ("FAILED", "STOPPED"):
+                raise RayJobError(self._failure(dash, job_id, info, job.log_tail_lines, job.logs_hint))
+        outputs = JobOutputs(job_id=job_id, attempt=attempt, status=info.get("status"),
+                             message=_message(info.get("message"), note), dashboard_url=dash.url, recoveries=used)
+        return {**job.props(), **vars(outputs)}
 
     @staticmethod
-    def _release(dash: Dashboard, base: str, inputs: dict[str, Any]) -> str:
+    def _release(dash: Dashboard, job: JobInput) -> str:
         """Scale the worker group back to 0 after a failed create, unless an attempt of this run is live on
         the head (a create after lost state must not take the GPUs from a running job). Never raises."""
-        scale = inputs["scale"]
+        scale = job.scale
         where = f"RayCluster {scale['namespace']}/{scale['name']} group {scale['group']}"
-        deadline = time.monotonic() + inputs["release_timeout_s"]
+        deadline = time.monotonic() + job.release_timeout_s
         try:
             live = [j["submission_id"] for j in dash.jobs(deadline)
-                    if attempt_number(j.get("submission_id"), base) and j.get("status") in ACTIVE]
+                    if attempt_number(j.get("submission_id"), job.submission_id) and j.get("status") in ACTIVE]
         except DashboardError:
             live = []  # the head does not answer: nothing of ours can be running usefully on it
         if live:
@@ -375,20 +239,20 @@ class RayJobProvider(dyn.ResourceProvider):
         try:
             scale_to(dash, scale, 0, deadline)
         except RayJobError as err:
-            patch = json.dumps([{"op": "replace", "value": 0,
-                                 "path": f"/spec/workerGroupSpecs/{int(scale.get('index') or 0)}/replicas"}])
+            patch = json.dumps(worker_group_patch(int(scale.get("index") or 0), scale["group"], 0))
             return (f"could NOT scale {where} back to 0 ({err}); its GPU nodes keep billing until you run: "
                     f"kubectl -n {scale['namespace']} patch raycluster {scale['name']} --type json -p '{patch}'")
         return f"scaled {where} back to 0 replicas: this failed create leaves no GPU node billing"
 
     @staticmethod
-    def _choose(dash: Dashboard, jobs: list[dict[str, Any]], base: str, inputs: dict[str, Any]):
+    def _choose(dash: Dashboard, jobs: list[dict[str, Any]], job: JobInput):
         """(job id, attempt, job to adopt or None, recoveries used, supervisor's note).
 
         A new attempt after a dead one is itself a recovery: only while the budget lasts; otherwise
         the dead attempt is adopted and its status reported.
         """
-        job_id, attempt, adopted = pick_attempt(jobs, base, inputs["resubmit_on_failure"], inputs.get(LAST_JOB_KEY))
+        base = job.submission_id
+        job_id, attempt, adopted = pick_attempt(jobs, base, job.resubmit_on_failure, job.last_job_id)
         if adopted is not None:
             return (job_id, attempt, adopted, *used_by(dash, adopted, attempt))
         if attempt == 1:
@@ -398,9 +262,9 @@ class RayJobProvider(dyn.ResourceProvider):
         # GONE: the head no longer has the last attempt (its cluster was recreated); its in-run
         # restarts are unknown here, its resubmissions are not.
         used, note = used_by(dash, previous, attempt - 1) if previous is not None else (None, "")
-        if not budget_left(used, attempt - 1, inputs["max_recoveries"]):
+        if not budget_left(used, attempt - 1, job.max_recoveries):
             counted = used if used is not None else max(attempt - 2, 0)
-            spent = (f"recovery budget spent ({counted} of {inputs['max_recoveries']}): not resubmitted; "
+            spent = (f"recovery budget spent ({counted} of {job.max_recoveries}): not resubmitted; "
                      "change the run's inputs (or raise jobMaxRecoveries) to start again")
             if previous is None:
                 raise RayJobError(f"Ray job {previous_id} is gone and the {spent}")
@@ -425,16 +289,16 @@ class RayJobProvider(dyn.ResourceProvider):
         outs = {k: v for k, v in props.items() if not k.startswith("__")}
         if not outs.get("address") and not outs.get("gke"):
             raise RayJobError(f"cannot read Ray job {id_}: no `address` or `gke` in its state")
-        job_id = outs.get("job_id") or id_
-        inputs = with_defaults(outs)
-        recoveries, note = outs.get("recoveries"), ""
-        with Dashboard(inputs) as dash:
-            seen = look(dash, inputs, job_id, inputs["probe_window_s"])
+        job, state = JobInput.from_props(outs), JobOutputs.from_props(outs)
+        job_id = state.job_id or id_
+        recoveries, note = state.recoveries, ""
+        with Dashboard(job.target) as dash:
+            seen = look(dash, job_id, job.probe_window_s, job.raycluster)
             if seen.state == PRESENT:
                 status, message = seen.job.get("status", "UNKNOWN"), seen.job.get("message") or ""
                 try:
-                    used, note = supervisor_note(dash.logs(job_id, time.monotonic() + inputs["probe_window_s"]))
-                    recoveries = max(used or 0, int(outs.get("attempt") or 1) - 1)
+                    used, note = supervisor_note(dash.logs(job_id, time.monotonic() + job.probe_window_s))
+                    recoveries = max(used or 0, (state.attempt or 1) - 1)
                 except DashboardError:
                     pass  # the count from the last look stays
             elif seen.state == ABSENT:
@@ -443,35 +307,36 @@ class RayJobProvider(dyn.ResourceProvider):
                 status, message = GONE, f"job {job_id} unreachable, taken as gone ({seen.why})"
                 progress(f"Ray job {job_id}: {message}")
             else:
-                raise RayJobError(unknown_message("refresh", job_id, dash.url, seen.why, inputs["probe_window_s"]))
+                raise RayJobError(unknown_message("refresh", job_id, dash.url, seen.why, job.probe_window_s))
         # The inputs keep the attempt, so a resubmission after GONE is the next attempt, not attempt 1
-        # (check carries it from the old inputs into the new ones; create reads it).
-        kept = {k: outs[k] for k in (*INPUT_KEYS, LAST_JOB_KEY) if k in outs} | {LAST_JOB_KEY: job_id}
+        # (check carries it from the old inputs into the new ones; create reads it). The others as stored.
+        kept = {k: outs[k] for k in INPUT_KEYS if k in outs} | {LAST_JOB_KEY: job_id}
         return dyn.ReadResult(id_, {**outs, "job_id": job_id, "status": status,
                                     "message": _message(message, note), "recoveries": recoveries}, kept)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         # Only knobs changed (timeouts, flags, metadata, CA): the running job stays as it is.
         kept = {k: olds.get(k) for k in OUTPUT_KEYS}
-        new = with_defaults(news)
-        return dyn.UpdateResult({**new, **kept, "dashboard_url": base_url(new)})
+        job = JobInput.from_props(news)
+        return dyn.UpdateResult({**job.props(), **kept, "dashboard_url": base_url(job.target)})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         """Succeeds only when the job is seen stopped or finished, or Ray or the API server says it is gone.
         Anything else fails, and the job stays in the state (a replacement is never submitted beside it)."""
-        inputs = with_defaults(props)
-        job_id = props.get("job_id") or id_
-        with Dashboard(inputs) as dash:
-            seen = look(dash, inputs, job_id, inputs["probe_window_s"])
+        job = JobInput.from_props(props)
+        job_id = JobOutputs.from_props(props).job_id or id_
+        window = job.probe_window_s
+        with Dashboard(job.target) as dash:
+            seen = look(dash, job_id, window, job.raycluster)
             if seen.state == ABSENT:
                 return
             if seen.state != PRESENT:
                 if unreachable_is_gone():
                     progress(f"Ray job {job_id}: unreachable, forgotten without stopping it ({seen.why})")
                     return
-                raise RayJobError(unknown_message("stop", job_id, dash.url, seen.why, inputs["probe_window_s"]))
+                raise RayJobError(unknown_message("stop", job_id, dash.url, seen.why, window))
             status = seen.job.get("status")
-            deadline = time.monotonic() + inputs["stop_timeout_s"]  # from the moment we know what to stop
+            deadline = time.monotonic() + job.stop_timeout_s  # from the moment we know what to stop
             step, stop_sent, last = 0, False, ""
             while status not in TERMINAL:
                 try:
@@ -485,11 +350,11 @@ class RayJobProvider(dyn.ResourceProvider):
                     if err.fatal:
                         raise
                     last = str(err)
-                    if err.job_missing and look(dash, inputs, job_id, inputs["probe_window_s"]).state == ABSENT:
+                    if err.job_missing and look(dash, job_id, window, job.raycluster).state == ABSENT:
                         return
                 if not pause(step, deadline, READY_POLL_CAP_S):
                     raise RayJobError(
-                        f"Ray job {job_id} at {dash.url} is still {status} {inputs['stop_timeout_s']:g}s after "
+                        f"Ray job {job_id} at {dash.url} is still {status} {job.stop_timeout_s:g}s after "
                         f"{'the stop request' if stop_sent else 'trying to stop it'} (last error: {last or 'none'}); "
                         "it stays in the state: retry `pulumi up`/`pulumi destroy`")
                 step += 1
@@ -498,20 +363,19 @@ class RayJobProvider(dyn.ResourceProvider):
 # ----------------------------------------------------------------------------- whose job it is
 
 
-def digest(inputs: dict[str, Any]) -> str:
+def digest(job: JobInput) -> str:
     """What makes a job on the head this run: its entrypoint and runtime env (without the per-attempt vars)."""
     import hashlib
 
-    return hashlib.sha256(json.dumps([inputs["entrypoint"], inputs.get("runtime_env") or {}],
-                                     sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([job.entrypoint, job.runtime_env or {}], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_ours(job: dict[str, Any], inputs: dict[str, Any], url: str) -> None:
+def check_ours(found: dict[str, Any], job: JobInput, url: str) -> None:
     """A job found on the head under our submission id is adopted only when it is ours: the digest in its
     metadata (jobs this provider submitted), else its entrypoint (jobs from before the digest)."""
-    theirs = (job.get("metadata") or {}).get(DIGEST_KEY)
-    mine = digest(inputs)
-    if theirs == mine or (theirs is None and job.get("entrypoint") == inputs["entrypoint"]):
+    theirs = (found.get("metadata") or {}).get(DIGEST_KEY)
+    mine = digest(job)
+    if theirs == mine or (theirs is None and found.get("entrypoint") == job.entrypoint):
         return
 
     def short(text: Any) -> str:
@@ -519,7 +383,7 @@ def check_ours(job: dict[str, Any], inputs: dict[str, Any], url: str) -> None:
         return text if len(text) <= 200 else text[:200] + "..."
 
     raise RayJobError(
-        f"Ray job {job.get('submission_id')} at {url} is not this stack's run, not adopted: its entrypoint is "
-        f"{short(job.get('entrypoint'))!r} (digest {theirs}), ours is {short(inputs['entrypoint'])!r} (digest {mine}). "
+        f"Ray job {found.get('submission_id')} at {url} is not this stack's run, not adopted: its entrypoint is "
+        f"{short(found.get('entrypoint'))!r} (digest {theirs}), ours is {short(job.entrypoint)!r} (digest {mine}). "
         "Stop or delete that job on the head (`ray job stop`/`ray job delete`), or change the submission id."
     )

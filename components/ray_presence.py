@@ -23,9 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.ray import cluster_of_service
 from components.ray_client import READY_POLL_CAP_S, Dashboard, DashboardError, pause
-from components.ray_recovery import RAYCLUSTER_PATH
+from components.scripts.verl_gke_protocol import raycluster_path
 
 PRESENT, ABSENT, UNKNOWN = "present", "absent", "unknown"
 UNREACHABLE_IS_GONE_ENV = "VERL_GKE_JOB_UNREACHABLE_IS_GONE"
@@ -43,22 +42,10 @@ def unreachable_is_gone() -> bool:
     return os.environ.get(UNREACHABLE_IS_GONE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def raycluster_of(inputs: dict[str, Any]) -> tuple[str, str] | None:
-    """(namespace, name) of the RayCluster behind a `gke` target, from `scale` or the head service's name."""
-    gke = inputs.get("gke")
-    if not isinstance(gke, dict):
-        return None
-    scale = inputs.get("scale")
-    if isinstance(scale, dict) and scale.get("name") and scale.get("namespace"):
-        return str(scale["namespace"]), str(scale["name"])
-    name = cluster_of_service(str(gke.get("service") or ""))
-    return (str(gke["namespace"]), name) if name and gke.get("namespace") else None
-
-
 def _raycluster_not_found(dash: Dashboard, namespace: str, name: str, deadline: float) -> str | None:
     """The API server's own NotFound for this RayCluster (the reason why), or None for anything else."""
     try:
-        dash.kube(RAYCLUSTER_PATH.format(namespace=namespace, name=name), deadline)
+        dash.kube(raycluster_path(namespace, name), deadline)
         return None  # it exists: the job's absence is not proven by the cluster
     except DashboardError as err:
         if err.status != 404:
@@ -86,10 +73,12 @@ def _ray_says_missing(dash: Dashboard, job_id: str, deadline: float) -> bool:
         return err.job_missing
 
 
-def look(dash: Dashboard, inputs: dict[str, Any], job_id: str, window_s: float = PROBE_WINDOW_S) -> Presence:
-    """Ask until a definite answer or `window_s` has passed; every call is capped to that window."""
+def look(dash: Dashboard, job_id: str, window_s: float = PROBE_WINDOW_S,
+         raycluster: tuple[str, str] | None = None) -> Presence:
+    """Ask until a definite answer or `window_s` has passed; every call is capped to that window.
+    `raycluster`: (namespace, name) of the RayCluster the job runs on, asked of the API server too."""
     deadline = time.monotonic() + window_s
-    cluster = raycluster_of(inputs) if dash.api_server else None
+    cluster = raycluster if dash.api_server else None
     last, step = "nothing asked yet", 0
     while True:
         try:

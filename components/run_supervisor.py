@@ -3,8 +3,9 @@
 The Ray job's entrypoint runs it on the head; it runs the trainer, recovers from lost GPU nodes,
 merges the last checkpoint and finally scales the RayCluster's GPU group to zero. It reaches the
 head pod through the bucket (the staging Job copies it there, DataPrepArgs.extra_files), not through
-the RayCluster spec, so changing it never recreates the cluster. The file name carries a hash of its
-content: a running job's copy is never overwritten, and a changed supervisor is a changed run.
+the RayCluster spec, so changing it never recreates the cluster. It ships with the module of what it
+shares with the job provider (scripts/verl_gke_protocol.py), in one folder named by a hash of both
+files: a running job's copy is never overwritten, and a change to either is a changed run.
 
 GpuReleaseAccess lets the head pod's service account get and patch that one RayCluster (a
 namespaced Role): all the supervisor needs to set the worker group's replicas.
@@ -13,6 +14,7 @@ namespaced Role): all the supervisor needs to set the worker group's replicas.
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,17 +26,27 @@ from catalog import naming
 from catalog.paths import BucketPaths
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "supervise.py"
+PROTOCOL_FILE = SCRIPT_FILE.with_name("verl_gke_protocol.py")  # supervise.py imports it from its own folder
+SHIPPED = (SCRIPT_FILE, PROTOCOL_FILE)
 STATE_FILE = "verl-gke-run.json"  # the recovery budget, next to the checkpoints (see supervise.Budget)
 
 
-def script_text() -> str:
-    return SCRIPT_FILE.read_text()
+def _folder(paths: BucketPaths) -> str:
+    """The in-pod folder of this supervisor in the bucket: named by a hash of every file shipped in it."""
+    texts = [[f.name, f.read_text()] for f in SHIPPED]
+    digest = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:12]
+    return posixpath.join(paths.scripts_dir, f"supervisor-{digest}")
 
 
 def script_path(paths: BucketPaths) -> str:
-    """The supervisor's in-pod path in the bucket: content-addressed."""
-    digest = hashlib.sha256(script_text().encode()).hexdigest()[:12]
-    return posixpath.join(paths.scripts_dir, f"supervise-{digest}.py")
+    """The supervisor's in-pod path in the bucket (the entrypoint runs it): content-addressed."""
+    return posixpath.join(_folder(paths), SCRIPT_FILE.name)
+
+
+def shipped_files(paths: BucketPaths) -> dict[str, str]:
+    """In-pod path -> text of each file the supervisor needs, for the staging Job (DataPrepArgs.extra_files)."""
+    folder = _folder(paths)
+    return {posixpath.join(folder, f.name): f.read_text() for f in SHIPPED}
 
 
 def state_path(paths: BucketPaths) -> str:

@@ -31,7 +31,7 @@ from components import data_prep as data_prep_component
 from components.budget import ProjectBudgetArgs
 from components.network import AttachedNic, ClusterNetwork
 from components.ray_cluster import RayClusterArgs
-from components.run_supervisor import script_path, script_text
+from components.run_supervisor import shipped_files
 from components.storage import TrainingStorageArgs
 from stacks import checkpoints
 from stacks.keys import full
@@ -131,7 +131,7 @@ def problems(cfg) -> list[str]:
         model_id=cfg.model, verl_version=cfg.verl_version, verl_repo=VERL_REPO, image=d.image,
         hf_secret_name=STANDIN, pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(d.staging)),
         node_selector=selector, disk_budget=d.staging, bucket_name=STANDIN,
-        extra_files={script_path(d.paths): script_text()})))
+        extra_files=shipped_files(d.paths))))
     found += _run("TrainingStorageArgs", TrainingStorageArgs(
         project_id=cfg.project, project_number="1", location=cfg.bucket_location, bucket_prefix=cfg.name("data"),
         namespace=cfg.namespace, ksa_name=cfg.name("ray"), delete_on_destroy=cfg.bucket_delete_on_destroy,

@@ -31,7 +31,7 @@ from components.network_mapping import NetworkMapping
 from components.node_identity import NodeServiceAccount
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.ray_job import RayJob, RayJobArgs
-from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, script_text, state_path
+from components.run_supervisor import GpuReleaseAccess, GpuReleaseAccessArgs, script_path, shipped_files, state_path
 from components.stack_guard import StackGuard
 from components.storage import BUCKET_ROLE, TrainingStorage, TrainingStorageArgs
 from components.task_files import (
@@ -140,7 +140,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         hf_secret_key=storage.hf_secret_key,
         pod_annotations=gcsfuse_pod_annotations(cl.autopilot, staging_sidecar(budget)),
         node_selector=cpu_selector, disk_budget=budget, bucket_name=storage.bucket_name,
-        extra_files={script_path(paths): script_text()},  # the run supervisor the Ray job runs
+        extra_files=shipped_files(paths),  # the run supervisor the Ray job runs
         stage_gsm8k=cfg.task is None, task_check=task_check,
     ), opts=pulumi.ResourceOptions(provider=cluster.provider,
                                    # Hugging Face and the git clone of verl go out through the region's NAT.

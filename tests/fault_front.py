@@ -19,6 +19,8 @@ import time
 import urllib.error
 import urllib.request
 
+from tests.ray_fixtures import QuietHandler
+
 
 class FaultFront:
     def __init__(self, upstream: str):
@@ -75,19 +77,11 @@ class FaultFront:
     def _handler(self):
         front = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_args) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _reply(self, status: int, body: bytes, ctype: str = "text/plain", drip: bool = False) -> None:
                 if drip:
                     body += b" " * front.pad
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
+                self._head(status, ctype, len(body))
                 if not drip:
                     return self.wfile.write(body)
                 for i in range(len(body)):

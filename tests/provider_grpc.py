@@ -34,6 +34,13 @@ def _struct(props: dict[str, Any]):
         loop.close()
 
 
+def wire(props: dict[str, Any]) -> dict[str, Any]:
+    """Props as the engine's gRPC round trip delivers them to a provider: numbers as doubles, None dropped."""
+    from pulumi.runtime import rpc
+
+    return rpc.deserialize_properties(_struct(props))
+
+
 def _plain(struct, keep_unknowns: bool = False) -> dict[str, Any]:
     from pulumi.runtime import rpc
 

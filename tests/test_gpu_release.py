@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
 from components.ray_job_provider import RayJobProvider
 from tests.kuberay_fixture import FakeKubeRay
 from tests.ray_fixtures import gpus_on, head_node, pem, wait_status
-from tests.test_supervise import SUPERVISE, TRAINER, logs, submit
+from tests.test_supervise import SUPERVISE, TRAINER, logs, submit, wait_for
 
 GPUS = 2
 TOKEN = "sa-token-for-tests"
@@ -26,14 +25,6 @@ GROUP = "gpu-group"
 @pytest.fixture(scope="module")
 def head():
     yield from head_node(gpus=0, timeout=180)
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def service_account_dir(tmp_path, kube: FakeKubeRay):
@@ -46,16 +37,21 @@ def service_account_dir(tmp_path, kube: FakeKubeRay):
     return sa
 
 
+def released_run(head, kube: FakeKubeRay, tmp_path, run: str, gpus: int, steps: int, step_s: float,
+                 options: str = "") -> str:
+    """The supervisor around the stand-in trainer, releasing kube's group through the head pod's service account."""
+    sa = service_account_dir(tmp_path, kube)
+    py, ckpt = sys.executable, tmp_path / "ckpt"
+    return (f"{py} {SUPERVISE} --run-id {run} --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
+            f"--expected-gpus {gpus} --dashboard {head.address} --checkpoint-dir {ckpt} {options}"
+            f"--release-raycluster {kube.name} --release-group {GROUP} --k8s-api https://{kube.endpoint} "
+            f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps {steps} --step-s {step_s}")
+
+
 def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head, tmp_path, monkeypatch):
     with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
         wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
-        sa = service_account_dir(tmp_path, kube)
-        py, ckpt = sys.executable, tmp_path / "ckpt"
-        cmd = (f"{py} {SUPERVISE} --run-id run-r --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
-               f"--expected-gpus {GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} "
-               f"--release-raycluster rc --release-group {GROUP} --k8s-api https://{kube.endpoint} "
-               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 2 --step-s 0.2")
-        job = submit(head, cmd)
+        job = submit(head, released_run(head, kube, tmp_path, "run-r", GPUS, steps=2, step_s=0.2))
         assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=600) == "SUCCEEDED", \
             logs(head, job)[-3000:]
         group = kube.obj["spec"]["workerGroupSpecs"][0]
@@ -90,12 +86,8 @@ def test_a_stopped_run_releases_the_gpus_too(head, tmp_path):
     """`ray job stop`, as the provider's delete does when `pulumi up` replaces or stops the run."""
     with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
         wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
-        sa = service_account_dir(tmp_path, kube)
-        py, ckpt = sys.executable, tmp_path / "ckpt"
-        cmd = (f"{py} {SUPERVISE} --run-id run-s --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
-               f"--expected-gpus {GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} "
-               f"--release-raycluster rc3 --release-group {GROUP} --k8s-api https://{kube.endpoint} "
-               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 500 --step-s 1")
+        cmd = released_run(head, kube, tmp_path, "run-s", GPUS, steps=500, step_s=1)
+        ckpt = tmp_path / "ckpt"
         job = submit(head, cmd)
         wait_for(lambda: (ckpt / "steps.log").exists(), 300, "the first step")
         RayJobProvider().delete(job, {"submission_id": job, "entrypoint": cmd, "address": head.address,
@@ -110,16 +102,10 @@ def test_the_merge_runs_on_one_node_after_the_others_are_released(head, tmp_path
     """Issue 22: after training, every GPU node but one is released before the merge, which runs there."""
     with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=2, gpus_per_worker=GPUS) as kube:
         wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
-        sa = service_account_dir(tmp_path, kube)
-        py, ckpt = sys.executable, tmp_path / "ckpt"
         merger = SUPERVISE.parent.parent.parent / "tests" / "standins" / "merge.py"
-        cmd = (f"{py} {SUPERVISE} --run-id run-m --state {ckpt}/verl-gke-run.json --max-recoveries 3 "
-               f"--expected-gpus {2 * GPUS} --dashboard {head.address} --checkpoint-dir {ckpt} --settle-s 120 "
-               f"--merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
-               f"--merge-cmd '{py} {merger} merge --backend fsdp' "
-               f"--release-raycluster rc3 --release-group {GROUP} --k8s-api https://{kube.endpoint} "
-               f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps 2 --step-s 0.2")
-        job = submit(head, cmd)
+        merge = (f"--settle-s 120 --merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
+                 f"--merge-cmd '{sys.executable} {merger} merge --backend fsdp' ")
+        job = submit(head, released_run(head, kube, tmp_path, "run-m", 2 * GPUS, steps=2, step_s=0.2, options=merge))
         assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900) == "SUCCEEDED", \
             logs(head, job)[-3000:]
         text = logs(head, job)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -241,13 +242,22 @@ def test_no_urn_of_the_last_release_is_lost(stack):
     assert not lost, f"a deployed stack would delete: {lost}"
 
 
+# The job inputs whose change this release announces to stacks of the last release (README.md, "Upgrading a
+# live stack"): the supervisor ships with the provider <-> supervisor protocol module now, in a folder named
+# by the hash of both, so the entrypoint names another script and the run gets another submission id.
+ANNOUNCED_LAST_RELEASE_JOB_REPLACES = {"entrypoint", "submission_id"}
+SUPERVISOR_SCRIPT = re.compile(r"^python3 (\S+) ")
+
+
 @pytest.mark.parametrize("stack", [s for s in sorted(RELEASE) if RELEASE[s]["job_inputs"]])
 def test_the_last_releases_job_is_not_resubmitted(stack):
-    """A job started by the last release keeps running: its stored inputs diff without a replacement."""
+    """A job started by the last release keeps running unless this release announces why not: its stored
+    inputs diff with no replacement beyond the announced ones."""
     _, new = states(stack)
     urn = _job_urn(new)
     result = diff_inputs(RELEASE[stack]["job_inputs"], new[urn]["inputs"])
-    assert not result.replaces, f"the running job would be stopped and resubmitted: {result.replaces}"
+    unannounced = set(result.replaces) - ANNOUNCED_LAST_RELEASE_JOB_REPLACES
+    assert not unannounced, f"the running job would be stopped and resubmitted: {result.replaces}"
 
 
 @pytest.mark.parametrize("stack", sorted(RELEASE))
@@ -265,3 +275,26 @@ def test_the_last_releases_ray_cluster_changes_only_metadata(stack):
                    for p in after.get("replaceOnChanges", []) if p.startswith("metadata.annotations[")]
     for key in replaced_on:
         assert planned["metadata"]["annotations"].get(key) == before["metadata"]["annotations"].get(key), key
+
+
+@pytest.mark.parametrize("stack", [s for s in sorted(RELEASE) if RELEASE[s]["job_inputs"]])
+def test_the_last_releases_run_changes_only_its_supervisor(stack):
+    """The announced resubmission is the supervisor's alone: the same trainer command, run folder, state file
+    and options, the same runtime env; so the new run resumes from the old run's last checkpoint."""
+    _, new = states(stack)
+    before, after = RELEASE[stack]["job_inputs"], new[_job_urn(new)]["inputs"]
+    old_script = SUPERVISOR_SCRIPT.match(before["entrypoint"]).group(1)
+    new_script = SUPERVISOR_SCRIPT.match(after["entrypoint"]).group(1)
+    assert old_script != new_script
+    assert after["entrypoint"] == before["entrypoint"].replace(old_script, new_script, 1)
+    assert after["runtime_env"] == before["runtime_env"] and after["expected_gpus"] == before["expected_gpus"]
+
+
+def test_the_readme_announces_the_last_releases_job_resubmission():
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("\n## Upgrading a live stack\n"):]
+    section = section[:section.index("\n## ", 5)]
+    note = section[section.index("**From the last release"):]
+    note = note[:note.index("\n\n")]
+    assert "the running job is stopped and a new run submitted" in note
+    assert all(f"`{key}`" in note for key in ANNOUNCED_LAST_RELEASE_JOB_REPLACES)

@@ -6,7 +6,6 @@ doubles, None dropped. RAY_ADDRESS points nowhere in every test: the provider mu
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -17,6 +16,7 @@ import threading
 import uuid
 
 import pulumi
+import pulumi.dynamic as dyn
 import pytest
 import requests
 from pulumi.runtime import rpc
@@ -24,14 +24,9 @@ from pulumi.runtime import rpc
 from components import ray_client
 from components.ray_client import GONE, DashboardError, RayJobError, base_url, tail
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
-from components.ray_job_provider import (
-    LAST_JOB_KEY,
-    attempt_number,
-    diff_inputs,
-    pick_attempt,
-    validate_inputs,
-    with_defaults,
-)
+from components.ray_job_input import JobInput
+from components.ray_job_provider import LAST_JOB_KEY, diff_inputs, pick_attempt
+from tests.provider_grpc import wire
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -51,13 +46,13 @@ HEAD_GPUS = 2
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 
 
-def wire(props: dict) -> dict:
-    """Props as the engine's gRPC round trip delivers them to a provider."""
-    loop = asyncio.new_event_loop()
-    try:
-        return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(props, {})))
-    finally:
-        loop.close()
+def with_defaults(props: dict) -> dict:
+    """The inputs as create stores them: every field, defaults filled."""
+    return JobInput.from_props(props).props()
+
+
+def validate_inputs(props: dict) -> list[tuple[str, str]]:
+    return JobInput.from_props(props).problems()
 
 
 def new_id(tag: str) -> str:
@@ -91,13 +86,6 @@ def props(address: str | None, tag: str = "job", **overrides) -> dict:
 
 
 # ----------------------------------------------------------------------------- pure decisions
-
-
-def test_attempt_numbers():
-    assert attempt_number("s-abc", "s-abc") == 1
-    assert attempt_number("s-abc-r7", "s-abc") == 7
-    for other in ("s-abc-r1", "s-abc-rx", "s-abc-r", "s-abcd", "x-s-abc", None):
-        assert attempt_number(other, "s-abc") is None
 
 
 def test_pick_attempt_after_a_vanished_attempt():
@@ -139,9 +127,11 @@ def test_base_url_plain_and_service_proxy():
 
 
 def test_wire_numbers_come_back_as_ints():
-    inputs = with_defaults(wire({"expected_gpus": 16, "ready_timeout_s": 600, "address": None}))
-    assert inputs["expected_gpus"] == 16 and isinstance(inputs["expected_gpus"], int)
-    assert "address" in inputs and inputs["address"] is None
+    job = JobInput.from_props(wire({"expected_gpus": 16, "ready_timeout_s": 600, "address": None,
+                                    "probe_window_s": 2, "attempt": 3, "__provider": "blob"}))
+    assert job.expected_gpus == 16 and isinstance(job.expected_gpus, int) and isinstance(job.ready_timeout_s, int)
+    assert job.address is None and isinstance(job.probe_window_s, float)  # seconds of a window may be fractions
+    assert "__provider" not in job.props() and "attempt" not in job.props()  # engine keys and outputs are not inputs
 
 
 def test_validate_inputs_names_the_property():
@@ -339,6 +329,11 @@ def test_ray_job_resource_under_mocks():
     assert verified  # the apply ran: not a vacuous pass
     with pytest.raises(ValueError, match="exactly one"):
         RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", expected_gpus=1))
+    # what is known at construction is judged there, by the provider's own rules; Outputs are not judged yet
+    with pytest.raises(ValueError, match=r"RayJobArgs\.stop_timeout_s: 0 must be a number of seconds > 0"):
+        RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", address="http://h:8265", stop_timeout_s=0))
+    assert RayJobArgs(submission_id=pulumi.Output.from_input("has space"), entrypoint="e", address="http://h:8265",
+                      metadata={"model": pulumi.Output.from_input("m")}).problems() == []
 
 
 # ----------------------------------------------------------------------------- against a real head
@@ -606,57 +601,47 @@ def test_missing_google_credentials_is_a_clear_error(head, provider, monkeypatch
     assert "CLOUDSDK_AUTH_ACCESS_TOKEN" in str(err.value)
 
 
+def in_a_fresh_provider_process(blob: str, created: dyn.CreateResult, body: str, timeout: float) -> dict:
+    """Run `body` as `python -m pulumi.dynamic` would for a refresh or destroy from state: a fresh interpreter in
+    the project directory unpickles `blob` into `p` (pulumi.runtime._serialization._deserialize); `id_` and
+    `outs` are the created job's as the engine sends them; `body` sets `result`, returned here."""
+    script = (
+        "import base64, dill, json, sys\n"
+        "from pulumi.runtime._serialization import _deserialize\n"
+        "imported_before = [m for m in sys.modules if m.startswith('components')]\n"
+        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
+        "id_, outs = sys.argv[2], json.loads(sys.argv[3])\n"
+        f"{body}\n"
+        "print(json.dumps(result))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
 def test_provider_pickled_like_pulumi_runs_in_a_fresh_interpreter(head, provider):
     from pulumi.dynamic.dynamic import serialize_provider
 
     created = provider.create(props(head.address, "pickle", wait_for_completion=True))
     blob = serialize_provider(RayJobProvider())  # the engine's own dill call (recurse=True)
-    # What `python -m pulumi.dynamic` does in the project directory for a refresh from state.
-    script = (
-        "import base64, dill, json, sys\n"
-        "from pulumi.runtime._serialization import _deserialize\n"
-        "assert not [m for m in sys.modules if m.startswith('components')]\n"
-        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
-        "assert vars(p) == {}\n"
-        "print(json.dumps(p.read(sys.argv[2], json.loads(sys.argv[3])).outs))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run(
-        [sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    outs = json.loads(run.stdout.splitlines()[-1])
+    outs = in_a_fresh_provider_process(blob, created, "assert not imported_before and vars(p) == {}\n"
+                                                      "result = p.read(id_, outs).outs", timeout=120)
     assert outs["status"] == "SUCCEEDED" and outs["job_id"] == created.id
 
 
-def test_provider_pickled_before_the_split_still_refreshes_and_deletes(head, provider):
-    """State written before components/ray_job.py was split holds the provider pickled by today's
-    module path (tests/data/ray_job_provider_v1.dill.b64, made by that code). `pulumi refresh` and
-    `pulumi destroy` unpickle it in a fresh process: it must still read and stop a running job."""
-    blob = (REPO / "tests" / "data" / "ray_job_provider_v1.dill.b64").read_text().strip()
+@pytest.mark.parametrize("pickled", ["ray_job_provider_v1.dill.b64", "ray_job_provider_f611a47.dill.b64"])
+def test_provider_pickled_by_an_earlier_release_still_refreshes_and_deletes(head, provider, pickled):
+    """A state holds the provider as `pulumi up` pickled it then: before components/ray_job.py was split
+    (v1, by `components.ray_job`) and by the last release (f611a47, by `components.ray_job_provider`; made
+    by pulumi.dynamic.serialize_provider on that commit's code). `pulumi refresh` and `pulumi destroy`
+    unpickle it in a fresh process: it must still read and stop a running job."""
+    blob = (REPO / "tests" / "data" / pickled).read_text().strip()
     assert b"components.ray_job" in base64.b64decode(blob)
     created = provider.create(props(head.address, "oldstate", entrypoint="sleep 600"))
-    script = (
-        "import base64, dill, json, sys\n"
-        "from pulumi.runtime._serialization import _deserialize\n"
-        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
-        "outs = json.loads(sys.argv[3])\n"
-        "read = p.read(sys.argv[2], outs).outs\n"
-        "p.delete(sys.argv[2], read)\n"
-        "print(json.dumps({'read': read['status'], 'class': type(p).__module__}))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run(
-        [sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
-    )
-    assert run.returncode == 0, run.stderr
-    result = json.loads(run.stdout.splitlines()[-1])
+    result = in_a_fresh_provider_process(blob, created, "read = p.read(id_, outs).outs\np.delete(id_, read)\n"
+                                         "result = {'read': read['status'], 'class': type(p).__module__}", timeout=180)
     assert result["read"] in ("PENDING", "RUNNING")
     assert result["class"] == "components.ray_job_provider"  # the shim resolved to the moved class
     final = requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"]
@@ -705,7 +690,8 @@ def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, m
 
 
 def test_supervisor_note_and_budget_rules():
-    from components.ray_recovery import budget_left, supervisor_note, with_attempt_env
+    from components.ray_recovery import budget_left, with_attempt_env
+    from components.scripts.verl_gke_protocol import supervisor_note
 
     logs = ("noise\n[verl-gke] starting the trainer (attempt 2, recoveries used 1 of 3, ...)\n"
             "[verl-gke] recovery 2 of 3: 1 GPU worker node(s) left the Ray cluster (abc)\nmore noise\n")

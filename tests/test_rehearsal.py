@@ -60,7 +60,6 @@ needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESP
 
 STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
 STANDIN_MERGE = REPO / "tests" / "standins" / "merge.py"
-SUPERVISOR = REPO / "components" / "scripts" / "supervise.py"
 LOCAL_ONLY = ("/tmp", "/dev/shm")  # emptyDirs on the pod's disk: the host's own /tmp stands in for them
 
 
@@ -101,7 +100,8 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
     """What the staging Job leaves in the bucket, at the paths its rendered arguments name (stacks of
     one verl tag share the source and dataset folders, as they would in one bucket)."""
     job = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
-    args = placement._options(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    words = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = placement._options(words)
     writer = pods[placement.JOB]
 
     def local(path: str) -> Path:
@@ -115,9 +115,13 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
     data.mkdir(parents=True, exist_ok=True)
     for name in ("train.parquet", "test.parquet"):
         (data / name).write_bytes(b"PAR1")
-    shipped = local(args["ship"].split("=", 1)[1])
-    shipped.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SUPERVISOR, shipped)
+    # Each --ship SRC=DEST: the staging Job copies its ConfigMap's file (the supervisor and what it imports).
+    scripts = next(r["inputs"]["data"] for r in p["resources"] if r["type"] == "kubernetes:core/v1:ConfigMap"
+                   and "stage_data.py" in (r["inputs"].get("data") or {}))
+    for src, dest in (words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--ship"):
+        shipped = local(dest)
+        shipped.parent.mkdir(parents=True, exist_ok=True)
+        shipped.write_text(scripts[os.path.basename(src)])
 
 
 def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:

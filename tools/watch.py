@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from components.ray_client import ACTIVE, TERMINAL, Dashboard, RayJobError, base_url
+from components.scripts.verl_gke_protocol import attempt_number, split_attempt
 
 TRAIN_SCORE = "critic/score/mean"  # verl trainer/ppo/metric_utils.py compute_data_metrics
 VAL_SCORE_PREFIX = "val-core/"  # val-core/<data_source>/<var>/mean@<n>, e.g. .../openai/gsm8k/reward/mean@1
@@ -45,7 +46,6 @@ RAY_ADDRESS_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
 _STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
 _TOTAL = re.compile(r"Total training steps: (\d+)")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)")
-_ATTEMPT = re.compile(r"^(?P<base>.+?)(?:-r(?P<n>\d+))?$")
 
 
 # ----------------------------------------------------------------------------- the log
@@ -116,16 +116,13 @@ def parse_log(text: str) -> Progress:
 
 
 def attempt_of(job_id: str) -> tuple[str, int]:
-    """(base id, attempt): the provider resubmits a dead job as `<base>-r<k>` (components.ray_job_provider)."""
-    match = _ATTEMPT.match(job_id)
-    return match.group("base"), int(match.group("n") or 1)
+    """(base id, attempt): the provider resubmits a dead job as `<base>-r<k>` (components.scripts.verl_gke_protocol)."""
+    return split_attempt(job_id)
 
 
 def newest_attempt(job_ids: list[str], base: str) -> str | None:
     """The newest attempt of `base` among the jobs on the head: after a recovery the stack output
     still names the old attempt until the next `pulumi up --refresh`."""
-    from components.ray_job_provider import attempt_number
-
     numbered = [(n, j) for j in job_ids if (n := attempt_number(j, base)) is not None]
     return max(numbered)[1] if numbered else None
 

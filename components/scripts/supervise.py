@@ -16,7 +16,9 @@ merger); a failed merge fails the job. At the end, whatever the outcome, the GPU
 the RayCluster is scaled to zero through the Kubernetes API (the pod's service account), so idle
 GPUs stop billing; the next submission scales it back.
 
-Standard library only: it runs in the training image before anything else is known to work.
+Standard library only: it runs in the training image before anything else is known to work. What it
+shares with the job provider (the attempt's env vars, its `[verl-gke]` lines, the worker group's patch)
+is verl_gke_protocol, shipped into the same folder.
 Exit codes: the trainer's on a deterministic failure, 0 success, 1 budget spent / GPUs never
 returned / merge failed, 2 bad arguments, 143 stopped.
 """
@@ -38,7 +40,9 @@ import time
 import urllib.error
 import urllib.request
 
-PREFIX = "[verl-gke]"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # verl_gke_protocol ships next to this script
+import verl_gke_protocol as protocol  # noqa: E402
+
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's trainer/ray_trainer.py writes it last
 MERGED_MARKER = ".verl-gke-merged.json"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod's projected service account token
@@ -47,7 +51,7 @@ EXIT_GIVE_UP, EXIT_STOPPED = 1, 143
 
 
 def log(message: str) -> None:
-    print(f"{PREFIX} {message}", flush=True)
+    print(protocol.line(message), flush=True)
 
 
 # ----------------------------------------------------------------------------- the shared budget
@@ -98,7 +102,7 @@ class Budget:
         os.replace(tmp, self.path)
 
     def tally(self) -> str:
-        return f"recoveries used {self.used} of {self.limit}"
+        return protocol.tally(self.used, self.limit)
 
 
 def state_problem(path: str, run: str) -> str | None:
@@ -319,14 +323,8 @@ def release_gpus(args: argparse.Namespace, replicas: int = 0) -> bool:
         log(f"GPU release skipped: no service account token ({err})")
         return False
     # A field manager of our own: server-side apply then records who set the replicas (not Pulumi).
-    path = (f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{args.release_raycluster}"
-            "?fieldManager=verl-gke-supervisor")
-    i = args.release_group_index
-    patch = [
-        {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": args.release_group},
-        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/minReplicas", "value": replicas},
-        {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": replicas},
-    ]
+    path = protocol.raycluster_path(namespace, args.release_raycluster) + "?fieldManager=verl-gke-supervisor"
+    patch = protocol.worker_group_patch(args.release_group_index, args.release_group, replicas)
     request = urllib.request.Request(
         args.k8s_api.rstrip("/") + path, data=json.dumps(patch).encode(), method="PATCH",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json-patch+json"})
@@ -404,7 +402,7 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
             budget.record(outcome="RECOVERING")
             n = len(budget.restarts)
             pause = min(args.backoff_cap_s, args.backoff_s * 2 ** (n - 1))
-            log(f"recovery {budget.used} of {budget.limit}: {why}; waiting {pause:g}s, then up to "
+            log(f"{protocol.recovery(budget.used, budget.limit, why)}; waiting {pause:g}s, then up to "
                 f"{args.gpu_wait_s:g}s for {args.expected_gpus} GPUs")
             time.sleep(pause)
             if wait_for_gpus(args.dashboard, args.expected_gpus, args.gpu_wait_s) is None:
@@ -453,12 +451,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         sys.exit(2)
     cut = argv.index("--")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # The job provider sets these per attempt in the runtime env (components/ray_recovery.py).
+    # The job provider sets these per attempt in the runtime env (protocol.attempt_env).
     env = os.environ.get
-    p.add_argument("--run-id", default=env("VERL_GKE_RUN"), help="the run's base submission id (the budget's key)")
-    p.add_argument("--max-recoveries", type=int, default=env("VERL_GKE_MAX_RECOVERIES"))
-    p.add_argument("--attempt", type=int, default=int(env("VERL_GKE_ATTEMPT", "1")))
-    p.add_argument("--used", type=int, default=int(env("VERL_GKE_RECOVERIES_USED", "0")))
+    p.add_argument("--run-id", default=env(protocol.RUN_ENV), help="the run's base submission id (the budget's key)")
+    p.add_argument("--max-recoveries", type=int, default=env(protocol.MAX_ENV))
+    p.add_argument("--attempt", type=int, default=int(env(protocol.ATTEMPT_ENV, "1")))
+    p.add_argument("--used", type=int, default=int(env(protocol.USED_ENV, "0")))
     p.add_argument("--state", required=True, help="the budget's JSON file (on the bucket)")
     p.add_argument("--expected-gpus", type=int, required=True)
     p.add_argument("--dashboard", default="http://127.0.0.1:8265", help="this Ray cluster's dashboard")
@@ -486,7 +484,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if not trainer:
         p.error("no trainer command after --")
     if args.run_id is None or args.max_recoveries is None:
-        p.error("--run-id and --max-recoveries (or VERL_GKE_RUN and VERL_GKE_MAX_RECOVERIES) are required")
+        p.error(f"--run-id and --max-recoveries (or {protocol.RUN_ENV} and {protocol.MAX_ENV}) are required")
     if args.merge_to and not args.checkpoint_dir:
         p.error("--merge-to needs --checkpoint-dir")
     if args.max_recoveries < 0 or args.expected_gpus < 0 or args.attempt < 1:

@@ -1,0 +1,171 @@
+"""Local Ray nodes started by `ray start` (CPU only, GPUs declared), for the tests and the bench.
+
+Each node runs in a session of its own, with its own temp dir and ports, so it can be stopped on its
+own: `ray stop` would stop every head on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ray_env() -> dict[str, str]:
+    """The environment for `ray start`: without the bogus RAY_ADDRESS the tests set for the provider."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return env
+
+
+class RayNode:
+    """One Ray node (a head, or a worker joining `join`), in its own process group and temp dir."""
+
+    def __init__(self, gpus: int, cpus: int = 1, join: RayNode | None = None):
+        self.gpus, self.cpus, self.join = gpus, cpus, join
+        # Short root: Ray's unix socket paths must stay under 108 bytes.
+        self.temp_dir = tempfile.mkdtemp(prefix="rj-", dir="/tmp")
+        self.gcs_port = join.gcs_port if join else free_port()
+        self.dashboard_port = join.dashboard_port if join else free_port()
+        self.pgid: int | None = None
+
+    @property
+    def address(self) -> str:
+        """The dashboard base URL."""
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            RAY,
+            "start",
+            f"--num-cpus={self.cpus}",
+            f"--num-gpus={self.gpus}",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+        ]
+        if self.join:
+            return [*cmd, f"--address=127.0.0.1:{self.gcs_port}"]
+        return [
+            *cmd,
+            "--head",
+            f"--port={self.gcs_port}",
+            f"--dashboard-port={self.dashboard_port}",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--ray-client-server-port={free_port()}",
+        ]
+
+    def start(self, timeout: float = 240) -> RayNode:
+        log = open(Path(self.temp_dir) / "ray-start.log", "wb")  # noqa: SIM115 - kept for post-mortems
+        proc = subprocess.Popen(
+            self.command(), env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        # The daemons `ray start` leaves behind keep its process group: that is how we stop this node only.
+        self.pgid = proc.pid
+        if proc.wait(timeout=timeout) != 0:
+            self.stop()
+            raise RuntimeError(f"ray start failed: {Path(log.name).read_text()[-3000:]}")
+        if not self.join:
+            self._wait_healthy(timeout)
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.address}/api/gcs_healthz", timeout=2).ok and self._agent_serves():
+                    if requests.get(f"{self.address}/api/jobs/", timeout=5).ok:
+                        return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"Ray head at {self.address} did not become healthy in {timeout}s")
+
+    def _agent_serves(self) -> bool:
+        """The head's dashboard agent (which runs submitted jobs) is registered and answers: until then
+        a submission fails with "No available agent". Listing its log files goes through that agent."""
+        nodes = requests.get(f"{self.address}/api/v0/nodes?limit=100", timeout=10).json()["data"]["result"]["result"]
+        head = next((n["node_id"] for n in nodes if n.get("is_head_node") and n["state"] == "ALIVE"), None)
+        return head is not None and requests.get(
+            f"{self.address}/api/v0/logs?node_id={head}&glob=dashboard_agent*&timeout=5", timeout=10).ok
+
+    def agent_pid(self) -> int:
+        """The pid of this node's dashboard agent: the raylet's child titled ray::DashboardAgent."""
+        procs = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            procs[int(proc.name)] = (ppid, cmdline)
+        raylets = {pid for pid, (_, cmd) in procs.items() if b"raylet/raylet" in cmd and self.temp_dir.encode() in cmd}
+        for pid, (ppid, cmd) in procs.items():
+            if ppid in raylets and cmd.startswith(b"ray::DashboardAgent"):
+                return pid
+        raise RuntimeError(f"no dashboard agent process for the node in {self.temp_dir}")
+
+    def stop(self) -> None:
+        if self.pgid is not None:
+            _kill_group(self.pgid)
+            self.pgid = None
+        _kill_matching(self.temp_dir)  # workers and drivers that left the group (setsid)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _kill_group(pgid: int, grace: float = 1.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _kill_matching(needle: str) -> None:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle.encode() in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def gpus_on(address: str) -> float:
+    """Total GPUs on ALIVE nodes, straight from the state API (independent of the provider)."""
+    nodes = requests.get(f"{address}/api/v0/nodes?limit=1000", timeout=10).json()["data"]["result"]["result"]
+    return sum(n["resources_total"].get("GPU", 0) for n in nodes if n["state"] == "ALIVE")
