@@ -10,12 +10,13 @@ with stand-ins for those outputs and calls each component's own `problems()`, so
 accepts constructs every component, and a rule a component holds runs once in the gate, there (the
 config's key rules check the keys themselves). Each problem names the config key it comes from.
 Stand-ins are strings: the rules check a name's shape only where it is a plain string, and every
-such name is a constant or derived from a key.
+such name is a constant or derived from a key. `cfg` is a stacks.config.StackConfig, not imported
+(stacks.config's gate imports this module).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
 
@@ -31,15 +32,12 @@ from stacks import derived
 from stacks.derived import run_paths  # noqa: F401 - where the tests found it
 from stacks.keys import full
 
-if TYPE_CHECKING:
-    from stacks.config import StackConfig
-
 STANDIN = "standin-name"  # an Output's stand-in: a valid DNS label, never a config value
 
 Input = Any  # a plain value, or a pulumi.Output of one (compose); a stand-in string (the gate)
 
 
-def gke_cluster_args(cfg: StackConfig, *, network: ClusterNetwork, min_version: Input,
+def gke_cluster_args(cfg, *, network: ClusterNetwork, min_version: Input,
                      node_service_account: Input = None) -> GkeClusterArgs:
     cl, d = cfg.cluster, derived.of(cfg)
     return GkeClusterArgs(
@@ -52,7 +50,7 @@ def gke_cluster_args(cfg: StackConfig, *, network: ClusterNetwork, min_version: 
         authorized_networks=cl.authorized_networks, migrations=cl.migrations)
 
 
-def storage_args(cfg: StackConfig, *, project_number: Input, hf_token: pulumi.Output[str] | None = None,
+def storage_args(cfg, *, project_number: Input, hf_token: pulumi.Output[str] | None = None,
                  wandb_api_key: pulumi.Output[str] | None = None) -> TrainingStorageArgs:
     return TrainingStorageArgs(
         project_id=cfg.project, project_number=project_number, location=cfg.bucket_location,
@@ -62,7 +60,7 @@ def storage_args(cfg: StackConfig, *, project_number: Input, hf_token: pulumi.Ou
         soft_delete_days=cfg.bucket_soft_delete_days)
 
 
-def data_prep_args(cfg: StackConfig, *, namespace: Input, service_account: Input, pvc_name: Input,
+def data_prep_args(cfg, *, namespace: Input, service_account: Input, pvc_name: Input,
                    hf_secret_name: Input, hf_secret_key: str, bucket_name: Input,
                    task_check: dict | None) -> DataPrepArgs:
     d = derived.of(cfg)
@@ -74,7 +72,7 @@ def data_prep_args(cfg: StackConfig, *, namespace: Input, service_account: Input
         stage_gsm8k=cfg.task is None, task_check=task_check)
 
 
-def ray_cluster_args(cfg: StackConfig, *, namespace: Input, service_account: Input, pvc_name: Input,
+def ray_cluster_args(cfg, *, namespace: Input, service_account: Input, pvc_name: Input,
                      writer_pvc_name: Input, checkpoint_pvc_name: Input, head_checkpoint_pvc_name: Input,
                      network_annotations: Any, gpu_pool_name: Input,
                      worker_secret_env: dict | None = None) -> RayClusterArgs:
@@ -93,7 +91,7 @@ def ray_cluster_args(cfg: StackConfig, *, namespace: Input, service_account: Inp
         **({"worker_ephemeral_storage_gib": acc.worker_ephemeral_gib} if acc.worker_ephemeral_gib else {}))
 
 
-def budget_args(cfg: StackConfig, *, project_number: Input) -> ProjectBudgetArgs:
+def budget_args(cfg, *, project_number: Input) -> ProjectBudgetArgs:
     assert cfg.budget is not None
     return ProjectBudgetArgs(
         billing_account=cfg.budget.billing_account, project=cfg.project, project_number=project_number,
@@ -147,7 +145,7 @@ def _lines(args: Any) -> list[str]:
     return lines
 
 
-def gate_args(cfg: StackConfig) -> list[Any]:
+def gate_args(cfg) -> list[Any]:
     """Each checked component's args as compose builds them, with stand-ins for other components' outputs."""
     cl, acc = cfg.cluster, cfg.accelerator
     storage_outputs = dict(namespace=cfg.namespace, service_account=cfg.name("ray"))
@@ -170,7 +168,7 @@ def gate_args(cfg: StackConfig) -> list[Any]:
     return found
 
 
-def problems(cfg: StackConfig) -> list[str]:
+def problems(cfg) -> list[str]:
     """Every component rule the config breaks (empty when every component accepts its args)."""
     return list(dict.fromkeys(line for args in gate_args(cfg) for line in _lines(args)))
 

@@ -135,7 +135,8 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
         # After the APIs, as the storage lookup: Cloud Resource Manager may be enabled by this very run.
         ProjectBudget("budget", component_rules.budget_args(cfg, project_number=_project_number(cfg, apis)),
                       opts=after_apis)
-    pulumi.log.info(cost.render_hourly(d.hourly))
+    price = cost.hourly(cfg)
+    pulumi.log.info(cost.render_hourly(price))
 
     outputs: dict[str, Any] = {
         "clusterName": cluster.name,
@@ -154,7 +155,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
             "rdmaSubnets": network.rdma_subnets} if acc.rdma else {}),
         "bucket": storage.bucket_name,
         "rayCluster": ray.name,
-        "hourlyPrice": cost.summary(d.hourly),
+        "hourlyPrice": cost.summary(price),
         "namespace": storage.namespace,
         # Commands are plain commands (no `# ...`): they paste into a shell and run as `$(pulumi stack output X)`.
         "dashboardCommand": storage.namespace.apply(

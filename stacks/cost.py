@@ -8,13 +8,10 @@ A part without a price source stays in the table as unknown: totals are then low
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from catalog import prices
 from catalog.capacity import ON_DEMAND
-
-if TYPE_CHECKING:  # stacks.derived (which stacks.config's gate imports) prices the stack
-    from stacks.config import StackConfig
+from stacks.config import StackConfig
 
 GPU_NODES, CPU_NODES, CLUSTER_FEE, BUCKET = "GPU nodes", "CPU nodes", "cluster fee", "bucket"
 

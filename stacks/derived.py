@@ -1,9 +1,10 @@
-"""What the stack derives from its config, computed once per config (`StackConfig.derived`).
+"""What the stack derives from its config, computed once per config object (`derived.of(cfg)`).
 
 Compose wires these into the components, the gate builds the components' args from them
 (stacks.component_rules) and the offline plan prints them: one computation, so the three cannot drift.
 Everything here is a function of the config alone (no Pulumi output); what depends on a resource
-(a bucket's name, a pool's name) is wired by compose.
+(a bucket's name, a pool's name) is wired by compose. `cfg` is a stacks.config.StackConfig, not imported:
+the config's gate (stacks.component_rules) reads this module.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 import re
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from catalog import egress, gke, images, naming
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
@@ -26,10 +27,8 @@ from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
 from components.run_supervisor import script_path, script_text, state_path
 from recipe import grpo
-from stacks import checkpoints, cost, dataset
+from stacks import checkpoints, dataset
 
-if TYPE_CHECKING:
-    from stacks.config import StackConfig
 
 @dataclass(frozen=True)
 class GrpoJob:
@@ -58,8 +57,7 @@ class Derived:
     egress: dict[str, str]  # destination host -> NAT or GOOGLE (catalog.egress)
     task_check: dict | None  # stacks.dataset.staging_check: gs:// task files the staging Job copies in
     task_source_buckets: tuple[str, ...]  # their buckets other than the stack's own (a read grant each)
-    hourly: cost.HourlyTable
-    config: StackConfig = field(repr=False, compare=False)  # what `job` is derived from, when first read
+    config: Any = field(repr=False, compare=False)  # the StackConfig `job` is derived from, when first read
 
     @functools.cached_property
     def job(self) -> GrpoJob | None:
@@ -78,7 +76,7 @@ class Derived:
         return gs_url(bucket, self.paths.merged_dir)
 
 
-def run_paths(cfg: StackConfig) -> BucketPaths:
+def run_paths(cfg) -> BucketPaths:
     """The stack's bucket paths, checkpoints and merged model keyed by the run (stacks.checkpoints)."""
     base = bucket_paths(cfg.stack, cfg.model, cfg.verl_version)
     identity = checkpoints.run_identity(cfg.grpo, model=cfg.model, nnodes=cfg.gpu_nodes,
@@ -87,7 +85,7 @@ def run_paths(cfg: StackConfig) -> BucketPaths:
     return bucket_paths(cfg.stack, cfg.model, cfg.verl_version, run=checkpoints.run_key(identity))
 
 
-def derive(cfg: StackConfig) -> Derived:
+def derive(cfg) -> Derived:
     """Every derived value of the stack; read it as `cfg.derived` (computed once per config)."""
     cl = cfg.cluster
     paths = run_paths(cfg)
@@ -111,11 +109,11 @@ def derive(cfg: StackConfig) -> Derived:
         gke_version_prefix=gke.version_prefix(cl.gke_version),
         egress=egress.routes(VERL_REPO, cfg.image, cfg.image_mirror, cfg.grpo.logger),
         task_check=task_check, task_source_buckets=buckets,
-        hourly=cost.hourly(cfg), config=cfg,
+        config=cfg,
     )
 
 
-def _task_sources(cfg: StackConfig) -> tuple[dict | None, tuple[str, ...]]:
+def _task_sources(cfg) -> tuple[dict | None, tuple[str, ...]]:
     """gs:// task files: what the staging Job copies and checks, and the source buckets that are not this
     stack's own (whose name is only known once deployed: <namePrefix>-data-<8 hex>)."""
     if cfg.task is None:
@@ -128,7 +126,7 @@ def _task_sources(cfg: StackConfig) -> tuple[dict | None, tuple[str, ...]]:
     return spec, tuple(dict.fromkeys(f.source_bucket for f in cfg.task.copies if not own.fullmatch(f.source_bucket)))
 
 
-def _job(cfg: StackConfig, paths: BucketPaths) -> GrpoJob:
+def _job(cfg, paths: BucketPaths) -> GrpoJob:
     acc = cfg.accelerator
     overrides = grpo.overrides(cfg.grpo, stack=cfg.stack, nnodes=cfg.gpu_nodes, gpus_per_node=acc.gpus_per_node,
                                paths=paths, task=cfg.task, nccl_timeout=checkpoints.nccl_timeout_for(cfg))
@@ -147,7 +145,7 @@ def _job(cfg: StackConfig, paths: BucketPaths) -> GrpoJob:
 _CACHE: dict[int, tuple[weakref.ref, Derived]] = {}
 
 
-def of(cfg: StackConfig) -> Derived:
+def of(cfg) -> Derived:
     """`derive(cfg)`, computed once per config object: the gate, compose and the plan share it."""
     hit = _CACHE.get(id(cfg))
     if hit is not None and hit[0]() is cfg:

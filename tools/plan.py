@@ -405,9 +405,9 @@ def price_report(cfg: stack_config.StackConfig) -> str:
     """The hourly price table and the run estimate from the recipe's sizing (GPU-hours, bucket GB)."""
     from catalog.models import model_spec
     from recipe import sizing
-    from stacks import cost, derived
+    from stacks import cost
 
-    table = derived.of(cfg).hourly
+    table = cost.hourly(cfg)
     if model_spec(cfg.model) is None:  # no size figures: the hourly price still holds
         return "\n".join([cost.render_hourly(table), f"run estimate: {cfg.model} is not in catalog/models.py"])
     s = sizing.run_sizing(cfg)
