@@ -18,6 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import naming
+from components.problems import Problem, require
 
 THRESHOLDS = (0.5, 0.9, 1.0)  # share of the amount (BudgetThresholdRule: 1.0-based, 0.5 = 50%)
 
@@ -31,25 +32,24 @@ class ProjectBudgetArgs:
     display_name: str
     thresholds: Sequence[float] = THRESHOLDS
 
-    def validate(self) -> None:
-        problems = []
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
         if why := naming.billing_account_id(self.billing_account):
-            problems.append(f"ProjectBudgetArgs.billing_account = {self.billing_account!r}: {why}")
+            found.append(("billing_account", why))
         if not isinstance(self.monthly_amount, int) or self.monthly_amount < 1:
-            problems.append(f"ProjectBudgetArgs.monthly_amount = {self.monthly_amount!r}: must be an integer >= 1")
+            found.append(("monthly_amount", "must be an integer >= 1"))
         if not self.thresholds or any(t <= 0 for t in self.thresholds):
-            problems.append(f"ProjectBudgetArgs.thresholds = {list(self.thresholds)!r}: must be shares > 0")
+            found.append(("thresholds", "must be shares > 0"))
         if not 1 <= len(self.display_name) <= 60:  # Budget.displayName: at most 60 characters (Budgets API)
-            problems.append(f"ProjectBudgetArgs.display_name = {self.display_name!r}: must be 1-60 characters")
-        if problems:
-            raise ValueError("invalid ProjectBudget arguments:\n  - " + "\n  - ".join(problems))
+            found.append(("display_name", "must be 1-60 characters"))
+        return found
 
 
 class ProjectBudget(pulumi.ComponentResource):
     budget: gcp.billing.Budget
 
     def __init__(self, name: str, args: ProjectBudgetArgs, opts: pulumi.ResourceOptions | None = None):
-        args.validate()
+        require("ProjectBudget", args)
         super().__init__("verl-gke:budget:ProjectBudget", name, None, opts)
         provider = gcp.Provider(f"{name}-billing", project=args.project, billing_project=args.project,
                                 user_project_override=True, opts=pulumi.ResourceOptions(parent=self))

@@ -22,6 +22,7 @@ from catalog.gke import NODE_OAUTH_SCOPES
 from catalog.migrations import DNS_ENDPOINT, MIGRATIONS, NO_COMPACT_PLACEMENT, PRIVATE_CLUSTER, PRIVATE_NODES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
+from components.problems import Problem, require
 
 # cluster-toolkit examples/gke-a4 and gke-a3-ultragpu (@1047080): a release channel upgrades nodes
 # under a running job; this exclusion holds minor and node upgrades until the minor version's end
@@ -99,6 +100,23 @@ class GkeClusterArgs:
     # catalog.migrations names this stack applies to its live resources; the rest only shape new ones.
     migrations: frozenset[str] = frozenset()
 
+    def problems(self) -> list[Problem]:
+        acc = self.accelerator
+        found = [(f"capacity.{f}", why) for f, why in self.capacity.problems()]
+        if why := self.capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source):
+            found.append(("capacity.kind", why))
+        if self.network.rdma_nics != acc.rdma_nics:
+            found.append(("network", f"has {self.network.rdma_nics} RDMA NICs: {acc.key} has {acc.rdma_nics}"))
+        if self.location not in (None, self.region, self.zone):
+            found.append(("location", f"must be None, the region {self.region} or the zone {self.zone}"))
+        if self.location == self.zone and self.autopilot:
+            found.append(("location", "Autopilot clusters are regional; pass None"))
+        if unknown := sorted(set(self.migrations) - set(MIGRATIONS)):
+            found.append(("migrations", f"has {unknown}: allowed are {sorted(MIGRATIONS)}"))
+        if self.gpu_nodes < 1:
+            found.append(("gpu_nodes", "must be >= 1"))
+        return found
+
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str | None) -> str:
     """A kubeconfig that holds no credential: kubectl and the provider run gke-gcloud-auth-plugin.
@@ -154,7 +172,7 @@ class GkeCluster(pulumi.ComponentResource):
     gpu_pool_name: pulumi.Output[str] | None  # Standard only
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
-        _validate(args)
+        require("GkeCluster", args)
         super().__init__("verl-gke:cluster:GkeCluster", name, None, opts)
         net = args.network
         location = args.location or args.region
@@ -417,25 +435,3 @@ def capacity_settings(capacity: Capacity) -> dict:
             consume_reservation_type="SPECIFIC_RESERVATION",
             key="compute.googleapis.com/reservation-name", values=[capacity.reservation])}
     return {}
-
-
-def _validate(args: GkeClusterArgs) -> None:
-    acc = args.accelerator
-    problems = [f"GkeClusterArgs.capacity.{f} = {getattr(args.capacity, f)!r}: {why}"
-                for f, why in args.capacity.problems()]
-    if why := args.capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source):
-        problems.append(f"GkeClusterArgs.capacity.kind = {args.capacity.kind!r}: {why}")
-    if args.network.rdma_nics != args.accelerator.rdma_nics:
-        problems.append(f"GkeClusterArgs.network has {args.network.rdma_nics} RDMA NICs: "
-                        f"{args.accelerator.key} has {args.accelerator.rdma_nics}")
-    if args.location not in (None, args.region, args.zone):
-        problems.append(f"GkeClusterArgs.location = {args.location!r}: must be None, the region "
-                        f"{args.region} or the zone {args.zone}")
-    if args.location == args.zone and args.autopilot:
-        problems.append("GkeClusterArgs.location: Autopilot clusters are regional; pass None")
-    if unknown := sorted(set(args.migrations) - set(MIGRATIONS)):
-        problems.append(f"GkeClusterArgs.migrations has {unknown}: allowed are {sorted(MIGRATIONS)}")
-    if args.gpu_nodes < 1:
-        problems.append(f"GkeClusterArgs.gpu_nodes = {args.gpu_nodes}: must be >= 1")
-    if problems:
-        raise ValueError("invalid GkeCluster arguments:\n  - " + "\n  - ".join(problems))

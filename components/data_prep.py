@@ -27,6 +27,7 @@ from catalog.gcsfuse import SIDECAR_ANNOTATION as FUSE_VOLUMES
 from catalog.gcsfuse import STAGING_SCRATCH_GIB, DiskBudget, gib_quantity, staging_disk_budget
 from catalog.paths import COMPLETE_MARKER, MOUNT, STAGING_LEASE, TASKS_DIR, BucketPaths
 from catalog.versions import VERL_IMAGE, VERL_REPO
+from components.problems import Problem, require
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
 SCRIPT_KEY = "stage_data.py"
@@ -90,6 +91,9 @@ class DataPrepArgs:
     # stacks.dataset.staging_check(...): gs:// task files to copy in and check (step "task"); None: none.
     task_check: dict | None = None
 
+    def problems(self) -> list[Problem]:
+        return _problems(self)
+
 
 class DataPrep(pulumi.ComponentResource):
     config_map: k8s.core.v1.ConfigMap
@@ -105,7 +109,9 @@ class DataPrep(pulumi.ComponentResource):
     val_file: pulumi.Output[str]
 
     def __init__(self, name: str, args: DataPrepArgs, opts: pulumi.ResourceOptions | None = None):
-        annotations = _validate(name, args)
+        require("DataPrep", {"name": name}, name_problems(name), owner="DataPrep")
+        require("DataPrep", args)
+        annotations = _annotations(args)
         script = SCRIPT_FILE.read_text()
         super().__init__("verl-gke:data_prep:DataPrep", name, None, opts)
         self.paths = args.paths
@@ -240,15 +246,19 @@ def _extra_key(dest: str) -> str:
     return posixpath.basename(dest)
 
 
-def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
-    """Check every arg before any child exists; return the pod annotations to use."""
+def _annotations(args: DataPrepArgs) -> dict[str, str]:
+    """The pod annotations: the caller's, with the budget's buffer as the sidecar's limit (and, by the
+    webhook rule, its request)."""
+    return {**args.pod_annotations, FUSE_STORAGE_LIMIT: gib_quantity(args.disk_budget.buffer_gib)}
 
-    def bad(arg: str, value: object, allowed: str) -> ValueError:
-        return ValueError(f"DataPrepArgs.{arg} = {value!r}: {allowed}")
 
+def name_problems(name: str) -> list[Problem]:
     # Auto-name "<name>-job-xxxxxxx" must stay a valid label value (<= 63) for the job-name label.
-    if naming.dns_label(name, max_len=40):
-        raise ValueError(f"DataPrep name {name!r}: must be a DNS label of at most 40 characters")
+    return [("name", "must be a DNS label of at most 40 characters")] if naming.dns_label(name, max_len=40) else []
+
+
+def _problems(args: DataPrepArgs) -> list[Problem]:
+    found: list[Problem] = []
     checks = {
         "namespace": naming.dns_label, "service_account": naming.dns_subdomain, "pvc_name": naming.dns_subdomain,
         "hf_secret_name": naming.dns_subdomain,
@@ -256,80 +266,79 @@ def _validate(name: str, args: DataPrepArgs) -> dict[str, str]:
     for arg, check in checks.items():
         value = getattr(args, arg)
         if isinstance(value, str) and (problem := check(value)):
-            raise bad(arg, value, problem)
+            found.append((arg, problem))
     for arg, check in (("hf_secret_key", naming.secret_key), ("image", naming.image_ref),
                        ("model_id", naming.model_id), ("model_revision", naming.git_ref),
                        ("verl_version", naming.git_ref), ("verl_repo", naming.repo_url)):
         if problem := check(getattr(args, arg)):
-            raise bad(arg, getattr(args, arg), problem)
-    _validate_paths(args, bad)
+            found.append((arg, problem))
+    found += _path_problems(args)
     keys = [_extra_key(dest) for dest in args.extra_files]
     for dest in args.extra_files:
         if (posixpath.normpath(dest) != dest or not dest.startswith(MOUNT + "/")
                 or naming.secret_key(_extra_key(dest)) or _extra_key(dest) in (SCRIPT_KEY, CHECK_KEY)
                 or keys.count(_extra_key(dest)) > 1):
-            raise bad("extra_files", dest, f"must be a normalised path under {MOUNT}/ whose file name is a "
-                      f"unique ConfigMap key other than {SCRIPT_KEY} and {CHECK_KEY}")
+            found.append(("extra_files", f"{dest!r} must be a normalised path under {MOUNT}/ whose file name is a "
+                          f"unique ConfigMap key other than {SCRIPT_KEY} and {CHECK_KEY}"))
     if args.task_check is not None:
         files = args.task_check.get("files") if isinstance(args.task_check, dict) else None
         if not files or not all(
                 str(f.get("source", "")).startswith("gs://")
                 and str(f.get("path", "")).startswith(posixpath.join(MOUNT, TASKS_DIR) + "/") for f in files):
-            raise bad("task_check", args.task_check, f"must be stacks.dataset.staging_check(...): gs:// files copied "
-                      f"under {posixpath.join(MOUNT, TASKS_DIR)}/")
+            found.append(("task_check", f"must be stacks.dataset.staging_check(...): gs:// files copied "
+                          f"under {posixpath.join(MOUNT, TASKS_DIR)}/"))
 
     if not isinstance(args.stage_gsm8k, bool):
-        raise bad("stage_gsm8k", args.stage_gsm8k, "must be true or false")
+        found.append(("stage_gsm8k", "must be true or false"))
     if not isinstance(args.disk_budget, DiskBudget):
-        raise bad("disk_budget", args.disk_budget, "must be catalog.gcsfuse.staging_disk_budget(...)")
+        found.append(("disk_budget", "must be catalog.gcsfuse.staging_disk_budget(...)"))
+    quantities_ok = True
     for arg in ("cpu_request", "memory_request", "memory_limit"):
-        value = getattr(args, arg)
-        if problem := naming.positive_quantity(value):
-            raise bad(arg, value, problem)
-    for request, limit in (("memory_request", "memory_limit"),):
-        if naming.quantity(getattr(args, request)) > naming.quantity(getattr(args, limit)):
-            raise bad(request, getattr(args, request), f"must not exceed {limit} = {getattr(args, limit)!r}")
+        if problem := naming.positive_quantity(getattr(args, arg)):
+            found.append((arg, problem))
+            quantities_ok = False
+    if quantities_ok and naming.quantity(args.memory_request) > naming.quantity(args.memory_limit):
+        found.append(("memory_request", f"must not exceed memory_limit = {args.memory_limit!r}"))
     for arg, minimum in (("active_deadline_seconds", 60), ("backoff_limit", 0), ("await_margin_seconds", 60)):
         value = getattr(args, arg)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise bad(arg, value, f"must be an integer >= {minimum}")
+            found.append((arg, f"must be an integer >= {minimum}"))
 
     for arg, value_types in (("pod_annotations", (str,)), ("node_selector", (str, pulumi.Output))):
         value = getattr(args, arg)
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, value_types)
                                                   for k, v in value.items()):
-            raise bad(arg, value, "must be a dict of strings to strings")
-    if args.pod_annotations.get(FUSE_VOLUMES) != "true":
-        raise bad("pod_annotations", args.pod_annotations,
-                  f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)')
-    annotations = dict(args.pod_annotations)
-    # The budget's buffer is the sidecar's limit (and, by the webhook rule, its request).
-    annotations[FUSE_STORAGE_LIMIT] = gib_quantity(args.disk_budget.buffer_gib)
-    return annotations
+            found.append((arg, "must be a dict of strings to strings"))
+    if isinstance(args.pod_annotations, dict) and args.pod_annotations.get(FUSE_VOLUMES) != "true":
+        found.append(("pod_annotations", f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)'))
+    return found
 
 
-def _validate_paths(args: DataPrepArgs, bad) -> None:
+def _path_problems(args: DataPrepArgs) -> list[Problem]:
     paths = args.paths
     if not isinstance(paths, BucketPaths):
-        raise bad("paths", paths, "must be a catalog.paths.BucketPaths (bucket_paths(...))")
+        return [("paths", "must be a catalog.paths.BucketPaths (bucket_paths(...))")]
+    found: list[Problem] = []
     folders = {"verl_src": paths.verl_src, "model_dir": paths.model_dir, "dataset_dir": paths.dataset_dir}
     for field_name, value in {**folders, "train_file": paths.train_file, "val_file": paths.val_file}.items():
         if (not isinstance(value, str) or posixpath.normpath(value) != value
                 or not value.startswith(MOUNT + "/") or any(c.isspace() for c in value)):
-            raise bad(f"paths.{field_name}", value, f"must be a normalised absolute path under {MOUNT}/")
+            found.append((f"paths.{field_name}", f"must be a normalised absolute path under {MOUNT}/"))
+    if found:
+        return found
     # The script wipes verl_src and dataset_dir before restaging: no folder may hold another.
     for a, pa in folders.items():
         for b, pb in folders.items():
             if a != b and (pa == pb or pb.startswith(pa + "/")):
-                raise bad(f"paths.{b}", pb, f"must not be inside or equal to paths.{a} = {pa!r}")
+                found.append((f"paths.{b}", f"must not be inside or equal to paths.{a} = {pa!r}"))
     for field_name, file_name in (("train_file", "train.parquet"), ("val_file", "test.parquet")):
         expected = posixpath.join(paths.dataset_dir, file_name)
         if getattr(paths, field_name) != expected:
-            raise bad(f"paths.{field_name}", getattr(paths, field_name),
-                      f"must be {expected!r}: the script writes {file_name} into paths.dataset_dir")
+            found.append((f"paths.{field_name}",
+                          f"must be {expected!r}: the script writes {file_name} into paths.dataset_dir"))
     if not paths.model_dir.endswith(f"/{args.model_id}/{args.model_revision}"):
-        raise bad("paths.model_dir", paths.model_dir, f"must be the folder of model_id = {args.model_id!r} "
-                  f"at model_revision = {args.model_revision!r}")
+        found.append(("paths.model_dir", f"must be the folder of model_id = {args.model_id!r} "
+                      f"at model_revision = {args.model_revision!r}"))
     if not paths.verl_src.endswith("/" + args.verl_version):
-        raise bad("paths.verl_src", paths.verl_src,
-                  f"must be the folder of verl_version = {args.verl_version!r}")
+        found.append(("paths.verl_src", f"must be the folder of verl_version = {args.verl_version!r}"))
+    return found

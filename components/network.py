@@ -23,6 +23,7 @@ import pulumi_gcp as gcp
 from catalog import naming
 from catalog.migrations import PRIMARY_MTU as PRIMARY_MTU_MIGRATION
 from catalog.nics import NicSpec, additional_nics
+from components.problems import Problem, require
 
 PRIMARY_MTU = 8896
 NAT_ADDRESSES = 2
@@ -82,6 +83,9 @@ class RdmaNetworkArgs:
     # catalog.migrations names this stack applies to its live network (primary-mtu); else kept as created.
     migrations: frozenset[str] = frozenset()
 
+    def problems(self) -> list[Problem]:
+        return [("zone", problem)] if (problem := naming.zone_in_region(self.zone, self.region)) else []
+
 
 class RdmaNetwork(pulumi.ComponentResource):
     """Three VPCs. Subnets live in the zone's region; the RoCE profile is per zone."""
@@ -92,8 +96,7 @@ class RdmaNetwork(pulumi.ComponentResource):
     rdma_subnets: list[pulumi.Output[str]]  # NIC order: rdma_subnets[i] backs GPU NIC i
 
     def __init__(self, name: str, args: RdmaNetworkArgs, opts: pulumi.ResourceOptions | None = None):
-        if problem := naming.zone_in_region(args.zone, args.region):
-            raise ValueError(f"RdmaNetworkArgs.zone = {args.zone!r}: {problem}")
+        require("RdmaNetwork", args)
         super().__init__("verl-gke:network:RdmaNetwork", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         p = args.prefix

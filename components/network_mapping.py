@@ -15,6 +15,13 @@ import pulumi_kubernetes as k8s
 
 from catalog.nics import API_VERSION, interface_annotations
 from components.network import AttachedNic
+from components.problems import Problem, require
+
+
+def problems(nics: Sequence[AttachedNic]) -> list[Problem]:
+    if isinstance(nics, str) or not nics or not all(isinstance(n, AttachedNic) for n in nics):
+        return [("nics", "must be RdmaNetwork.handle.nics (one or more AttachedNic in NIC order)")]
+    return []
 
 
 class NetworkMapping(pulumi.ComponentResource):
@@ -24,9 +31,7 @@ class NetworkMapping(pulumi.ComponentResource):
     pod_annotations: dict[str, str]  # what a pod attaching every NIC carries
 
     def __init__(self, name: str, nics: Sequence[AttachedNic], opts: pulumi.ResourceOptions | None = None):
-        if isinstance(nics, str) or not nics or not all(isinstance(n, AttachedNic) for n in nics):
-            raise ValueError(f"NetworkMapping nics = {nics!r}: must be RdmaNetwork.handle.nics "
-                             "(one or more AttachedNic in NIC order)")
+        require("NetworkMapping", {"nics": nics}, problems(nics), owner="NetworkMapping")
         super().__init__("verl-gke:network_mapping:NetworkMapping", name, None, opts)
         for nic in nics:
             net = nic.spec.pod_network

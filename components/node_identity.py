@@ -13,6 +13,11 @@ import pulumi_gcp as gcp
 
 from catalog import naming
 from catalog.gke import NODE_ROLES
+from components.problems import Problem, require
+
+
+def problems(account_id: str) -> list[Problem]:
+    return [("account_id", problem)] if (problem := naming.service_account_id(account_id)) else []
 
 
 class NodeServiceAccount(pulumi.ComponentResource):
@@ -25,8 +30,7 @@ class NodeServiceAccount(pulumi.ComponentResource):
 
     def __init__(self, name: str, project: str, account_id: str, roles: tuple[str, ...] = NODE_ROLES,
                  opts: pulumi.ResourceOptions | None = None):
-        if problem := naming.service_account_id(account_id):
-            raise ValueError(f"NodeServiceAccount account_id = {account_id!r}: {problem}")
+        require("NodeServiceAccount", {"account_id": account_id}, problems(account_id), owner="NodeServiceAccount")
         super().__init__("verl-gke:identity:NodeServiceAccount", name, None, opts)
         # A component's depends_on does not reach its children: hand it on (e.g. the IAM API's enablement).
         child = pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None)

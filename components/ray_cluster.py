@@ -40,6 +40,7 @@ from catalog.ray import (
     WORKER_GROUP,
     head_service,
 )
+from components.problems import Problem, require
 
 # On the GPU nodes' local SSDs: /tmp, Ray spill, the GCS FUSE file caches. The whole pod, sidecar
 # included, stays within what Autopilot is known to admit on an 8-GPU node (catalog.autopilot).
@@ -173,12 +174,11 @@ class RayClusterArgs:
     # which runs in the TaskRunner on a worker (verl trainer/main_ppo.py: never on the head).
     worker_secret_env: Mapping[str, tuple[pulumi.Input[str], str]] = field(default_factory=dict)
 
-    def validate(self) -> None:
-        problems: list[str] = []
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
 
-        def bad(field_name: str, allowed: str, value: object = None) -> None:
-            shown = getattr(self, field_name) if value is None else value
-            problems.append(f"RayClusterArgs.{field_name} = {shown!r}: {allowed}")
+        def bad(field_name: str, allowed: str) -> None:
+            found.append((field_name, allowed))
 
         acc = self.accelerator
         if problem := naming.dns_1035_label(self.name, MAX_CLUSTER_NAME):
@@ -189,14 +189,13 @@ class RayClusterArgs:
             bad("namespace", problem)
         if isinstance(self.gpu_nodes, bool) or not isinstance(self.gpu_nodes, int) or self.gpu_nodes < 1:
             bad("gpu_nodes", "must be an integer >= 1")
-        for f, why in self.capacity.problems():
-            problems.append(f"RayClusterArgs.capacity.{f} = {getattr(self.capacity, f)!r}: {why}")
+        found += [(f"capacity.{f}", why) for f, why in self.capacity.problems()]
         for field_name in ("cpu_pool_name", "gpu_pool_name"):
             given = getattr(self, field_name) is not None
             if self.autopilot and given:
                 bad(field_name, "must be None on Autopilot (there are no node pools to select)")
             elif not self.autopilot and not given:
-                bad(field_name, "is required on Standard (the node pool's name)", "None")
+                bad(field_name, "is required on Standard (the node pool's name)")
         if self.autopilot and (problem := naming.zone(str(self.zone))):
             bad("zone", f"is required on Autopilot (the RoCE VPC's zone): {problem}")
         for field_name, check in (("image", naming.image_ref), ("ray_version", naming.ray_version)):
@@ -205,17 +204,14 @@ class RayClusterArgs:
         missing = {DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION} - set(self.network_annotations)
         if not acc.rdma:
             if self.network_annotations:
-                bad("network_annotations", f"must be empty: {acc.key} has no RDMA NICs to attach", "...")
+                bad("network_annotations", f"must be empty: {acc.key} has no RDMA NICs to attach")
         elif missing:
-            bad("network_annotations", f"lacks {sorted(missing)}: pass NetworkMapping.pod_annotations", "...")
+            bad("network_annotations", f"lacks {sorted(missing)}: pass NetworkMapping.pod_annotations")
         elif (nics := rdma_count_of(dict(self.network_annotations))) != acc.rdma_nics:
-            bad("network_annotations",
-                f"attaches {nics} RDMA networks; {acc.key} has {acc.rdma_nics} RDMA NICs", "...")
+            bad("network_annotations", f"attaches {nics} RDMA networks; {acc.key} has {acc.rdma_nics} RDMA NICs")
         for field_name in ("verl_src", "hf_home"):
-            path = getattr(self.paths, field_name)
-            if not path.startswith(MOUNT + "/"):
-                problems.append(f"RayClusterArgs.paths.{field_name} = {path!r}: "
-                                f"must be under the bucket mount {MOUNT}")
+            if not getattr(self.paths, field_name).startswith(MOUNT + "/"):
+                bad(f"paths.{field_name}", f"must be under the bucket mount {MOUNT}")
         if not isinstance(self.worker_ephemeral_storage_gib, int) or self.worker_ephemeral_storage_gib < 1:
             bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
         elif isinstance(self.file_cache_gib, int) and \
@@ -230,26 +226,27 @@ class RayClusterArgs:
         if isinstance(self.ready_timeout_s, bool) or not isinstance(self.ready_timeout_s, int) \
                 or self.ready_timeout_s < 1:
             bad("ready_timeout_s", "must be an integer number of seconds >= 1")
+        if clash := set(gcsfuse_pod_annotations(self.autopilot, WORKER_SIDECAR)) & set(self.network_annotations):
+            bad("network_annotations", f"{sorted(clash)} collide with the GCS FUSE annotations")
+        if clash := set(self.worker_secret_env) & {*RayCluster._common_env(self), *nccl_env(acc)}:
+            bad("worker_secret_env", f"{sorted(clash)} already set")
         for var, ref in self.worker_secret_env.items():
             if problem := naming.env_var(var):
-                bad("worker_secret_env", problem, var)
+                bad("worker_secret_env", f"{var!r}: {problem}")
             if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[1], str)):
-                bad("worker_secret_env", "values must be (secret name, key)", ref)
+                bad("worker_secret_env", f"{var!r}: values must be (secret name, key)")
         if not self.paths.checkpoint_dir.startswith(CHECKPOINT_MOUNT + "/"):
-            problems.append(f"RayClusterArgs.paths.checkpoint_dir = {self.paths.checkpoint_dir!r}: "
-                            f"must be under the checkpoint mount {CHECKPOINT_MOUNT}")
+            bad("paths.checkpoint_dir", f"must be under the checkpoint mount {CHECKPOINT_MOUNT}")
         # The accelerator table promises the worker fits its node next to the sidecar: hold it to that.
         sidecar = WORKER_SIDECAR if self.autopilot else STANDARD_SIDECAR_REQUEST
         cpu, memory_gib = acc.worker_size(self.autopilot)
         if cpu + sidecar.cpu > acc.allocatable_cpu:
-            problems.append(f"accelerator {acc.key}: worker CPU {cpu} + GCS FUSE sidecar "
-                            f"{sidecar.cpu} exceeds the node's allocatable {acc.allocatable_cpu:.2f} CPU")
+            bad("accelerator", f"{acc.key}: worker CPU {cpu} + GCS FUSE sidecar {sidecar.cpu} exceeds the "
+                f"node's allocatable {acc.allocatable_cpu:.2f} CPU")
         if memory_gib + sidecar.memory_gib > acc.allocatable_memory_gib:
-            problems.append(f"accelerator {acc.key}: worker memory {memory_gib} GiB + GCS FUSE "
-                            f"sidecar {sidecar.memory_gib} exceeds the node's allocatable "
-                            f"{acc.allocatable_memory_gib:.0f} GiB")
-        if problems:
-            raise ValueError("invalid RayCluster arguments:\n  - " + "\n  - ".join(problems))
+            bad("accelerator", f"{acc.key}: worker memory {memory_gib} GiB + GCS FUSE sidecar "
+                f"{sidecar.memory_gib} exceeds the node's allocatable {acc.allocatable_memory_gib:.0f} GiB")
+        return found
 
 
 # ----------------------------------------------------------------------------- scaled at run time (issue 14)
@@ -296,7 +293,7 @@ class RayCluster(pulumi.ComponentResource):
     uid: pulumi.Output[str]  # new with every replacement: a job that takes it as an input follows the cluster
 
     def __init__(self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None):
-        args.validate()
+        require("RayCluster", args)
         super().__init__("verl-gke:ray_cluster:RayCluster", name, None, opts)
         acc = args.accelerator
         spec = {
@@ -379,10 +376,6 @@ class RayCluster(pulumi.ComponentResource):
         if clash:  # two owners for one variable: refuse rather than pick one silently
             raise ValueError(f"RayCluster env: {sorted(clash)} set by both the bucket paths and nccl_env()")
         gcsfuse = gcsfuse_pod_annotations(args.autopilot, WORKER_SIDECAR)
-        clash = set(gcsfuse) & set(args.network_annotations)
-        if clash:
-            raise ValueError(f"RayClusterArgs.network_annotations: {sorted(clash)} "
-                             "collide with the GCS FUSE annotations")
         mounts = [
             {"name": "shared-memory", "mountPath": "/dev/shm"},
             {"name": "ray-tmp", "mountPath": "/tmp"},
@@ -410,9 +403,6 @@ class RayCluster(pulumi.ComponentResource):
             volumes.append({"name": d.volume, "hostPath": host_path})
         cpu, memory_gib = acc.worker_size(args.autopilot)
         env = _env({**common, **nccl})
-        clash = set(args.worker_secret_env) & {e["name"] for e in env}
-        if clash:
-            raise ValueError(f"RayClusterArgs.worker_secret_env: {sorted(clash)} already set")
         env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
                 for var, (secret, key) in args.worker_secret_env.items()]
         container = {

@@ -34,6 +34,7 @@ from catalog.gcsfuse import (
     volume_handle,
     writer_mount_options,
 )
+from components.problems import Problem, require
 from components.stack_guard import BucketKeeper
 
 # Static provisioning: the class only pairs the PV with its PVC, so it must not name a real
@@ -88,7 +89,9 @@ class TrainingStorageArgs:
     wandb_secret_name: str = "wandb-secret"
     wandb_secret_key: str = "api_key"
 
-    def validate(self) -> None:
+    SECRET_FIELDS = ("hf_token", "wandb_api_key")  # never shown in a problem
+
+    def problems(self) -> list[Problem]:
         checks = {
             "project_id": naming.project_id(self.project_id),
             "location": None if self.location else "must be a Cloud Storage location such as us-central1",
@@ -109,17 +112,15 @@ class TrainingStorageArgs:
             "capacity_gib": None if isinstance(self.capacity_gib, int) and self.capacity_gib >= 1
             else "must be an integer >= 1",
         }
-        problems = [f"TrainingStorageArgs.{k} = {getattr(self, k)!r}: {why}" for k, why in checks.items() if why]
+        found = [(k, why) for k, why in checks.items() if why]
         for field_name, key in (("hf_token", "hfToken"), ("wandb_api_key", "wandbApiKey")):
             if getattr(self, field_name) is not None and not isinstance(getattr(self, field_name), pulumi.Output):
                 # A plain string has already been through non-secret code paths: refuse it.
-                problems.append(f"TrainingStorageArgs.{field_name} = <plain value>: must be a secret Output "
-                                f"(pulumi.Config().get_secret('{key}')) or None")
+                found.append((field_name, f"a plain value: must be a secret Output "
+                                          f"(pulumi.Config().get_secret('{key}')) or None"))
         if self.wandb_secret_name == self.hf_secret_name:
-            problems.append(f"TrainingStorageArgs.wandb_secret_name = {self.wandb_secret_name!r}: "
-                            "must differ from hf_secret_name")
-        if problems:
-            raise ValueError("invalid TrainingStorage arguments:\n  - " + "\n  - ".join(problems))
+            found.append(("wandb_secret_name", "must differ from hf_secret_name"))
+        return found
 
 
 class TrainingStorage(pulumi.ComponentResource):
@@ -138,7 +139,7 @@ class TrainingStorage(pulumi.ComponentResource):
     bucket_access: gcp.storage.BucketIAMMember
 
     def __init__(self, name: str, args: TrainingStorageArgs, opts: pulumi.ResourceOptions | None = None):
-        args.validate()
+        require("TrainingStorage", args)
         super().__init__("verl-gke:storage:TrainingStorage", name, None, opts)
         k8s_opts = pulumi.ResourceOptions(parent=self)
 

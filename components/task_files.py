@@ -15,6 +15,8 @@ from pathlib import Path
 import pulumi
 import pulumi_gcp as gcp
 
+from components.problems import Problem, require
+
 _OBJECT = re.compile(r"^tasks/[0-9a-f]{64}/[A-Za-z0-9._-]+$")
 
 
@@ -30,19 +32,24 @@ class TaskFilesArgs:
     bucket: pulumi.Input[str]
     files: tuple[TaskUpload, ...]
 
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        roles = [f.role for f in self.files]
+        for f in self.files:
+            if not _OBJECT.match(f.object_name):
+                found.append(("files", f"object name {f.object_name!r} must be tasks/<sha256>/<file>"))
+            if not f.local.is_file():
+                found.append(("files", f"{f.local} is not a file"))
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", f.role) or roles.count(f.role) > 1:
+                found.append(("files", f"role {f.role!r} must be a unique lowercase name"))
+        return found
+
 
 class TaskFiles(pulumi.ComponentResource):
     objects: dict[str, gcp.storage.BucketObject]
 
     def __init__(self, name: str, args: TaskFilesArgs, opts: pulumi.ResourceOptions | None = None):
-        roles = [f.role for f in args.files]
-        for f in args.files:
-            if not _OBJECT.match(f.object_name):
-                raise ValueError(f"TaskFilesArgs.files: object name {f.object_name!r} must be tasks/<sha256>/<file>")
-            if not f.local.is_file():
-                raise ValueError(f"TaskFilesArgs.files: {f.local} is not a file")
-            if not re.fullmatch(r"[a-z][a-z0-9-]*", f.role) or roles.count(f.role) > 1:
-                raise ValueError(f"TaskFilesArgs.files: role {f.role!r} must be a unique lowercase name")
+        require("TaskFiles", args)
         super().__init__("verl-gke:task_files:TaskFiles", name, None, opts)
         self.objects = {
             f.role: gcp.storage.BucketObject(
@@ -62,6 +69,10 @@ class TaskSourceAccessArgs:
     buckets: tuple[str, ...]  # the gs:// task files' buckets, other than the stack's own
     member: pulumi.Input[str]  # the pods' Workload Identity principal (components.storage)
 
+    def problems(self) -> list[Problem]:
+        return [("buckets", f"{bucket!r} must be a unique bucket name") for bucket in self.buckets
+                if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", bucket) or self.buckets.count(bucket) > 1]
+
 
 class TaskSourceAccess(pulumi.ComponentResource):
     """A read grant on each bucket a gs:// task file comes from, for the staging identity (the pods'
@@ -72,9 +83,7 @@ class TaskSourceAccess(pulumi.ComponentResource):
     grants: dict[str, gcp.storage.BucketIAMMember]
 
     def __init__(self, name: str, args: TaskSourceAccessArgs, opts: pulumi.ResourceOptions | None = None):
-        for bucket in args.buckets:
-            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", bucket) or args.buckets.count(bucket) > 1:
-                raise ValueError(f"TaskSourceAccessArgs.buckets: {bucket!r} must be a unique bucket name")
+        require("TaskSourceAccess", args)
         super().__init__("verl-gke:task_files:TaskSourceAccess", name, None, opts)
         self.grants = {
             bucket: gcp.storage.BucketIAMMember(

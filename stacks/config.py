@@ -23,7 +23,6 @@ from catalog import gcp_ranges, gcsfuse, gke, naming, storage_locations, zones
 from catalog.accelerators import (
     ACCELERATORS,
     Accelerator,
-    foreign_accelerator_in_name,
     gke_reserved_cpu,
     gke_reserved_memory_gib,
 )
@@ -34,7 +33,6 @@ from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
-from catalog.ray import MAX_CLUSTER_NAME
 from recipe import tuning
 from recipe.grpo import GrpoSettings, preflight, task_override_problems
 from recipe.grpo import warnings as grpo_warnings
@@ -325,13 +323,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         r.check("gcp:zone", zone, zones.offered_problem(acc.machine_type, zone, vouched))
     mode = r.v["clusterMode"]
     gpu_nodes = r.v["gpuNodes"]
+    # The capacity's own rules and what the machine offers are GkeClusterArgs' (stacks.component_rules).
     capacity = Capacity(r.v["capacity"], r.v["reservation"])
-    for field_name, why in capacity.problems():
-        if field_name == "reservation":
-            r.bad("reservation", capacity.reservation, why)
-    if acc_key in ACCELERATORS:
-        r.check("capacity", capacity.kind,
-                capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source))
     if capacity.reservation:
         r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
 
@@ -630,10 +623,7 @@ def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
     if problem := naming.bucket_prefix(bucket, naming.MAX_BUCKET_PREFIX):
         r.bad("namePrefix", prefix, f"the bucket name {bucket}-<suffix> {problem.removeprefix('must ')}"
               if problem.startswith("must not") else problem)
-    if problem := naming.dns_1035_label(f"{prefix}-ray", MAX_CLUSTER_NAME):
-        r.bad("namePrefix", prefix, f"the RayCluster name {prefix}-ray: {problem}")
-    if problem := foreign_accelerator_in_name(f"{prefix}-ray", acc.key):
-        r.bad("namePrefix", prefix, problem)
+    # The RayCluster name's rules are RayClusterArgs' (stacks.component_rules).
     if problem := naming.service_account_id(f"{prefix}-nodes"):
         r.bad("namePrefix", prefix, f"the node service account id {prefix}-nodes {problem}")
 

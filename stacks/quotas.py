@@ -26,6 +26,7 @@ from catalog import naming, quotas
 from catalog.quotas import QuotaRef
 from components.apis import ProjectApis
 from components.network import NAT_ADDRESSES
+from stacks import derived
 from stacks.config import StackConfig
 from stacks.preflight import Finding
 
@@ -65,7 +66,7 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
         why = f"{cl.cpu_nodes_max} x {cl.cpu_machine_type} (cpuNodesMax), on-demand"
         found.append(QuotaNeed(quotas.cpu_quota(cl.cpu_machine_type), vcpus, "cpuNodesMax", why))
         found.append(QuotaNeed(quotas.CPUS_ALL_REGIONS, vcpus, "cpuNodesMax", why + ", counted in every region"))
-        boot = cpu_boot_disk(cfg)
+        boot = derived.of(cfg).cpu_boot_disk_gb
         disk = cl.cpu_nodes_max * boot
         why = f"{cl.cpu_nodes_max} CPU nodes x {boot} GB pd-balanced boot disk"
         # One need for the quota: the GPU pool's Persistent Disk boot disks draw on it too.
@@ -92,17 +93,6 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
                                f"{cfg.gpu_nodes} nodes x {acc.local_ssds} local SSDs x {quotas.LOCAL_SSD_DISK_GB} GB "
                                f"bundled with {acc.machine_type}", fatal=False))
     return found
-
-
-def cpu_boot_disk(cfg: StackConfig) -> int:
-    """The CPU pool's boot disk (catalog.nodes.cpu_boot_disk_gb), from the staging budget the gate and
-    compose share (stacks.component_rules.derive)."""
-    from catalog.gcsfuse import HEAD_SIDECAR
-    from catalog.nodes import cpu_boot_disk_gb
-    from catalog.ray import HEAD_EPHEMERAL_GIB
-    from stacks.component_rules import derive
-
-    return cpu_boot_disk_gb(derive(cfg).staging.pod_gib, HEAD_EPHEMERAL_GIB + HEAD_SIDECAR.ephemeral_storage_gib)
 
 
 def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Finding]:

@@ -20,6 +20,7 @@ from catalog.paths import COMPLETE_MARKER, MOUNT, bucket_paths
 from catalog.versions import VERL_IMAGE, VERL_REPO, VERL_VERSION
 from components import data_prep
 from components.data_prep import DataPrep, DataPrepArgs
+from components.problems import ArgsError
 from tests.test_stage_data import MODEL_ID as STUB_MODEL_ID
 from tests.test_stage_data import base_env, env, gsm8k_runs, marker, stub_log  # noqa: F401 - env: fixture
 from tools import mocking
@@ -297,11 +298,13 @@ def test_bad_args_are_named_and_create_nothing(arg, overrides):
         provider = k8s.Provider("k8s", kubeconfig="{}")
         try:
             DataPrep("data-prep", make_args(**overrides), opts=pulumi.ResourceOptions(provider=provider))
-        except ValueError as e:
-            errors.append(str(e))
+        except ArgsError as e:  # every problem at once, each naming its arg
+            errors.append(e)
 
     run = mocking.run(program, {}, "dev")
-    assert len(errors) == 1 and errors[0].startswith(f"DataPrepArgs.{arg} = "), errors
+    assert len(errors) == 1 and str(errors[0]).startswith("invalid DataPrep arguments:"), errors
+    assert any(p.startswith(f"DataPrepArgs.{arg}: ") or p.startswith(f"DataPrepArgs.{arg} = ")
+               for p in errors[0].problems), errors[0].problems
     assert [r.type for r in run.resources] == ["pulumi:providers:kubernetes"]
 
 

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from catalog.accelerators import ACCELERATORS
 from catalog.capacity import CAPACITIES
 from catalog.models import MODELS
-from components import cluster, data_prep
+from components.cluster import GkeClusterArgs
+from components.data_prep import DataPrepArgs
 from components.ray_cluster import RayClusterArgs
 from components.storage import TrainingStorageArgs
 from stacks import component_rules
@@ -131,14 +132,9 @@ def test_gate_gives_components_the_args_compose_gives_them(monkeypatch, stack):
     (a drift here would let the gate pass a config that a component then refuses)."""
     seen: dict[str, list] = {"gate": [], "compose": []}
     phase = ["gate"]
-    targets = [(RayClusterArgs, "validate"), (TrainingStorageArgs, "validate")]
-    for cls, name in targets:
-        real = getattr(cls, name)
-        monkeypatch.setattr(cls, name, lambda self, _real=real: (seen[phase[0]].append(self), _real(self))[1])
-    for module in (data_prep, cluster):
-        real = module._validate
-        monkeypatch.setattr(module, "_validate",
-                            lambda *a, _real=real: (seen[phase[0]].append(a[-1]), _real(*a))[1])
+    for cls in (RayClusterArgs, TrainingStorageArgs, DataPrepArgs, GkeClusterArgs):
+        real = cls.problems
+        monkeypatch.setattr(cls, "problems", lambda self, _real=real: (seen[phase[0]].append(self), _real(self))[1])
     raw = BASES[stack]
     cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
     seen["gate"].clear()

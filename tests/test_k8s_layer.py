@@ -27,6 +27,7 @@ from components import network_mapping as nm
 from components import ray_cluster as rc
 from components import storage as st
 from components.network import AttachedNic
+from components.problems import ArgsError, require
 from tests import schemas
 from tools import mocking
 
@@ -551,7 +552,7 @@ def _ray_args(**changes: Any) -> rc.RayClusterArgs:
     ({"capacity": Capacity("preemptible")}, "RayClusterArgs.capacity.kind = 'preemptible'"),
     ({"capacity": Capacity("reservation")}, "RayClusterArgs.capacity.reservation = ''"),
     ({"capacity": Capacity("spot", "my-res")}, "RayClusterArgs.capacity.reservation = 'my-res'"),
-    ({"gpu_pool_name": None}, "RayClusterArgs.gpu_pool_name = 'None': is required on Standard"),
+    ({"gpu_pool_name": None}, "RayClusterArgs.gpu_pool_name = None: is required on Standard"),
     ({"autopilot": True}, "RayClusterArgs.cpu_pool_name = 'cpu-pool': must be None on Autopilot"),
     ({"autopilot": True, "cpu_pool_name": None, "gpu_pool_name": None},
      "RayClusterArgs.zone = None: is required on Autopilot (the RoCE VPC's zone)"),
@@ -565,9 +566,9 @@ def _ray_args(**changes: Any) -> rc.RayClusterArgs:
     ({"ray_version": "latest"}, "RayClusterArgs.ray_version = 'latest'"),
 ])
 def test_ray_cluster_args_are_validated(changes, needle):
-    _ray_args().validate()
-    with pytest.raises(ValueError) as err:
-        _ray_args(**changes).validate()
+    assert _ray_args().problems() == []
+    with pytest.raises(ArgsError) as err:
+        require("RayCluster", _ray_args(**changes))
     assert needle in str(err.value)
 
 
@@ -583,13 +584,13 @@ def _storage_args(**changes: Any) -> st.TrainingStorageArgs:
     ({"bucket_prefix": "google-data"}, "TrainingStorageArgs.bucket_prefix = 'google-data'"),
     ({"bucket_prefix": "Verl_B200"}, "TrainingStorageArgs.bucket_prefix = 'Verl_B200'"),
     ({"namespace": "kube-system"}, "TrainingStorageArgs.namespace = 'kube-system'"),
-    ({"hf_token": TOKEN}, "hf_token = <plain value>"),
+    ({"hf_token": TOKEN}, "TrainingStorageArgs.hf_token: a plain value: must be a secret Output"),
     ({"project_id": "X"}, "TrainingStorageArgs.project_id = 'X'"),
 ])
 def test_storage_args_are_validated(changes, needle):
-    _storage_args().validate()
-    with pytest.raises(ValueError) as err:
-        _storage_args(**changes).validate()
+    assert _storage_args().problems() == []
+    with pytest.raises(ArgsError) as err:
+        require("TrainingStorage", _storage_args(**changes))
     assert needle in str(err.value)
     assert TOKEN not in str(err.value)
 
@@ -599,7 +600,7 @@ def test_network_mapping_args_are_validated():
         nm.NetworkMapping("netmap", [])
 
     seen = mocking.Run()
-    with pytest.raises(ValueError, match=r"NetworkMapping nics = \[\]"):
+    with pytest.raises(ValueError, match=r"NetworkMapping.nics = \[\]"):
         mocking.run(bad_program, {"gcp:project": PROJECT}, "bad", result=seen)
     assert seen.resources == []
 

@@ -128,12 +128,11 @@ def gke_version_problems(cfg: stack_config.StackConfig) -> list[str]:
     """The program's own GKE version check (preflight.resolve_gke_version) on the versions the plan's
     mocks answer (tools/engine_versions.py CURRENT): a pin GKE does not offer, or a minor the channel
     lacks, stops here with exit 2 instead of raising PreflightError inside the program (a traceback)."""
-    from catalog import gke
-    from stacks import keys, preflight
+    from stacks import derived, keys, preflight
     from tools import engine_versions
 
     cl = cfg.cluster
-    found = engine_versions.lookup(engine_versions.CURRENT, gke.version_prefix(cl.gke_version))
+    found = engine_versions.lookup(engine_versions.CURRENT, derived.of(cfg).gke_version_prefix)
     resolved = preflight.resolve_gke_version(
         found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.cluster_location,
         pin_key=keys.full("gkeVersion"), channel_key=keys.full("releaseChannel"))
@@ -171,11 +170,10 @@ def checkpoint_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
 
     from catalog.gcsfuse import CHECKPOINT_DIR
     from catalog.paths import CHECKPOINT_MOUNT
-    from stacks import checkpoints
-    from stacks.component_rules import run_paths
+    from stacks import checkpoints, derived
 
     t = checkpoints.stack_save_time(cfg)
-    folder = run_paths(cfg).checkpoint_dir
+    folder = derived.of(cfg).paths.checkpoint_dir
     parent, run = posixpath.split(folder)
     prefix = f"{CHECKPOINT_DIR}/{posixpath.relpath(parent, CHECKPOINT_MOUNT)}/"
     return {"folder": folder, "run": run, "saveSeconds": round(t.seconds, 1), "saves": t.saves,
@@ -457,18 +455,17 @@ def admission_rows(plan: dict[str, Any], mode: str) -> list[dict[str, Any]]:
 
 def critical_path(cfg: stack_config.StackConfig, plan: dict[str, Any]):
     """The deploy's critical path from the plan's graph (tools.critical_path)."""
-    from catalog.models import GB_PER_GIB, weights_gib
+    from stacks import derived
     from tools import critical_path as cp
 
-    return cp.compute(plan, weights_gib(cfg.model) * GB_PER_GIB)
+    return cp.compute(plan, derived.of(cfg).weights_gb)
 
 
 def storage_summary(cfg: stack_config.StackConfig) -> dict[str, Any]:
-    """The staging disk budget, computed once (catalog.gcsfuse) from the model's largest file."""
-    from catalog.gcsfuse import staging_disk_budget
-    from catalog.models import largest_file_gib
+    """The staging disk budget the staging Job gets (stacks.derived, from the model's largest file)."""
+    from stacks import derived
 
-    b = staging_disk_budget(largest_file_gib(cfg.model))
+    b = derived.of(cfg).staging
     return {"model": cfg.model, "largestFileGiB": round(b.largest_file_gib, 2), "parallelFiles": b.parallel_files,
             "sidecarBufferGiB": b.buffer_gib, "stageContainerGiB": b.container_gib, "stagingPodGiB": b.pod_gib}
 

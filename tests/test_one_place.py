@@ -1,0 +1,200 @@
+"""One rule in one place (issue 25): one validation shape, each rule run once by the gate, values
+derived once per config, and compose that only wires.
+
+- every component's args answer `problems()` with (path, reason) pairs, and one helper raises them;
+- the gate (stacks.config.load, whose component pass is stacks.component_rules) runs each component
+  rule once: the rules a component holds are not checked again by the config;
+- stacks.derived computes the derived values once per config object, shared by the gate, compose and
+  the plan;
+- compose.py calls no catalog or recipe function, and no component takes the stack's config.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import dataclasses
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from catalog import accelerators, capacity, naming
+from components.budget import ProjectBudgetArgs
+from components.cluster import GkeClusterArgs
+from components.data_prep import DataPrepArgs
+from components.network import RdmaNetworkArgs
+from components.problems import ArgsError, require
+from components.ray_cluster import RayClusterArgs
+from components.storage import TrainingStorageArgs
+from components.task_files import TaskFilesArgs, TaskSourceAccessArgs
+from stacks import compose, derived
+from stacks import config as stack_config
+from tests.stack_helpers import ROOT
+from tools import mocking, plan
+
+ARGS = (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs, RdmaNetworkArgs,
+        TaskFilesArgs, TaskSourceAccessArgs)
+BUDGET = {"verl-gke:billingAccount": "012345-567890-ABCDEF", "verl-gke:budgetMonthly": "500"}
+
+
+def _raw(stack: str, **extra: str) -> dict[str, str]:
+    raw, _ = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml", stack)
+    return {**raw, **extra}
+
+
+def _count(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter, label: str, fn: Callable,
+           when: Callable[..., bool] = lambda *a, **k: True) -> None:
+    """Count the calls of `fn` made through any project module that holds it by name."""
+    def counted(*args, **kwargs):
+        if when(*args, **kwargs):
+            counts[label] += 1
+        return fn(*args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").split(".")[0] not in ("catalog", "components", "stacks", "recipe"):
+            continue
+        for name, value in list(vars(module).items()):
+            if value is fn:
+                monkeypatch.setattr(module, name, counted)
+
+
+def _count_method(monkeypatch, counts, label: str, cls: type, name: str) -> None:
+    real = getattr(cls, name)
+    monkeypatch.setattr(cls, name, lambda self, *a, **k: (counts.update([label]), real(self, *a, **k))[1])
+
+
+@pytest.mark.parametrize("stack,extra", [("b200", {}), ("dev", BUDGET)])
+def test_the_gate_runs_each_rule_once(monkeypatch, stack, extra):
+    counts: collections.Counter = collections.Counter()
+    _count_method(monkeypatch, counts, "offered_problem", capacity.Capacity, "offered_problem")
+    _count(monkeypatch, counts, "RayCluster name label", naming.dns_1035_label,
+           lambda value, *a, **k: str(value).endswith("-ray"))
+    _count(monkeypatch, counts, "foreign accelerator in name", accelerators.foreign_accelerator_in_name)
+    for cls in (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs):
+        _count_method(monkeypatch, counts, cls.__name__, cls, "problems")
+    stack_config.load(_raw(stack, **extra), stack, allow_placeholder_project=True)
+    assert counts == {"offered_problem": 1, "RayCluster name label": 1, "foreign accelerator in name": 1,
+                      "GkeClusterArgs": 1, "RayClusterArgs": 1, "TrainingStorageArgs": 1, "DataPrepArgs": 1,
+                      **({"ProjectBudgetArgs": 1} if extra else {})}
+
+
+def test_a_component_rule_still_names_its_key():
+    """Checked once, by the component's rule, the problem still names the key and its value."""
+    raw = _raw("b200", **{"verl-gke:capacity": "on-demand"})
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(raw, "b200", allow_placeholder_project=True)
+    (problem,) = err.value.problems
+    assert problem.startswith("verl-gke:capacity = 'on-demand': a4-highgpu-8g is not offered as on-demand")
+    raw = _raw("h200", **{"verl-gke:namePrefix": "verl-b200"})
+    with pytest.raises(stack_config.ConfigError) as err:
+        stack_config.load(raw, "h200", allow_placeholder_project=True)
+    (problem,) = err.value.problems
+    assert problem.startswith("verl-gke:namePrefix: RayClusterArgs.name = 'verl-b200-ray': ")
+    assert "b200" in problem and "h200" in problem
+
+
+def test_derived_values_are_computed_once_per_config(monkeypatch):
+    calls = []
+    real = derived.derive
+    monkeypatch.setattr(derived, "derive", lambda cfg: (calls.append(cfg), real(cfg))[1])
+    raw = _raw("b200")
+    # `pulumi up`: the gate's load and compose share one config object, so one derivation.
+    mocking.run(lambda: compose.program(allow_placeholder_project=True), raw, "b200")
+    assert len(calls) == 1
+    cfg = calls[0]
+    assert derived.of(cfg) is derived.of(cfg)
+    assert len(calls) == 1
+    other = stack_config.load(raw, "b200", allow_placeholder_project=True)
+    assert derived.of(other) is not derived.of(cfg) and derived.of(other) == derived.of(cfg)
+
+
+def test_every_args_class_has_one_shape():
+    """Each XArgs answers problems() and no component formats or raises its own "invalid X arguments"."""
+    for cls in ARGS:
+        assert callable(getattr(cls, "problems", None)), cls
+        assert not hasattr(cls, "validate"), f"{cls.__name__}: a second validation shape"
+    joins = []
+    for path in sorted((ROOT / "components").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("invalid "):
+                joins.append(path.name)
+            if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.Constant) and str(v.value).startswith(
+                    "invalid ") for v in node.values[:1]):
+                joins.append(path.name)
+    assert set(joins) == {"problems.py"}, joins
+
+
+def test_the_helper_raises_every_problem_as_a_run_error():
+    args = dataclasses.replace(_ray_args(), gpu_nodes=0, image="verlai/verl")
+    assert [p for p, _ in args.problems()] == ["gpu_nodes", "image"]
+    with pytest.raises(ArgsError) as err:
+        require("RayCluster", args)
+    # A RunError prints the message alone in `pulumi up`; a ValueError as the components raised before.
+    assert isinstance(err.value, pulumi.RunError) and isinstance(err.value, ValueError)
+    assert err.value.problems == ["RayClusterArgs.gpu_nodes = 0: must be an integer >= 1",
+                                  f"RayClusterArgs.image = 'verlai/verl': {naming.image_ref('verlai/verl')}"]
+    assert str(err.value).startswith("invalid RayCluster arguments:\n  - RayClusterArgs.gpu_nodes = 0")
+
+
+def test_a_secret_arg_is_never_shown():
+    args = TrainingStorageArgs(project_id="p-1234", project_number="1", location="us-central1",
+                               bucket_prefix="x-data", namespace="verl", hf_token="hf_plain_token_value")
+    with pytest.raises(ArgsError) as err:
+        require("TrainingStorage", args)
+    assert "hf_plain_token_value" not in str(err.value)
+    assert "TrainingStorageArgs.hf_token: a plain value" in str(err.value)
+
+
+def _ray_args() -> RayClusterArgs:
+    cfg = stack_config.load(_raw("b200"), "b200", allow_placeholder_project=True)
+    from stacks import component_rules
+
+    return component_rules.gate_args(cfg)[0]
+
+
+# --- compose only wires ---------------------------------------------------------------------------------
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_compose_calls_no_catalog_or_recipe_function():
+    """compose.build reads derived values (stacks.derived) and wires: no catalog or recipe module is in reach."""
+    imported = _imports(ROOT / "stacks" / "compose.py")
+    assert imported, "the scan found no imports: the test itself is broken"
+    computing = sorted(m for m in imported if m.split(".")[0] in ("catalog", "recipe"))
+    assert computing == [], computing
+
+
+def test_no_component_takes_the_stack_config():
+    """Components get typed args only: no parameter, field or import of stacks' config."""
+    import components
+
+    for path in sorted((ROOT / "components").glob("*.py")):
+        assert not any(m.split(".")[0] == "stacks" for m in _imports(path)), path.name
+    checked = 0
+    for path in sorted((ROOT / "components").glob("*.py")):
+        module = __import__(f"components.{path.stem}", fromlist=["_"])
+        for _, obj in inspect.getmembers(module):
+            if getattr(obj, "__module__", None) != module.__name__:
+                continue
+            functions = [obj] if inspect.isfunction(obj) else \
+                [m for _, m in inspect.getmembers(obj, inspect.isfunction)] if inspect.isclass(obj) else []
+            for fn in functions:
+                for p in inspect.signature(fn).parameters.values():
+                    assert "StackConfig" not in str(p.annotation) and p.name != "cfg", f"{obj.__name__}.{fn.__name__}"
+                    checked += 1
+            if dataclasses.is_dataclass(obj):
+                assert not any("StackConfig" in str(f.type) for f in dataclasses.fields(obj)), obj.__name__
+    assert checked > 50 and components.__name__ == "components"
