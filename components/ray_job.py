@@ -15,6 +15,7 @@ from dataclasses import fields
 import pulumi
 import pulumi.dynamic as dyn
 
+from components.problems import require
 from components.ray_client import GkeDashboard
 from components.ray_job_input import OUTPUT_KEYS, RayJobArgs, WorkerGroup
 from components.ray_job_provider import RayJobProvider
@@ -34,9 +35,7 @@ class RayJob(dyn.Resource, module="verl-gke", name="RayJob"):
 
     def __init__(self, name: str, args: RayJobArgs, opts: pulumi.ResourceOptions | None = None):
         # What is known now is judged now (the provider's check judges the rest once the engine knows it).
-        if problems := args.problems():
-            raise ValueError(f"invalid RayJob {name!r} arguments:\n  - "
-                             + "\n  - ".join(f"RayJobArgs.{path}: {reason}" for path, reason in problems))
+        require(f"RayJob {name!r}", args)
         # The program's fields only: a JobInput's provider knobs are not the program's to register.
         props = {**{f.name: getattr(args, f.name) for f in fields(RayJobArgs)}, **dict.fromkeys(OUTPUT_KEYS)}
         opts = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(delete_before_replace=True), opts)
