@@ -330,7 +330,7 @@ def test_ray_job_resource_under_mocks():
     with pytest.raises(ValueError, match="exactly one"):
         RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", expected_gpus=1))
     # what is known at construction is judged there, by the provider's own rules; Outputs are not judged yet
-    with pytest.raises(ValueError, match=r"RayJobArgs\.stop_timeout_s: 0 must be a number of seconds > 0"):
+    with pytest.raises(ValueError, match=r"RayJobArgs\.stop_timeout_s = 0: 0 must be a number of seconds > 0"):
         RayJob("bad", RayJobArgs(submission_id="s", entrypoint="e", address="http://h:8265", stop_timeout_s=0))
     assert RayJobArgs(submission_id=pulumi.Output.from_input("has space"), entrypoint="e", address="http://h:8265",
                       metadata={"model": pulumi.Output.from_input("m")}).problems() == []
