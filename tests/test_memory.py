@@ -428,3 +428,30 @@ def test_the_plan_prints_the_kv_cache_warning_once(tmp_path, capsys):
     raw, secrets = plan.read_stack_file(stack)
     run = mocking.run(lambda: __import__("stacks.compose", fromlist=["program"]).program(True), raw, "b200", secrets)
     assert [m for level, m in run.logs if level == "warning" and "KV cache holds" in m], run.logs
+
+
+def test_the_plan_still_prints_what_else_the_program_logs(tmp_path, capsys):
+    """The mocks record pulumi.log instead of printing it (the KV-cache warning above): a warning the config
+    does not hold (a quota lookup's non-fatal finding, stacks.preflight.verdict) or an error must still reach
+    the reader, once. A region outside the sample project's quotas leaves them without a value."""
+    from tools import plan
+    from tools.plan import ROOT as REPO
+
+    text = (REPO / "Pulumi.dev.yaml").read_text()
+    stack = tmp_path / "Pulumi.dev.yaml"
+    lines = [("  gcp:region: asia-east1" if line.startswith("  gcp:region:") else
+              "  gcp:zone: asia-east1-a" if line.startswith("  gcp:zone:") else line) for line in text.splitlines()]
+    stack.write_text("\n".join(lines) + "\n")
+    assert plan.main(["--stack", "dev", "--config", str(stack), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    _, err = capsys.readouterr()
+    line = ("warning: preflight: gcp:project: quota STATIC-ADDRESSES-per-project-region (region=asia-east1) has no "
+            "value for this project; not checked")
+    assert err.count(line) == 1, err
+
+
+def test_program_messages_keep_errors_and_drop_what_the_plan_prints():
+    from tools.plan import program_messages
+
+    logs = [("info", "GKE version x"), ("warning", "config said"), ("warning", "preflight: a"),
+            ("warning", "preflight: a"), ("error", "boom")]
+    assert program_messages(logs, ("config said",)) == ["preflight: a", "error: boom"]
