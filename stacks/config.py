@@ -66,6 +66,10 @@ _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's 
 # per-GPU micro batch at most a full batch's samples (rows x the most responses per prompt).
 _BATCH_KEYS = ("grpoTrainBatchSize", "grpoPpoMiniBatchSize")
 _MICRO_KEYS = ("grpoPpoMicroBatchSizePerGpu", "grpoLogProbMicroBatchSizePerGpu", "grpoRefLogProbMicroBatchSizePerGpu")
+# What a type error on one of them says is allowed: the row's maximum is only the typo guard.
+_DATA_BOUND = {**dict.fromkeys(_BATCH_KEYS, f"the run's training rows ({GSM8K.train_rows} for GSM8K)"),
+               **dict.fromkeys(_MICRO_KEYS, "a full batch's samples (the run's rows x "
+                               f"{KEYS_BY_NAME['grpoRolloutN'].maximum})")}
 # The keys the recipe's arithmetic reads: it runs only when every one passed the table and its rules.
 _RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
                          | {"gpuNodes", "model"})
@@ -233,7 +237,7 @@ class _Reader:
         minimum, maximum = k.minimum, k.maximum
         if not _ATOI.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             self.bad(k.name, value, f"must be an integer from {minimum if minimum is not None else 0} "
-                     f"to {maximum}")
+                     f"to {_DATA_BOUND.get(k.name, maximum)}")
             return minimum or 0
         number = int(text)
         if minimum is not None and number < minimum:
@@ -375,7 +379,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     soft_delete = r.v["bucketSoftDeleteDays"]
     r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
     task, reading, task_ok = _task(r)
-    if task is None:
+    if task is None and not r.v["dataTrainFile"]:  # own data that failed to read: its rows are unknown, not GSM8K's
         _batch_bounds(r, GSM8K.train_rows, "the GSM8K training rows")
     grpo = _grpo(r)
     overrides_ok = True
