@@ -402,6 +402,28 @@ def test_a_model_too_big_for_its_nodes_names_gpu_nodes_not_a_derived_key():
     config.load({**raw, "verl-gke:gpuNodes": "2"}, "b200")  # the count it names does fit
 
 
+def test_a_sequence_too_long_for_any_node_count_names_the_length_not_the_model():
+    """0.5B on L4 with a 7,473-token response: the logits of one sequence fill the GPU at any node count, so the
+    fix is a shorter response, never gpuNodes or "a smaller model" (issue 25 review)."""
+    dev = raw(accelerator="l4", model="Qwen/Qwen2.5-0.5B-Instruct", gpuNodes=1, grpoGpuMemoryUtilization="0.4")
+    for key, value in (("grpoMaxResponseLength", "7473"), ("grpoMaxPromptLength", "131072")):
+        with pytest.raises(config.ConfigError) as err:
+            config.load({**dev, f"verl-gke:{key}": value}, "dev")
+        first = err.value.problems[0]
+        assert first.startswith(f"verl-gke:{key} = {value}: the actor update needs"), first
+        assert "shorten the prompt or response" in first and "smaller model" not in first, first
+        assert not any(p.startswith("verl-gke:gpuNodes") for p in err.value.problems), err.value.problems
+
+
+def test_a_shard_group_the_stack_set_is_named_not_gpu_nodes():
+    """grpoFsdpSize = 2 keeps the 32B actor's state on 2 GPUs at any node count: the message says shard wider
+    (grpoFsdpSize), not "no count of gpuNodes fits: choose a smaller model"."""
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw(gpuNodes=2, grpoFsdpSize=2), "b200")
+    assert not any(p.startswith("verl-gke:gpuNodes") for p in err.value.problems), err.value.problems
+    assert any("shard wider (verl-gke:grpoFsdpSize = -1)" in p for p in err.value.problems), err.value.problems
+
+
 def test_a_budget_the_user_set_is_still_the_key_named():
     raw = {**BASE, "verl-gke:model": "Qwen/Qwen2.5-72B-Instruct", "verl-gke:gpuNodes": "1",
            "verl-gke:grpoPpoMaxTokenLenPerGpu": "3072"}
