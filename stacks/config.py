@@ -29,7 +29,7 @@ from catalog.accelerators import (
 )
 from catalog.capacity import Capacity
 from catalog.datasets import GSM8K, DatasetFacts
-from catalog.gcp_provider import GCP_PROVIDER_KEYS
+from catalog.gcp_provider import GCP_PROVIDER_KEYS, provider_keys
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
@@ -527,7 +527,7 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
             close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
             problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
-        elif namespace == "gcp" and key not in known and name not in GCP_PROVIDER_KEYS:
+        elif namespace == "gcp" and key not in known and name not in provider_keys():
             # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
             # otherwise surface only as the key it meant being unset.
             close = difflib.get_close_matches(name, GCP_NAMES, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
