@@ -1,10 +1,16 @@
 """The config keys the Google provider reads (gcp:*), so a typo of one is caught before `pulumi up`.
 
 Source: pulumi/pulumi-gcp v10.2.0 (requirements.txt allows 10.x) sdk/python/pulumi_gcp/config/vars.py: the
-names its `__config__.get*` calls read. tests/test_hostile_input.py checks them against the installed SDK.
+names its `__config__.get*` calls read. tests/test_hostile_input.py checks them against the installed SDK; the gate
+also accepts what the installed SDK reads (provider_keys), since requirements.txt allows a newer 10.x.
 """
 
 from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
 
 GCP_PROVIDER_KEYS = frozenset((
     "accessApprovalCustomEndpoint", "accessContextManagerCustomEndpoint", "accessToken",
@@ -81,3 +87,29 @@ GCP_PROVIDER_KEYS = frozenset((
     "workbenchCustomEndpoint", "workflowsCustomEndpoint", "workloadIdentityCustomEndpoint",
     "workstationsCustomEndpoint", "zone"
 ))
+
+
+def installed_keys() -> frozenset[str]:
+    """The keys the installed pulumi_gcp reads (its config/vars.py, parsed, not imported): the default provider
+    is the plugin of the SDK `pulumi install` put in the venv, and requirements.txt allows any 10.x, whose newer
+    releases add keys (service endpoints) this table does not list yet. Empty when it is not installed."""
+    return _installed_keys()
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_keys() -> frozenset[str]:
+    try:
+        spec = importlib.util.find_spec("pulumi_gcp")  # a top-level package: found, not imported
+        if spec is None or spec.origin is None:
+            return frozenset()
+        tree = ast.parse((Path(spec.origin).parent / "config" / "vars.py").read_text())
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "__config__"
+                     and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str))
+
+
+def provider_keys() -> frozenset[str]:
+    """Every key a Google provider of 10.x may read: this table and the installed SDK's."""
+    return GCP_PROVIDER_KEYS | installed_keys()

@@ -80,7 +80,8 @@ def resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
     resolved, problems = _resolve(g, model=model, acc=acc, nnodes=nnodes, data=data)
     spec = model_spec(model)
     if spec is not None and not problems and (short := _short_at_the_floor(g, resolved, spec, acc, nnodes, data)):
-        problems.append(_more_nodes(g, resolved, short, spec, model=model, acc=acc, nnodes=nnodes, data=data))
+        if found := _more_nodes(g, resolved, short, spec, model=model, acc=acc, nnodes=nnodes, data=data):
+            problems.append(found)
     return resolved, problems
 
 
@@ -100,15 +101,39 @@ def _short_at_the_floor(asked: GrpoSettings, g: GrpoSettings, spec: ModelSpec, a
     return ""
 
 
+# verl v0.6.1's GSM8K example lengths (examples/grpo_trainer): what "a shorter sequence" is tried at.
+SHORT_PROMPT, SHORT_RESPONSE = 512, 1024
+
+
 def _more_nodes(asked: GrpoSettings, g: GrpoSettings, field: str, spec: ModelSpec, *, model: str,
-                acc: Accelerator, nnodes: int, data: DatasetFacts) -> Problem:
-    """`nnodes` is the setting to change: the fewest nodes at which every derived setting fits, if any."""
+                acc: Accelerator, nnodes: int, data: DatasetFacts) -> Problem | None:
+    """The setting to change when a derived budget fits at no size: `nnodes` with the fewest nodes at which
+    every derived setting fits; else the sequence lengths when shorter ones fit; else `nnodes` with "a
+    smaller model". None when the stack narrowed the shard group (fsdp_size n): preflight names that."""
     world = nnodes * acc.gpus_per_node
     b = memory.breakdown(spec, memory_inputs(g, acc, world, data))
     need, what = ((b.update_peak, "the actor update") if field == "ppo_max_token_len_per_gpu"
                   else (b.logprob_peak, "the log-prob pass"))
-    fewest = next((n for n in range(nnodes + 1, MAX_NODES_TRIED + 1)
-                   if _fits(_resolve(asked, model=model, acc=acc, nnodes=n, data=data)[0], spec, acc, n, data)), None)
+    fewest = _fewest_nodes(asked, spec, model=model, acc=acc, start=nnodes + 1, data=data)
+    shorter = dataclasses.replace(asked, max_prompt_length=min(asked.max_prompt_length, SHORT_PROMPT),
+                                  max_response_length=min(asked.max_response_length, SHORT_RESPONSE))
+    if fewest is None and asked.fsdp_size not in (AUTO, -1):
+        return None  # more nodes leave the stack's shard group as small: preflight says shard wider
+    per_token = (f"activations {b.train_activations:.1f} + logits {b.train_logits:.1f}"
+                 if field == "ppo_max_token_len_per_gpu" else f"logits {b.logprob_logits:.1f}")
+    if fewest is None and shorter != asked and (
+            short_nodes := _fewest_nodes(shorter, spec, model=model, acc=acc, start=nnodes, data=data)):
+        longer = ("max_prompt_length" if asked.max_prompt_length - SHORT_PROMPT
+                  > asked.max_response_length - SHORT_RESPONSE else "max_response_length")
+        return Problem(longer, (
+            f"{named(longer)} = {getattr(asked, longer)}: {what} needs {need:.1f} GiB per GPU "
+            f"({need * (1 + memory.FRAGMENTATION):.1f} with {memory.FRAGMENTATION:.0%} allocator headroom) of "
+            f"{b.torch_budget:.1f} for PyTorch even at the smallest token budget ({named(field)} = "
+            f"{getattr(g, field)}, derived from {named('max_prompt_length')} {asked.max_prompt_length} + "
+            f"{named('max_response_length')} {asked.max_response_length}; {per_token} grow with the sequence, not "
+            f"with the model's shards), and no count up to "
+            f"{MAX_NODES_TRIED} nodes fits: shorten the prompt or response ({shorter.max_prompt_length} + "
+            f"{shorter.max_response_length} tokens fit on {short_nodes} node{'s' if short_nodes > 1 else ''})"))
     fix = (f"{fewest} nodes ({fewest * acc.gpus_per_node} GPUs) fit: set it to {fewest}" if fewest
            else f"no count up to {MAX_NODES_TRIED} nodes fits: choose a smaller model")
     return Problem("nnodes", f"{named('nnodes')} = {nnodes}: {model} does not fit on {world} {acc.key} GPUs: {what} "
@@ -117,6 +142,13 @@ def _more_nodes(asked: GrpoSettings, g: GrpoSettings, field: str, spec: ModelSpe
                    f"smallest token budget ({named(field)} = "
                    f"{getattr(g, field)}, derived; weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam "
                    f"{b.adam_state:.1f} sharded over {b.shard} GPUs); {fix}")
+
+
+def _fewest_nodes(g: GrpoSettings, spec: ModelSpec, *, model: str, acc: Accelerator, start: int,
+                  data: DatasetFacts) -> int | None:
+    """The fewest nodes from `start` at which the settings, derived there, fit (None up to MAX_NODES_TRIED)."""
+    return next((n for n in range(start, MAX_NODES_TRIED + 1)
+                 if _fits(_resolve(g, model=model, acc=acc, nnodes=n, data=data)[0], spec, acc, n, data)), None)
 
 
 def _fits(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, data: DatasetFacts) -> bool:

@@ -28,7 +28,7 @@ from catalog.accelerators import (
 )
 from catalog.capacity import Capacity
 from catalog.datasets import GSM8K, DatasetFacts
-from catalog.gcp_provider import GCP_PROVIDER_KEYS
+from catalog.gcp_provider import GCP_PROVIDER_KEYS, provider_keys
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.migrations import MIGRATIONS
@@ -64,6 +64,10 @@ _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's 
 # per-GPU micro batch at most a full batch's samples (rows x the most responses per prompt).
 _BATCH_KEYS = ("grpoTrainBatchSize", "grpoPpoMiniBatchSize")
 _MICRO_KEYS = ("grpoPpoMicroBatchSizePerGpu", "grpoLogProbMicroBatchSizePerGpu", "grpoRefLogProbMicroBatchSizePerGpu")
+# What a type error on one of them says is allowed: the row's maximum is only the typo guard.
+_DATA_BOUND = {**dict.fromkeys(_BATCH_KEYS, f"the run's training rows ({GSM8K.train_rows} for GSM8K)"),
+               **dict.fromkeys(_MICRO_KEYS, "a full batch's samples (the run's rows x "
+                               f"{KEYS_BY_NAME['grpoRolloutN'].maximum})")}
 # The keys the recipe's arithmetic reads: it runs only when every one passed the table and its rules.
 _RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
                          | {"gpuNodes", "model"})
@@ -231,7 +235,7 @@ class _Reader:
         minimum, maximum = k.minimum, k.maximum
         if not _ATOI.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             self.bad(k.name, value, f"must be an integer from {minimum if minimum is not None else 0} "
-                     f"to {maximum}")
+                     f"to {_DATA_BOUND.get(k.name, maximum)}")
             return minimum or 0
         number = int(text)
         if minimum is not None and number < minimum:
@@ -368,7 +372,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     soft_delete = r.v["bucketSoftDeleteDays"]
     r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
     task, reading, task_ok = _task(r)
-    if task is None:
+    if task is None and not r.v["dataTrainFile"]:  # own data that failed to read: its rows are unknown, not GSM8K's
         _batch_bounds(r, GSM8K.train_rows, "the GSM8K training rows")
     grpo = _grpo(r)
     overrides_ok = True
@@ -516,7 +520,7 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
             close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
             problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
-        elif namespace == "gcp" and key not in known and name not in GCP_PROVIDER_KEYS:
+        elif namespace == "gcp" and key not in known and name not in provider_keys():
             # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
             # otherwise surface only as the key it meant being unset.
             close = difflib.get_close_matches(name, GCP_NAMES, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []

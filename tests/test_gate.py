@@ -188,3 +188,27 @@ def test_catalog_facts_in_descriptions_come_from_the_catalog():
     assert all(m in text["migrations"] for m in MIGRATIONS), text["migrations"]
     assert KEYS_BY_NAME["accelerator"].choices == tuple(ACCELERATORS)
     assert KEYS_BY_NAME["capacity"].choices == CAPACITIES
+
+
+@pytest.mark.parametrize("train", ["examples/no-such/train.parquet", "README.md"])
+def test_own_data_that_cannot_be_read_is_refused_without_gsm8k_bounds(train):
+    """A stack's own dataTrainFile that is missing or unreadable is refused for that file, before any resource;
+    its batch is not held to GSM8K's 7,473 rows (the stack does not train on GSM8K)."""
+    from stacks import config
+
+    raw = {**BASE, config.KEYS_BY_NAME["dataTrainFile"].full: train,
+           config.KEYS_BY_NAME["dataValFile"].full: "examples/word_reverse/val.parquet",
+           config.KEYS_BY_NAME["grpoTrainBatchSize"].full: "8000"}
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "b200")
+    assert any(p.startswith(config.KEYS_BY_NAME["dataTrainFile"].full) for p in err.value.problems), err.value.problems
+    assert not any("GSM8K" in p for p in err.value.problems), err.value.problems
+
+
+@pytest.mark.parametrize("key,allowed", [("grpoTrainBatchSize", "from 1 to the run's training rows (7473 for GSM8K)"),
+                                         ("grpoPpoMiniBatchSize", "from 0 to the run's training rows"),
+                                         ("grpoPpoMicroBatchSizePerGpu", "from 1 to a full batch's samples")])
+def test_a_batch_key_that_is_no_integer_names_its_real_bound(key, allowed):
+    """The row's maximum (10^10) is only a typo guard: a batch is bounded by the run's rows."""
+    named = _refused(key, "abc")
+    assert any(f"must be an integer {allowed}" in p for p in named), named

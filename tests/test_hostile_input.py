@@ -428,6 +428,33 @@ def test_a_real_provider_key_is_not_a_typo():
     assert config.unknown_keys(raw) == []
 
 
+def test_a_key_a_newer_google_provider_reads_is_not_a_typo(tmp_path, monkeypatch):
+    """requirements.txt allows any pulumi-gcp 10.x and `pulumi install` takes the newest: a key its vars.py reads
+    that catalog.gcp_provider (written from 10.2.0) does not list yet must still load, and a typo still fail."""
+    import importlib.util
+    import types
+
+    from catalog import gcp_provider
+    from stacks import config
+
+    package = tmp_path / "pulumi_gcp"
+    (package / "config").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "config" / "vars.py").write_text(
+        "class _ExportableConfig:\n    @property\n    def new_service_custom_endpoint(self):\n"
+        "        return __config__.get('newServiceCustomEndpoint')\n")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: types.SimpleNamespace(
+        origin=str(package / "__init__.py")) if name == "pulumi_gcp" else real(name, *a))
+    gcp_provider._installed_keys.cache_clear()
+    try:
+        assert config.unknown_keys({**GOOD, "gcp:newServiceCustomEndpoint": "https://x/"}) == []
+        assert config.unknown_keys({**GOOD, "gcp:regoin": "us-central1"})
+    finally:
+        monkeypatch.undo()
+        gcp_provider._installed_keys.cache_clear()
+
+
 def test_every_count_has_an_upper_bound():
     unbounded = [k.name for k in stack_config.KEYS if k.type == "integer" and (k.maximum is None or not k.why)]
     assert unbounded == []

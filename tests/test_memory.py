@@ -402,6 +402,28 @@ def test_a_model_too_big_for_its_nodes_names_gpu_nodes_not_a_derived_key():
     config.load({**raw, "verl-gke:gpuNodes": "2"}, "b200")  # the count it names does fit
 
 
+def test_a_sequence_too_long_for_any_node_count_names_the_length_not_the_model():
+    """0.5B on L4 with a 7,473-token response: the logits of one sequence fill the GPU at any node count, so the
+    fix is a shorter response, never gpuNodes or "a smaller model" (issue 25 review)."""
+    dev = raw(accelerator="l4", model="Qwen/Qwen2.5-0.5B-Instruct", gpuNodes=1, grpoGpuMemoryUtilization="0.4")
+    for key, value in (("grpoMaxResponseLength", "7473"), ("grpoMaxPromptLength", "131072")):
+        with pytest.raises(config.ConfigError) as err:
+            config.load({**dev, f"verl-gke:{key}": value}, "dev")
+        first = err.value.problems[0]
+        assert first.startswith(f"verl-gke:{key} = {value}: the actor update needs"), first
+        assert "shorten the prompt or response" in first and "smaller model" not in first, first
+        assert not any(p.startswith("verl-gke:gpuNodes") for p in err.value.problems), err.value.problems
+
+
+def test_a_shard_group_the_stack_set_is_named_not_gpu_nodes():
+    """grpoFsdpSize = 2 keeps the 32B actor's state on 2 GPUs at any node count: the message says shard wider
+    (grpoFsdpSize), not "no count of gpuNodes fits: choose a smaller model"."""
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw(gpuNodes=2, grpoFsdpSize=2), "b200")
+    assert not any(p.startswith("verl-gke:gpuNodes") for p in err.value.problems), err.value.problems
+    assert any("shard wider (verl-gke:grpoFsdpSize = -1)" in p for p in err.value.problems), err.value.problems
+
+
 def test_a_budget_the_user_set_is_still_the_key_named():
     raw = {**BASE, "verl-gke:model": "Qwen/Qwen2.5-72B-Instruct", "verl-gke:gpuNodes": "1",
            "verl-gke:grpoPpoMaxTokenLenPerGpu": "3072"}
@@ -428,3 +450,30 @@ def test_the_plan_prints_the_kv_cache_warning_once(tmp_path, capsys):
     raw, secrets = plan.read_stack_file(stack)
     run = mocking.run(lambda: __import__("stacks.compose", fromlist=["program"]).program(True), raw, "b200", secrets)
     assert [m for level, m in run.logs if level == "warning" and "KV cache holds" in m], run.logs
+
+
+def test_the_plan_still_prints_what_else_the_program_logs(tmp_path, capsys):
+    """The mocks record pulumi.log instead of printing it (the KV-cache warning above): a warning the config
+    does not hold (a quota lookup's non-fatal finding, stacks.preflight.verdict) or an error must still reach
+    the reader, once. A region outside the sample project's quotas leaves them without a value."""
+    from tools import plan
+    from tools.plan import ROOT as REPO
+
+    text = (REPO / "Pulumi.dev.yaml").read_text()
+    stack = tmp_path / "Pulumi.dev.yaml"
+    lines = [("  gcp:region: asia-east1" if line.startswith("  gcp:region:") else
+              "  gcp:zone: asia-east1-a" if line.startswith("  gcp:zone:") else line) for line in text.splitlines()]
+    stack.write_text("\n".join(lines) + "\n")
+    assert plan.main(["--stack", "dev", "--config", str(stack), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    _, err = capsys.readouterr()
+    line = ("warning: preflight: gcp:project: quota STATIC-ADDRESSES-per-project-region (region=asia-east1) has no "
+            "value for this project; not checked")
+    assert err.count(line) == 1, err
+
+
+def test_program_messages_keep_errors_and_drop_what_the_plan_prints():
+    from tools.plan import program_messages
+
+    logs = [("info", "GKE version x"), ("warning", "config said"), ("warning", "preflight: a"),
+            ("warning", "preflight: a"), ("error", "boom")]
+    assert program_messages(logs, ("config said",)) == ["preflight: a", "error: boom"]

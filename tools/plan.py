@@ -102,8 +102,22 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
     plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs,
             **run_figures(cfg)}
+    plan["warnings"] = [*plan.get("warnings", []), *program_messages(run.logs, cfg.warnings)]
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
     return scrub(plan, [raw[k] for k in secret_keys if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+
+
+def program_messages(logs: list[tuple[str, str]], printed: tuple[str, ...]) -> list[str]:
+    """What the program logged at warning or error level (pulumi.log: what `pulumi up` shows) beyond the
+    config's warnings, which the plan prints itself: the mocks record the log instead of printing it, so a
+    lookup's non-fatal preflight finding or an error would otherwise never reach the reader."""
+    out: list[str] = []
+    for level, message in logs:
+        if level in ("warning", "error", "critical") and message not in printed:
+            text = message if level == "warning" else f"{level}: {message}"
+            if text not in out:
+                out.append(text)
+    return out
 
 
 def gate(raw: dict[str, str], stack: str) -> stack_config.StackConfig:
@@ -605,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     print(critical_path_text(crit))
     print(prices)
     for warning in plan.get("warnings") or []:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(warning if warning.startswith(("error: ", "critical: ")) else f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out}/plan.json, {out}/manifests/, {out}/graph.mmd", file=sys.stderr)
     return 0
 
