@@ -313,3 +313,5 @@ def test_the_readme_announces_the_last_releases_job_resubmission():
     note = note[:note.index("\n\n")]
     assert "the running job is stopped and a new run submitted" in note
     assert all(f"`{key}`" in note for key in ANNOUNCED_LAST_RELEASE_JOB_REPLACES)
+    # the replacement does not look at the job's status: a finished run is submitted again (GPUs scaled up)
+    assert "already finished" in note and "submitJob false" in note
