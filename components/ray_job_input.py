@@ -175,11 +175,19 @@ def _fields_of(cls: type, props: dict[str, Any], required: tuple[str, ...] = ())
 
 
 def is_unknown(value: Any) -> bool:
-    """A value not known yet at preview: the engine sends rpc.UNKNOWN, which the provider server turns into
-    pulumi's `Unknown` object (deserialize_properties(..., keep_unknowns=True)); also inside a dict."""
+    """A value not known yet at preview, at any depth. The engine sends rpc.UNKNOWN, which the provider
+    server turns into pulumi's `Unknown` object (deserialize_properties(..., keep_unknowns=True)); `check`
+    hands the sentinel string back. Both forms are one answer: rpc.contains_unknowns sees only the object,
+    and a nested sentinel string (an unknown `gke.endpoint`) would pass as a known value."""
     from pulumi.runtime import rpc
 
-    return rpc.contains_unknowns(value) or (isinstance(value, str) and value == rpc.UNKNOWN)
+    if isinstance(value, str):
+        return value == rpc.UNKNOWN
+    if isinstance(value, dict):
+        return any(is_unknown(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(is_unknown(v) for v in value)
+    return rpc.contains_unknowns(value)
 
 
 def _pending(value: Any) -> bool:

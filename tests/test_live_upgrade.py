@@ -258,6 +258,21 @@ def test_the_last_releases_job_is_not_resubmitted(stack):
     result = diff_inputs(RELEASE[stack]["job_inputs"], new[urn]["inputs"])
     unannounced = set(result.replaces) - ANNOUNCED_LAST_RELEASE_JOB_REPLACES
     assert not unannounced, f"the running job would be stopped and resubmitted: {result.replaces}"
+    assert result.delete_before_replace  # the old run is stopped before the new one is submitted
+
+
+def test_the_announced_resubmission_stops_the_old_run_before_submitting_the_new():
+    """Never two runs on the GPUs: the job is replaced delete-before-replace. The program's option wins over
+    the provider's DiffResponse when it is set (pulumi/pulumi pkg/resource/deploy/step_generator.go
+    L2043-2046 @1b5949891b3cefcb9974752b24a5ecef0acc86c8: `goal.DeleteBeforeReplace` overrides
+    `diff.DeleteBeforeReplace`), so the registration must ask for it, not merely leave it to the diff."""
+    from stacks.compose import program
+    from tools import mocking, plan
+
+    stack = next(s for s in sorted(RELEASE) if RELEASE[s]["job_inputs"])
+    raw, secret_keys = plan.read_stack_file(snapshot.ROOT / f"Pulumi.{stack}.yaml")
+    job = mocking.run(program, {**raw, "gcp:project": "p-1234567"}, stack, secret_keys).one(JOB)
+    assert job.delete_before_replace is True
 
 
 @pytest.mark.parametrize("stack", sorted(RELEASE))
@@ -298,3 +313,5 @@ def test_the_readme_announces_the_last_releases_job_resubmission():
     note = note[:note.index("\n\n")]
     assert "the running job is stopped and a new run submitted" in note
     assert all(f"`{key}`" in note for key in ANNOUNCED_LAST_RELEASE_JOB_REPLACES)
+    # the replacement does not look at the job's status: a finished run is submitted again (GPUs scaled up)
+    assert "already finished" in note and "submitJob false" in note

@@ -31,7 +31,7 @@ from components.ray_presence import UNREACHABLE_IS_GONE_ENV
 from tests.fault_front import FaultFront
 from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
-from tests.ray_fixtures import free_port, head_node, point_ray_env_nowhere, wait_status
+from tests.ray_fixtures import REPO, free_port, head_node, point_ray_env_nowhere, wait_status
 
 WINDOW_S = 3  # probe window for the "unknown" cases: a few polls, then a clear failure
 READY_S = 180
@@ -317,3 +317,55 @@ def test_progress_lines_reach_the_providers_stderr(head, front, server):
     time.sleep(0.5)  # the stderr reader thread
     lines = [ln for ln in server.stderr_lines[before:] if ln.startswith("[verl-gke] waiting for Ray job")]
     assert lines and any("of 1000 GPUs" in ln for ln in lines), server.stderr_lines[before:]
+
+
+# ----------------------------------------------------------------------------- the last release's job, upgraded
+
+TESTS = REPO / "tests"
+RELEASE_JOB = json.loads((TESTS / "data" / "release_state.json").read_text())["stacks"]["b200"]["job_inputs"]
+PLANNED_JOB = next(r["inputs"] for r in json.loads((TESTS / "snapshots" / "b200.json").read_text())["resources"]
+                   if r["type"] == "pulumi-python:dynamic/verl-gke:RayJob")
+
+
+def _on_the_local_head(inputs: dict, kube: Kube, sid: str, entrypoint: str) -> dict:
+    """The job's inputs in their stored shape (every key kept), pointed at the local head behind `kube`."""
+    return {**{k: v for k, v in inputs.items() if k != "__provider"}, "submission_id": sid, "entrypoint": entrypoint,
+            "expected_gpus": 1, "gke": {**inputs["gke"], **kube.gke(), "public_ca": False},
+            "scale": {**inputs["scale"], "namespace": kube.namespace, "name": kube.name, "replicas": 1}}
+
+
+def test_the_last_releases_job_is_refreshed_stopped_then_replaced_from_its_stored_state(head, server):
+    """`pulumi up --refresh` on a stack of the last release, call by call as the engine makes them, through
+    Pulumi's provider server: the state's outputs as that release's create stored them (release_state.json,
+    f611a47: DNS endpoint + public_ca, scale, cluster_uid, budget, logs hint) with its pickled provider; Read;
+    Check of the program's new inputs (tests/snapshots/b200.json); Diff: replace, delete first; Delete: the
+    old run is STOPPED; only then Create: the new run, attempt 1 of its own id, its worker group scaled up."""
+    pickled = (REPO / "tests" / "data" / "ray_job_provider_f611a47.dill.b64").read_text().strip()
+    assert pickled == server.blob  # the state's provider is today's class (by reference): the same bytes
+    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
+        old_sid, new_sid = new_id("release"), new_id("upgraded")
+        old_in = _on_the_local_head(RELEASE_JOB, kube, old_sid, "sleep 600")
+        requests.post(f"{head.address}/api/jobs/", json={"entrypoint": "sleep 600", "submission_id": old_sid,
+                                                         "runtime_env": old_in["runtime_env"]},
+                      timeout=30).raise_for_status()
+        try:
+            wait_status(head.address, old_sid, {"RUNNING"})
+            stored = {**old_in, "job_id": old_sid, "attempt": 1, "status": "RUNNING", "message": "",
+                      "dashboard_url": "https://old/proxy", "recoveries": 0}
+            _, outs, inputs = server.read(old_sid, stored)
+            assert outs["status"] == "RUNNING" and inputs["last_job_id"] == old_sid
+            news, failures = server.check(_on_the_local_head(PLANNED_JOB, kube, new_sid, "sleep 601"), inputs)
+            assert failures == set() and news["last_job_id"] == old_sid
+            diff = server.diff(old_sid, outs, news)
+            assert set(diff.replaces) == {"submission_id", "entrypoint"} and diff.deleteBeforeReplace
+            server.delete(old_sid, outs)
+            assert status_on(head, old_sid) == "STOPPED"
+            job_id, created = server.create(news)
+            assert (job_id, created["attempt"], created["job_id"]) == (new_sid, 1, new_sid)
+            env = requests.get(f"{head.address}/api/jobs/{new_sid}", timeout=10).json()["runtime_env"]["env_vars"]
+            assert env["VERL_GKE_RUN"] == new_sid and env["VERL_GKE_ATTEMPT"] == "1"
+            replicas = [op["value"] for patch in kube.patches for op in patch if op["path"].endswith("/replicas")]
+            assert replicas == [1] and status_on(head, old_sid) == "STOPPED"
+        finally:
+            for sid in (old_sid, new_sid):
+                requests.post(f"{head.address}/api/jobs/{sid}/stop", timeout=10)

@@ -98,6 +98,8 @@ class Registration:
     raw_inputs: dict[str, Any]  # deserialized (secret values unwrapped): for tests only, never written
     replace_on_changes: list[str] = field(default_factory=list)  # property paths whose change replaces
     import_id: str = ""  # ResourceOptions.import_: the cloud object adopted instead of created
+    # ResourceOptions.delete_before_replace, None when not set (then the provider's Diff decides).
+    delete_before_replace: bool | None = None
 
 
 @dataclass
@@ -163,6 +165,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             raw_inputs=reveal(pulumi.runtime.rpc.deserialize_properties(request.object)),
             replace_on_changes=list(request.replaceOnChanges),
             import_id=request.importId,
+            delete_before_replace=request.deleteBeforeReplace if request.deleteBeforeReplaceDefined else None,
         ))
         return response
 
