@@ -36,6 +36,7 @@ from typing import Any
 
 import pulumi.dynamic as dyn
 
+from components.attempts import attempt_id, attempt_number
 from components.ray_client import (
     ACTIVE,
     GONE,
@@ -56,7 +57,7 @@ from components.ray_client import (
 from components.ray_job_input import INPUT_KEYS, LAST_JOB_KEY, OUTPUT_KEYS, JobInput, JobOutputs, is_unknown
 from components.ray_presence import ABSENT, PRESENT, look, unknown_message, unreachable_is_gone
 from components.ray_recovery import budget_left, scale_to, scale_up, used_by, with_attempt_env
-from components.scripts.verl_gke_protocol import attempt_id, attempt_number, supervisor_note, worker_group_patch
+from components.scripts.verl_gke_protocol import supervisor_note, worker_group_patch
 
 RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
 # What makes a different job. The target is compared without the CA, so a CA rotation is no restart.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,10 @@ import pytest
 
 from catalog.paths import BucketPaths, bucket_paths
 from components import run_supervisor
+from components.attempts import attempt_id, attempt_number, split_attempt
 from components.ray_recovery import with_attempt_env
 from components.scripts import verl_gke_protocol as protocol
-from components.scripts.verl_gke_protocol import attempt_id, attempt_number, split_attempt, supervisor_note
+from components.scripts.verl_gke_protocol import supervisor_note
 from tools import watch
 
 
@@ -121,3 +123,22 @@ def test_the_manual_release_command_is_the_protocols_patch():
     text = RayJobProvider._release(Unreachable(), job)
     assert "could NOT scale" in text and "kubectl -n verl patch raycluster rc --type json -p '" in text
     assert json.loads(text.rsplit(" -p '", 1)[1].rstrip("'")) == protocol.worker_group_patch(1, "gpu-group", 0)
+
+
+def test_the_shipped_protocol_holds_only_what_the_supervisor_uses():
+    """Every name the shipped (hashed) protocol module defines is used by the supervisor: anything else
+    there would restart running jobs whenever it changes, for nothing the pod needs."""
+    import ast
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parent.parent / "components" / "scripts"
+    tree = ast.parse((scripts / "verl_gke_protocol.py").read_text())
+    public = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+    public |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+               if isinstance(t, ast.Name) and not t.id.startswith("_")}
+    supervisor = (scripts / "supervise.py").read_text()
+    module = (scripts / "verl_gke_protocol.py").read_text()
+    inside = {name for name in public if len(re.findall(rf"\b{name}\b", module)) > 1}  # used by the module itself
+    # supervisor_note reads back the lines the supervisor writes (line/tally/recovery): the same format.
+    unused = {name for name in public if name not in supervisor} - inside - {"supervisor_note"}
+    assert not unused, f"in the shipped protocol but not used by the supervisor: {sorted(unused)}"

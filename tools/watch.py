@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.attempts import attempt_number, split_attempt
 from components.ray_client import ACTIVE, TERMINAL, Dashboard, RayJobError, base_url
-from components.scripts.verl_gke_protocol import attempt_number, split_attempt
 
 TRAIN_SCORE = "critic/score/mean"  # verl trainer/ppo/metric_utils.py compute_data_metrics
 VAL_SCORE_PREFIX = "val-core/"  # val-core/<data_source>/<var>/mean@<n>, e.g. .../openai/gsm8k/reward/mean@1

@@ -1,6 +1,7 @@
 """What the Ray job provider and the run supervisor say to each other; both sides import this module.
 
-- The attempt: a dead job is resubmitted as `<run>-r<k>` (k >= 2), the run being the base submission id.
+- The attempt: the provider resubmits a dead job under another id (components.attempts); the
+  supervisor learns its run and attempt from the env below, never by parsing an id.
 - The runtime env of each attempt tells the supervisor the run, the attempt, the recoveries counted so
   far and the cap (env vars, not the entrypoint: raising the cap neither changes the run's id nor
   restarts it).
@@ -29,43 +30,16 @@ MAX_ENV = "VERL_GKE_MAX_RECOVERIES"
 # KubeRay's RayCluster API (ray.io/v1): the object the worker replicas live on.
 RAYCLUSTER_PATH = "/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
 
-_RETRY = re.compile(r"(?P<run>.+)-r(?P<n>[1-9][0-9]{0,8})")  # ASCII digits, no leading zero: attempt_id's own form
 _LINE = re.compile(r"^" + re.escape(LINE_PREFIX) + r" (.*)$", re.MULTILINE)
 _COUNT = re.compile(r"recover(?:y|ies used) ([0-9]{1,9}) of ([0-9]{1,9})")
 
 
-# ----------------------------------------------------------------------------- attempts
-
-
-def attempt_id(run: str, attempt: int) -> str:
-    """The submission id of attempt `attempt` (1, 2, ...) of `run`."""
-    return run if attempt == 1 else f"{run}-r{attempt}"
-
-
-def split_attempt(job_id: str) -> tuple[str, int]:
-    """(run, attempt) of a submission id: `<run>-r<k>` with k >= 2 is attempt k; anything else is attempt 1."""
-    match = _RETRY.fullmatch(job_id)
-    if match and int(match.group("n")) >= 2:
-        return match.group("run"), int(match.group("n"))
-    return job_id, 1
-
-
-def attempt_number(job_id: str | None, run: str) -> int | None:
-    """1 for the run's own id, k for `<run>-r<k>`, None for somebody else's job."""
-    if not job_id:
-        return None
-    if job_id == run:
-        return 1
-    of, number = split_attempt(job_id)
-    return number if of == run and number >= 2 else None
+# ----------------------------------------------------------------------------- the supervisor's lines
 
 
 def attempt_env(run: str, attempt: int, used: int, max_recoveries: int) -> dict[str, str]:
     """The env vars an attempt is submitted with (what the supervisor's options default to)."""
     return {RUN_ENV: run, ATTEMPT_ENV: str(attempt), USED_ENV: str(used), MAX_ENV: str(max_recoveries)}
-
-
-# ----------------------------------------------------------------------------- the supervisor's lines
 
 
 def line(message: str) -> str:
