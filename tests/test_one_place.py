@@ -14,8 +14,10 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import gc
 import inspect
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,6 +112,31 @@ def test_derived_values_are_computed_once_per_config(monkeypatch):
     assert len(calls) == 1
     other = stack_config.load(raw, "b200", allow_placeholder_project=True)
     assert derived.of(other) is not derived.of(cfg) and derived.of(other) == derived.of(cfg)
+
+
+def _outputs_in(value: object) -> list[object]:
+    if isinstance(value, pulumi.Output):
+        return [value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, dict):
+        value = [*value.keys(), *value.values()]
+    elif not isinstance(value, (list, tuple, set, frozenset)):
+        return []
+    return [o for v in value for o in _outputs_in(v)]
+
+
+def test_the_cache_keeps_no_config_alive_and_holds_no_output():
+    """derived.of's cache is keyed by the config's id: it must let the config go (else every config a test
+    process loads stays, ids included), and hold plain values only (an Output belongs to one program run)."""
+    cfg = stack_config.load(_raw("b200"), "b200", allow_placeholder_project=True)
+    d, key, gone = derived.of(cfg), id(cfg), weakref.ref(cfg)
+    assert d.job is not None and _outputs_in([d, d.job]) == []
+    del cfg
+    gc.collect()
+    assert gone() is None, "the derived cache keeps its config alive"
+    assert key not in derived._CACHE
+    assert d.job is not None  # read before the config went: kept
 
 
 def test_every_args_class_has_one_shape():
