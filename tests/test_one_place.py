@@ -84,6 +84,21 @@ def test_the_gate_runs_each_rule_once(monkeypatch, stack, extra):
                       **({"ProjectBudgetArgs": 1} if extra else {})}
 
 
+def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value(monkeypatch):
+    """The model id: by its key (it guards the recipe's arithmetic) and by DataPrepArgs (the folder it stages),
+    once each. The namespace: by its key and by TrainingStorageArgs, which creates it; RayCluster and DataPrep
+    get TrainingStorage's namespace and KSA outputs (stand-ins in the gate, as compose passes Outputs)."""
+    counts: collections.Counter = collections.Counter()
+    raw = _raw("b200")
+    namespace, model = raw["verl-gke:namespace"], raw["verl-gke:model"]
+    _count(monkeypatch, counts, "model_id", naming.model_id, lambda value, *a, **k: value == model)
+    _count(monkeypatch, counts, "namespace", naming.namespace, lambda value, *a, **k: value == namespace)
+    # naming.namespace reads dns_label itself: any other caller judges the namespace a second way.
+    _count(monkeypatch, counts, "dns_label", naming.dns_label, lambda value, *a, **k: value == namespace)
+    stack_config.load(raw, "b200", allow_placeholder_project=True)
+    assert counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
+
+
 def test_a_component_rule_still_names_its_key():
     """Checked once, by the component's rule, the problem still names the key and its value."""
     raw = _raw("b200", **{"verl-gke:capacity": "on-demand"})
