@@ -31,6 +31,7 @@ from components.data_prep import DataPrepArgs
 from components.network import RdmaNetworkArgs
 from components.problems import ArgsError, require
 from components.ray_cluster import RayClusterArgs
+from components.run_supervisor import GpuReleaseAccessArgs
 from components.storage import TrainingStorageArgs
 from components.task_files import TaskFilesArgs, TaskSourceAccessArgs
 from stacks import compose, derived
@@ -39,7 +40,7 @@ from tests.stack_helpers import ROOT
 from tools import mocking, plan
 
 ARGS = (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs, RdmaNetworkArgs,
-        TaskFilesArgs, TaskSourceAccessArgs)
+        TaskFilesArgs, TaskSourceAccessArgs, GpuReleaseAccessArgs)
 BUDGET = {"verl-gke:billingAccount": "012345-567890-ABCDEF", "verl-gke:budgetMonthly": "500"}
 
 
@@ -168,6 +169,12 @@ def test_every_args_class_has_one_shape():
                     "invalid ") for v in node.values[:1]):
                 joins.append(path.name)
     assert set(joins) == {"problems.py"}, joins
+    # Nor an argument check of its own: a bare ValueError is a traceback in `pulumi up`.
+    raises = [path.name for path in sorted((ROOT / "components").glob("*.py"))
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+              and getattr(node.exc.func, "id", "") in ("ValueError", "TypeError")]
+    assert raises == [], raises
 
 
 def test_the_helper_raises_every_problem_as_a_run_error():
