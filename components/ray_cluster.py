@@ -228,6 +228,8 @@ class RayClusterArgs:
             bad("ready_timeout_s", "must be an integer number of seconds >= 1")
         if clash := set(gcsfuse_pod_annotations(self.autopilot, WORKER_SIDECAR)) & set(self.network_annotations):
             bad("network_annotations", f"{sorted(clash)} collide with the GCS FUSE annotations")
+        if clash := set(RayCluster._common_env(self)) & set(nccl_env(acc)):  # two owners: refuse, never pick one
+            bad("accelerator", f"{acc.key}: {sorted(clash)} set by both the bucket paths and nccl_env()")
         if clash := set(self.worker_secret_env) & {*RayCluster._common_env(self), *nccl_env(acc)}:
             bad("worker_secret_env", f"{sorted(clash)} already set")
         for var, ref in self.worker_secret_env.items():
@@ -372,9 +374,6 @@ class RayCluster(pulumi.ComponentResource):
         acc = args.accelerator
         common = self._common_env(args)
         nccl = nccl_env(acc)
-        clash = set(common) & set(nccl)
-        if clash:  # two owners for one variable: refuse rather than pick one silently
-            raise ValueError(f"RayCluster env: {sorted(clash)} set by both the bucket paths and nccl_env()")
         gcsfuse = gcsfuse_pod_annotations(args.autopilot, WORKER_SIDECAR)
         mounts = [
             {"name": "shared-memory", "mountPath": "/dev/shm"},

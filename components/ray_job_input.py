@@ -60,6 +60,8 @@ class RayJobArgs:
     # in the same `up`. Absent from an older state: no change (never a restart for the upgrade itself).
     cluster_uid: pulumi.Input[str] | None = None
 
+    SECRET_FIELDS = ("runtime_env",)  # its env_vars may carry a token: never shown in a problem
+
     def problems(self) -> list[tuple[str, str]]:
         """(field, reason) for each bad value; a value not known yet (an Output, a preview unknown) is not judged."""
         bad: list[tuple[str, str]] = []

@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 
 from catalog import naming
 from catalog.paths import BucketPaths
+from components.problems import Problem, require
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "supervise.py"
 PROTOCOL_FILE = SCRIPT_FILE.with_name("verl_gke_protocol.py")  # supervise.py imports it from its own folder
@@ -59,6 +60,9 @@ class GpuReleaseAccessArgs:
     service_account: pulumi.Input[str]  # the head pod's (TrainingStorage.ksa_name)
     raycluster: str  # the RayCluster's name
 
+    def problems(self) -> list[Problem]:
+        return [("raycluster", problem)] if (problem := naming.dns_subdomain(self.raycluster)) else []
+
 
 class GpuReleaseAccess(pulumi.ComponentResource):
     """Role + RoleBinding: the head pod's service account may get and patch one RayCluster."""
@@ -67,8 +71,7 @@ class GpuReleaseAccess(pulumi.ComponentResource):
     binding: k8s.rbac.v1.RoleBinding
 
     def __init__(self, name: str, args: GpuReleaseAccessArgs, opts: pulumi.ResourceOptions | None = None):
-        if problem := naming.dns_subdomain(args.raycluster):
-            raise ValueError(f"GpuReleaseAccessArgs.raycluster = {args.raycluster!r}: {problem}")
+        require("GpuReleaseAccess", args)
         super().__init__("verl-gke:run_supervisor:GpuReleaseAccess", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         labels = {"app.kubernetes.io/part-of": "verl-gke", "app.kubernetes.io/component": "gpu-release"}

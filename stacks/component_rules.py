@@ -148,7 +148,9 @@ def _lines(args: Any) -> list[str]:
 def gate_args(cfg) -> list[Any]:
     """Each checked component's args as compose builds them, with stand-ins for other components' outputs."""
     cl, acc = cfg.cluster, cfg.accelerator
-    storage_outputs = dict(namespace=cfg.namespace, service_account=cfg.name("ray"))
+    # As compose: TrainingStorage's namespace and KSA outputs, which RayCluster and DataPrep do not judge
+    # (the namespace key and TrainingStorageArgs, which creates both, check those names once each).
+    storage_outputs = dict(namespace=STANDIN, service_account=STANDIN)
     found: list[Any] = [
         ray_cluster_args(cfg, **storage_outputs, pvc_name=STANDIN, writer_pvc_name=STANDIN,
                          checkpoint_pvc_name=STANDIN, head_checkpoint_pvc_name=STANDIN,

@@ -344,7 +344,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     cluster = _cluster(r, acc, mode, capacity)
 
     model = r.v["model"]
-    r.check("model", model, naming.model_id(model))
+    model_problem = naming.model_id(model)  # also guards the arithmetic below
+    r.check("model", model, model_problem)
     has_token = bool(raw.get(KEYS_BY_NAME["hfToken"].full))
     if is_gated(model) and not has_token:
         r.bad("hfToken", "<unset>", f"model {model} is gated on the hub: run "
@@ -391,7 +392,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         notes = reading.notes + notes
         task_ok = not found
     # Arithmetic only on values that parsed, and on a model id that is one (else it reports the wrong thing).
-    if inputs_ok and gpu_nodes >= 1 and task_ok and not naming.model_id(model):
+    if inputs_ok and gpu_nodes >= 1 and task_ok and not model_problem:
         grpo, derive_problems = tuning.resolve(grpo, model=model, acc=acc, nnodes=gpu_nodes, data=data)
         r.problems += _named(derive_problems)
         if not derive_problems:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,12 +58,17 @@ class Derived:
     egress: dict[str, str]  # destination host -> NAT or GOOGLE (catalog.egress)
     task_check: dict | None  # stacks.dataset.staging_check: gs:// task files the staging Job copies in
     task_source_buckets: tuple[str, ...]  # their buckets other than the stack's own (a read grant each)
-    config: Any = field(repr=False, compare=False)  # the StackConfig `job` is derived from, when first read
+    # The StackConfig `job` is derived from, held weakly: of()'s cache must not keep every config a
+    # process ever loaded (and its derived values) alive, which would also pin ids the cache is keyed by.
+    source: Callable[[], Any] = field(repr=False, compare=False)
 
     @functools.cached_property
     def job(self) -> GrpoJob | None:
         """The GRPO job (None when submitJob is off); derived when first read, by compose (not by the gate)."""
-        return _job(self.config, self.paths) if self.config.job.submit else None
+        cfg = self.source()
+        if cfg is None:
+            raise ReferenceError("the StackConfig these values were derived from is gone: use derived.of(cfg)")
+        return _job(cfg, self.paths) if cfg.job.submit else None
 
     def egress_routes(self, nat: str) -> dict[str, str]:
         """What each download or upload from the private nodes goes through, in words."""
@@ -109,7 +115,7 @@ def derive(cfg) -> Derived:
         gke_version_prefix=gke.version_prefix(cl.gke_version),
         egress=egress.routes(VERL_REPO, cfg.image, cfg.image_mirror, cfg.grpo.logger),
         task_check=task_check, task_source_buckets=buckets,
-        config=cfg,
+        source=weakref.ref(cfg),
     )
 
 

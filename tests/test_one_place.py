@@ -14,8 +14,10 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import gc
 import inspect
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from components.data_prep import DataPrepArgs
 from components.network import RdmaNetworkArgs
 from components.problems import ArgsError, require
 from components.ray_cluster import RayClusterArgs
+from components.run_supervisor import GpuReleaseAccessArgs
 from components.storage import TrainingStorageArgs
 from components.task_files import TaskFilesArgs, TaskSourceAccessArgs
 from stacks import compose, derived
@@ -37,7 +40,7 @@ from tests.stack_helpers import ROOT
 from tools import mocking, plan
 
 ARGS = (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs, RdmaNetworkArgs,
-        TaskFilesArgs, TaskSourceAccessArgs)
+        TaskFilesArgs, TaskSourceAccessArgs, GpuReleaseAccessArgs)
 BUDGET = {"verl-gke:billingAccount": "012345-567890-ABCDEF", "verl-gke:budgetMonthly": "500"}
 
 
@@ -82,6 +85,21 @@ def test_the_gate_runs_each_rule_once(monkeypatch, stack, extra):
                       **({"ProjectBudgetArgs": 1} if extra else {})}
 
 
+def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value(monkeypatch):
+    """The model id: by its key (it guards the recipe's arithmetic) and by DataPrepArgs (the folder it stages),
+    once each. The namespace: by its key and by TrainingStorageArgs, which creates it; RayCluster and DataPrep
+    get TrainingStorage's namespace and KSA outputs (stand-ins in the gate, as compose passes Outputs)."""
+    counts: collections.Counter = collections.Counter()
+    raw = _raw("b200")
+    namespace, model = raw["verl-gke:namespace"], raw["verl-gke:model"]
+    _count(monkeypatch, counts, "model_id", naming.model_id, lambda value, *a, **k: value == model)
+    _count(monkeypatch, counts, "namespace", naming.namespace, lambda value, *a, **k: value == namespace)
+    # naming.namespace reads dns_label itself: any other caller judges the namespace a second way.
+    _count(monkeypatch, counts, "dns_label", naming.dns_label, lambda value, *a, **k: value == namespace)
+    stack_config.load(raw, "b200", allow_placeholder_project=True)
+    assert counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
+
+
 def test_a_component_rule_still_names_its_key():
     """Checked once, by the component's rule, the problem still names the key and its value."""
     raw = _raw("b200", **{"verl-gke:capacity": "on-demand"})
@@ -112,6 +130,31 @@ def test_derived_values_are_computed_once_per_config(monkeypatch):
     assert derived.of(other) is not derived.of(cfg) and derived.of(other) == derived.of(cfg)
 
 
+def _outputs_in(value: object) -> list[object]:
+    if isinstance(value, pulumi.Output):
+        return [value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, dict):
+        value = [*value.keys(), *value.values()]
+    elif not isinstance(value, (list, tuple, set, frozenset)):
+        return []
+    return [o for v in value for o in _outputs_in(v)]
+
+
+def test_the_cache_keeps_no_config_alive_and_holds_no_output():
+    """derived.of's cache is keyed by the config's id: it must let the config go (else every config a test
+    process loads stays, ids included), and hold plain values only (an Output belongs to one program run)."""
+    cfg = stack_config.load(_raw("b200"), "b200", allow_placeholder_project=True)
+    d, key, gone = derived.of(cfg), id(cfg), weakref.ref(cfg)
+    assert d.job is not None and _outputs_in([d, d.job]) == []
+    del cfg
+    gc.collect()
+    assert gone() is None, "the derived cache keeps its config alive"
+    assert key not in derived._CACHE
+    assert d.job is not None  # read before the config went: kept
+
+
 def test_every_args_class_has_one_shape():
     """Each XArgs answers problems() and no component formats or raises its own "invalid X arguments"."""
     for cls in ARGS:
@@ -126,6 +169,12 @@ def test_every_args_class_has_one_shape():
                     "invalid ") for v in node.values[:1]):
                 joins.append(path.name)
     assert set(joins) == {"problems.py"}, joins
+    # Nor an argument check of its own: a bare ValueError is a traceback in `pulumi up`.
+    raises = [path.name for path in sorted((ROOT / "components").glob("*.py"))
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+              and getattr(node.exc.func, "id", "") in ("ValueError", "TypeError")]
+    assert raises == [], raises
 
 
 def test_the_helper_raises_every_problem_as_a_run_error():
