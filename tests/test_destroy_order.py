@@ -9,8 +9,8 @@ import functools
 import pytest
 
 from tests.stack_helpers import BASE, STACK_FILES
-from tools import plan as plan_tool
 from tools import destroy
+from tools import plan as plan_tool
 from tools.destroy import DestroyOrder
 
 CLUSTER = "gcp:container/cluster:Cluster"

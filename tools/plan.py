@@ -45,6 +45,8 @@ SECURE_PLACEHOLDER = cli_loader.SECURE_PLACEHOLDER
 PLAN_ROOT = ROOT / "build" / "plan"
 MARKER = ".verl-gke-plan"  # the plan only ever clears a folder that holds this file
 MARKER_TEXT = "Written by `python -m tools.plan`; its next run into this folder replaces the content.\n"
+# libyaml's emitter when PyYAML has it: the same YAML as SafeDumper's (folded at other points), ten times faster.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # Inputs worth a glance in the printed tree.
 _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfile", "machineType",
               "enableAutopilot", "nodeLocations", "minMasterVersion", "accountId", "role", "kind", "file",
@@ -543,7 +545,8 @@ def write(plan: dict[str, Any], out: Path) -> None:
                 child.unlink()
     (out / MARKER).write_text(MARKER_TEXT)
     files = {"plan.json": json.dumps(plan, indent=2) + "\n", "graph.mmd": mermaid(plan)}
-    files |= {f"manifests/{name}": yaml.safe_dump(obj, sort_keys=False) for name, obj in manifests(plan).items()}
+    files |= {f"manifests/{name}": yaml.dump(obj, Dumper=_DUMPER, sort_keys=False)
+              for name, obj in manifests(plan).items()}
     (out / "manifests").mkdir()
     inside = out.resolve()
     for rel, text in files.items():
