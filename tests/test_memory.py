@@ -385,3 +385,18 @@ def test_turning_off_what_the_calibration_ran_with_is_refused(key):
         config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=False"]), "s")
     assert any(p.startswith(f"verl-gke:grpoExtraOverrides: {key}=false: the memory model") for p in err.value.problems)
     config.load(raw(accelerator="h200", grpoExtraOverrides=[f"{key}=true"]), "s")  # verl's default: fine
+
+
+def test_the_benchmark_builds_its_models_from_the_catalog_s_one_table():
+    """Issue 25: bench/memory_calibration.py held a second copy of the Qwen2.5 table. It reads catalog/models.py,
+    and what it builds is what both measured tables recorded (the calibration stays the catalog's)."""
+    from bench import memory_calibration as bench
+
+    assert "hidden_size=896" not in (ROOT / "bench" / "memory_calibration.py").read_text()  # no second table
+    for name in ("memory_calibration.json", "memory_calibration_fsdp2.json"):
+        recorded = json.loads((ROOT / "bench" / name).read_text())["configs"]
+        assert set(recorded) == set(bench.CALIBRATED)
+        for size, cfg in recorded.items():
+            built = bench.QWEN25_CONFIGS[size]
+            assert {k: built[k] for k in bench.ARCH_KEYS} == {k: cfg[k] for k in bench.ARCH_KEYS}, (name, size)
+            assert bench.param_count(built) == model_spec(f"Qwen/Qwen2.5-{size}-Instruct").params
