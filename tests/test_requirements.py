@@ -11,10 +11,11 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCAL = {"catalog", "components", "stacks", "tools", "tests", "bench", "__main__"}
+LOCAL = {"catalog", "components", "recipe", "stacks", "tools", "tests", "bench", "__main__"}
 # Runtime code: what `pulumi up` runs, in the program and in the provider process (components/scripts
 # run inside the pods, from the image, and are not imported here).
-RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "stacks").rglob("*.py")),
+RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "recipe").rglob("*.py")),
+           *sorted((ROOT / "stacks").rglob("*.py")),
            *sorted(p for p in (ROOT / "components").rglob("*.py") if "scripts" not in p.parts)]
 # ... except a script the program imports too (stacks.dataset runs the pods' parquet checks offline).
 RUNTIME += [p for p in sorted((ROOT / "components" / "scripts").glob("*.py"))
