@@ -27,7 +27,6 @@ from functools import cached_property
 from pathlib import Path
 
 from tools import plan_graph
-from tools.plan_graph import provider_urn  # noqa: F401 - the name tests and older callers import from here
 
 PROJECT_SERVICE = "gcp:projects/service:Service"
 API_KEPT = "project APIs with disableOnDestroy false"
