@@ -40,51 +40,34 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (`python bench/memory_calibration.py`): the checkout's root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from catalog.models import MODELS  # noqa: E402 - after the path line above
 
 GiB = 1024**3
 
-# ---------------------------------------------------------------------------
-# Published configs (Hugging Face config.json of Qwen/Qwen2.5-<size>-Instruct).
-# Values were read from copies of those config.json files indexed by the search
-# tool (docs corpus, huggingface.co pages); each source names the page read.
-# NOTE: vocab_size is 151936 for 0.5B/1.5B/3B but 152064 for 7B/14B/32B in the
-# published files (the embedding matrix is padded); both are kept as published.
-# rms_norm_eps 1e-6, hidden_act silu, sliding window off in all six.
-# ---------------------------------------------------------------------------
-QWEN25_CONFIGS = {
-    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
-                 tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1000000.0,
-                 source="huggingface.co/Jonathanmann/qwen-sms-3400/blob/main/config.json "
-                        "(_name_or_path Qwen/Qwen2.5-0.5B-Instruct); same values in "
-                        "huggingface.co/osllmai-community/Qwen2.5-0.5B/blob/main/config.json"),
-    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                 num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
-                 tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1000000.0,
-                 source="huggingface.co/onnx-community/Qwen2.5-1.5B-Instruct/blob/94677ac9/config.json "
-                        "(_name_or_path Qwen/Qwen2.5-1.5B-Instruct)"),
-    "3B": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-               num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
-               tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1000000.0,
-               source="huggingface.co/osllmai-community/Qwen2.5-3B-Instruct/blob/main/config.json "
-                      "(_name_or_path Qwen/Qwen2.5-3B-Instruct)"),
-    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
-               tie_word_embeddings=False, max_position_embeddings=32768, rope_theta=1000000.0,
-               source="huggingface.co/osllmai-community/Qwen2.5-7B-Instruct/blob/main/config.json "
-                      "(_name_or_path Qwen/Qwen2.5-7B-Instruct)"),
-    "14B": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
-                num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
-                tie_word_embeddings=False, max_position_embeddings=32768, rope_theta=1000000.0,
-                source="huggingface.co/jebish7/Qwen2.5-14B-Instruct/blob/main/config.json "
-                       "('Duplicate from Qwen/Qwen2.5-14B-Instruct')"),
-    "32B": dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
-                num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
-                tie_word_embeddings=False, max_position_embeddings=32768, rope_theta=1000000.0,
-                source="huggingface.co/xlangai/AgentTrek-1.0-32B/blob/main/config.json "
-                       "(_name_or_path .../Qwen/Qwen2.5-32B-Instruct); 32B base "
-                       "huggingface.co/Qwen/Qwen2.5-32B differs only in max_position_embeddings=131072"),
-}
+# The models' published configs: catalog/models.py holds the one table (Hugging Face config.json of
+# Qwen/Qwen2.5-<size>-Instruct, each row citing the copy read); the two fields the memory model does not
+# need are the same in all six published files: max_position_embeddings 32768 (the 32B base,
+# Qwen/Qwen2.5-32B, has 131072 and nothing else different), rope_theta 1e6; rms_norm_eps 1e-6, hidden_act
+# silu, sliding window off. vocab_size is 151936 up to 3B and 152064 from 7B (the embedding is padded),
+# both as published. Run from a checkout: this file reads catalog/models.py.
+CALIBRATED = ("0.5B", "1.5B", "3B", "7B", "14B", "32B")
+SAME_IN_ALL = dict(max_position_embeddings=32768, rope_theta=1000000.0)
+
+
+def qwen25_config(size: str) -> dict:
+    """Qwen2.5-<size>-Instruct's config.json fields the benchmark builds the model from (catalog's row)."""
+    spec = MODELS[f"Qwen/Qwen2.5-{size.removesuffix('B')}B-Instruct"]
+    return dict(hidden_size=spec.hidden, intermediate_size=spec.intermediate, num_hidden_layers=spec.layers,
+                num_attention_heads=spec.attention_heads, num_key_value_heads=spec.kv_heads, vocab_size=spec.vocab,
+                tie_word_embeddings=spec.tied, **SAME_IN_ALL, source=spec.source)
+
+
+QWEN25_CONFIGS = {size: qwen25_config(size) for size in CALIBRATED}
 ARCH_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "num_key_value_heads", "vocab_size", "tie_word_embeddings",
              "max_position_embeddings", "rope_theta")

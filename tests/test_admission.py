@@ -94,6 +94,23 @@ def test_every_pod_is_admitted_with_a_bounded_disk(stack, mode):
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_the_plan_s_table_is_the_stack_s_own_mode_and_the_other_is_not_applicable(stack):
+    """Issue 25: the dev plan (Standard, L4) showed "REFUSED: invalid stack configuration" for Autopilot, a
+    verdict on a stack that is not Autopilot. The other mode is named not applicable, with why."""
+    own = next(iter(plans(stack).values()))  # plans() holds the stack's own mode first
+    mode = own["outputs"]["clusterMode"]
+    rows = plan.admission(own)
+    assert rows and {r["mode"] for r in rows} == {mode} and all(r["admitted"] for r in rows)
+    line = plan.other_mode_line(own)
+    other = "standard" if mode == "autopilot" else "autopilot"
+    assert line.split()[:3] == [other, "not", "applicable:"] and "REFUSED" not in line
+    if not ACCELERATORS[own["outputs"]["accelerator"]].autopilot:
+        assert f"accelerator {own['outputs']['accelerator']} has no Autopilot worker size" in line
+    else:
+        assert f"verl-gke:clusterMode: {other}" in line
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_staging_budget_comes_from_the_largest_file_and_the_parallelism(stack):
     p = plans(stack)["standard"]
     (job,) = [t for label, t in plan.pod_templates(p) if label.startswith("Job")]
@@ -121,8 +138,9 @@ def test_plan_prints_the_admission_table(tmp_path):
     data = json.loads((out / "plan.json").read_text())
     rows = data["admission"]
     assert {(r["mode"], r["pod"].split()[-1]) for r in rows} == {
-        (m, pod) for m in ("autopilot", "standard") for pod in ("data-prep-job", "head", "gpu-group")}
+        ("autopilot", pod) for pod in ("data-prep-job", "head", "gpu-group")}
     assert all(r["admitted"] for r in rows)
+    assert "  standard  not applicable: this stack is autopilot" in proc.stdout
     assert "staging disk budget (Qwen/Qwen2.5-32B-Instruct): 4 files at once" in proc.stdout
     for r in rows:
         assert f"{r['mode']:<9} {r['pod']:<34}" in proc.stdout

@@ -104,7 +104,8 @@ def test_authorized_networks_restrict_the_endpoint(mode):
 
 
 def test_authorized_networks_from_a_stack_file_string():
-    # The CLI hands a list value to the program as a JSON string (REFERENCE.md "Config delivery"):
+    # The CLI hands a list value to the program as a JSON string (pulumi/pulumi @1b5949891b3c
+    # sdk/go/common/resource/config/object.go, object.MarshalString):
     # run_config passes the YAML list through the CLI loader, which turns it into that string.
     run = run_config({"masterAuthorizedNetworks": ["10.1.0.0/16"]})
     assert run.one(CLUSTER).inputs["masterAuthorizedNetworksConfig"]["cidrBlocks"][0]["cidrBlock"] == "10.1.0.0/16"

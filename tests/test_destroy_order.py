@@ -9,6 +9,7 @@ import functools
 import pytest
 
 from tests.stack_helpers import BASE, STACK_FILES
+from tools import destroy
 from tools import plan as plan_tool
 from tools.destroy import DestroyOrder
 
@@ -128,3 +129,44 @@ def test_model_children_before_parents_and_provider_users_before_the_provider():
         {"urn": "prov"}, {"urn": "obj", "provider": "prov::id-1"}))
     assert order.deleted_before("child", "parent") and order.deleted_before("obj", "prov")
     assert order.waves()[0] == ["child", "obj"]
+
+
+def test_model_an_api_left_enabled_is_kept_and_one_disabled_on_destroy_is_not():
+    """gcp:projects/service:Service deletes only disable the API when disableOnDestroy is true, its default
+    (terraform-provider-google resource_google_project_service.go, resourceGoogleProjectServiceDelete)."""
+    api = {"type": destroy.PROJECT_SERVICE}
+    order = DestroyOrder(_plan({"urn": "kept", **api, "inputs": {"disableOnDestroy": False}},
+                               {"urn": "disabled", **api, "inputs": {"disableOnDestroy": True}},
+                               {"urn": "default", **api, "inputs": {}}))
+    assert [u for u in order.resources if order.kept(u)] == ["kept"]
+
+
+def test_the_listing_has_a_header_and_names_the_kept_apis_once_outside_the_waves():
+    """Issue 25: the listing had no header and listed ten APIs that destroy never disables as a wave."""
+    order = stack_order("dev")
+    text = destroy.describe(order, order.waves(), "dev")
+    header, *waves = text.splitlines()
+    assert header.startswith("`pulumi destroy --stack dev` deletes in this order")
+    apis = [order.resources[u]["name"] for u in order.of_type(destroy.PROJECT_SERVICE)]
+    assert apis and all(order.kept(u) for u in order.of_type(destroy.PROJECT_SERVICE))
+    numbered = [line for line in waves if line[:2].strip().isdigit()]
+    assert not [line for line in numbered if any(api in line.split(": ", 1)[1].split(", ") for api in apis)]
+    (note,) = [line for line in waves if line.startswith("not listed:")]
+    assert all(api in note for api in apis) and "enabled" in note
+    assert "storage-bucket (kept)" in text  # the bucket stays in the waves, marked
+
+
+def test_the_tool_reads_a_stack_file_named_with_config(capsys):
+    assert destroy.main(["--stack", "mine", "--config", str(plan_tool.ROOT / "Pulumi.dev.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("`pulumi destroy --stack mine`") and "gke-cluster" in out
+
+
+def test_a_stack_without_a_file_is_named_with_the_stacks_that_have_one(capsys):
+    """Issue 25: `tools.destroy --stack mine` without Pulumi.mine.yaml; the message names the file and
+    lists the stacks there are."""
+    assert destroy.main(["--stack", "mine"]) == 2
+    err = capsys.readouterr().err
+    assert "Pulumi.mine.yaml: no such stack file" in err and "Traceback" not in err
+    shipped = ", ".join(sorted(p.stem.split(".", 1)[1] for p in STACK_FILES))
+    assert f"stacks with a file: {shipped}" in err and "--config" in err

@@ -918,13 +918,13 @@ def test_watch_png_refuses_what_it_must_not_write(tmp_path, capsys, case):
 
 
 @pytest.mark.parametrize("job_id", ["../../etc/x", "/tmp/abs", "..", "a/b", "verl-grpo-b200-0123abcd-r2", ""])
-def test_watch_default_png_is_one_file_in_the_current_folder(job_id):
+def test_watch_default_png_is_one_file_in_its_folder(job_id):
     """Review 26: without --png the file was `<job id>-scores.png`, and the id is whatever the Ray head
-    lists (any submitter picks it): `../../etc/x` wrote outside the current folder."""
+    lists (any submitter picks it): `../../etc/x` wrote outside the folder."""
     from tools import watch
 
     png = watch.default_png(job_id)
-    assert png.parent == Path(".") and png.name.endswith("-scores.png") and not png.name.startswith("."), png
+    assert png.parent == watch.PNG_DIR and png.name.endswith("-scores.png") and not png.name.startswith("."), png
     if job_id.startswith("verl-grpo"):
         assert png.name == f"{job_id}-scores.png"  # ids this project makes keep their name
 

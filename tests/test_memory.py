@@ -477,3 +477,18 @@ def test_program_messages_keep_errors_and_drop_what_the_plan_prints():
     logs = [("info", "GKE version x"), ("warning", "config said"), ("warning", "preflight: a"),
             ("warning", "preflight: a"), ("error", "boom")]
     assert program_messages(logs, ("config said",)) == ["preflight: a", "error: boom"]
+
+
+def test_the_benchmark_builds_its_models_from_the_catalog_s_one_table():
+    """Issue 25: bench/memory_calibration.py held a second copy of the Qwen2.5 table. It reads catalog/models.py,
+    and what it builds is what both measured tables recorded (the calibration stays the catalog's)."""
+    from bench import memory_calibration as bench
+
+    assert "hidden_size=896" not in (ROOT / "bench" / "memory_calibration.py").read_text()  # no second table
+    for name in ("memory_calibration.json", "memory_calibration_fsdp2.json"):
+        recorded = json.loads((ROOT / "bench" / name).read_text())["configs"]
+        assert set(recorded) == set(bench.CALIBRATED)
+        for size, cfg in recorded.items():
+            built = bench.QWEN25_CONFIGS[size]
+            assert {k: built[k] for k in bench.ARCH_KEYS} == {k: cfg[k] for k in bench.ARCH_KEYS}, (name, size)
+            assert bench.param_count(built) == model_spec(f"Qwen/Qwen2.5-{size}-Instruct").params

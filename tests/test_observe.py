@@ -207,7 +207,9 @@ def test_plan_shows_what_only_the_provider_knows_as_unknown(b200):
 
 
 def test_default_loggers_need_nothing_the_image_lacks():
-    """The image ships verl's dependencies (REFERENCE.md): verl itself requires tensorboard and wandb."""
+    """The image ships verl's dependencies ("If you use the images provided, you only need to install verl itself
+    without dependencies", volcengine/verl @d62da495 (v0.6.1) docker/README.md): verl itself requires tensorboard
+    and wandb."""
     from importlib import metadata
 
     try:

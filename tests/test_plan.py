@@ -63,6 +63,22 @@ def test_plan_every_stack(path, tmp_path):
     proc = plan(tmp_path, "--stack", stack, "--out", str(tmp_path / "o"), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "o" / "plan.json").is_file()
+    # --quiet leaves out the resource tree, never the memory and sizing to read before paying (issue 25).
+    assert f"verl-gke / {stack}:" not in proc.stdout
+    assert "GPU memory per GPU" in proc.stdout and "Run sizing" in proc.stdout and "GPU-hours" in proc.stdout
+
+
+def test_plan_names_a_missing_stack_file_and_the_stacks_there_are(capsys):
+    """Issue 25: `--stack h100` blamed --config (which the user never gave) and listed no stacks."""
+    from tools import plan as plan_tool
+
+    assert plan_tool.main(["--stack", "h100"]) == 2
+    err = capsys.readouterr().err
+    shipped = ", ".join(sorted(p.stem.split(".", 1)[1] for p in STACK_FILES))
+    assert "error: Pulumi.h100.yaml: no such stack file" in err and "--config Pulumi" not in err
+    assert f"stacks with a file: {shipped}" in err
+    assert plan_tool.main(["--stack", "h100", "--config", "nowhere/Pulumi.h100.yaml"]) == 2
+    assert "--config nowhere/Pulumi.h100.yaml: no such stack file" in capsys.readouterr().err
 
 
 def _stack_doc(name: str) -> dict:

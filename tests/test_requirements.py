@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCAL = {"catalog", "components", "recipe", "stacks", "tools", "tests", "bench", "__main__"}
 # Runtime code: what `pulumi up` runs, in the program and in the provider process (components/scripts
 # run inside the pods, from the image, and are not imported here).
-RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "stacks").rglob("*.py")),
-           *sorted((ROOT / "recipe").rglob("*.py")),
+RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "recipe").rglob("*.py")),
+           *sorted((ROOT / "stacks").rglob("*.py")),
            *sorted(p for p in (ROOT / "components").rglob("*.py") if "scripts" not in p.parts)]
 # ... except a script the program imports too (stacks.dataset runs the pods' parquet checks offline).
 RUNTIME += [p for p in sorted((ROOT / "components" / "scripts").glob("*.py"))
@@ -117,3 +117,58 @@ def test_main_checks_the_python_version_first():
     assert "PULUMI_PYTHON_CMD=python3.11 pulumi install" in proc.stdout, proc.stdout
     assert "compose imported: False" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+# What a requirements file's comments name in this repository: a path (`catalog/versions.py`), maybe
+# followed by a name defined there (`VERL_VERSION`), or a module of ours (`tools.plan`, `stacks.dataset`).
+_PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w.-]+\.(?:py|txt|md|yaml|json))(?:\s+([A-Z][A-Z0-9_]+)\b)?")
+_MODULE = re.compile(r"(?<![\w./-])((?:catalog|components|stacks|recipe|tools|tests|bench)(?:\.[A-Za-z_]\w*)+)")
+
+
+def _defines(path: Path, name: str) -> bool:
+    return re.search(rf"^(?:def |class )?{re.escape(name)}\b", path.read_text(), re.MULTILINE) is not None
+
+
+def comment_problems(text: str, root: Path = ROOT) -> list[str]:
+    """What a requirements file's comments name that the repository does not have."""
+    problems = []
+    for comment in (line.split("#", 1)[1] for line in text.splitlines() if "#" in line):
+        for rel, name in _PATH.findall(comment):
+            if not (root / rel).is_file():
+                problems.append(f"{rel}: no such file")
+            elif name and not _defines(root / rel, name):
+                problems.append(f"{rel} does not define {name}")
+        for dotted in _MODULE.findall(comment):
+            parts = dotted.split(".")
+            # the longest prefix that is a module file or package, the rest a name defined in it
+            for cut in range(len(parts), 0, -1):
+                base = root.joinpath(*parts[:cut])
+                module = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+                if module.is_file():
+                    if cut < len(parts) and not _defines(module, parts[cut]):
+                        problems.append(f"{dotted}: {'.'.join(parts[:cut])} does not define {parts[cut]}")
+                    break
+            else:
+                problems.append(f"{dotted}: no such module")
+    return problems
+
+
+def test_what_requirements_comments_name_exists():
+    """Issue 25: requirements-verl-test.txt named `stacks/versions.py` after the file had moved to catalog/."""
+    files = sorted(ROOT.glob("requirements*.txt"))
+    assert len(files) >= 3
+    found = {f.name: comment_problems(f.read_text()) for f in files}
+    assert not any(found.values()), found
+    named = [m for f in files for line in f.read_text().splitlines() if "#" in line
+             for m in (_PATH.findall(line) + [(d, "") for d in _MODULE.findall(line)])]
+    assert len(named) >= 5  # the check reads what the comments name
+
+
+def test_the_comment_check_catches_a_moved_file():
+    old = "# verl at the pinned tag (stacks/versions.py VERL_VERSION) for tests/test_verl_config.py\n"
+    assert comment_problems(old) == ["stacks/versions.py: no such file"]
+    assert comment_problems("# (catalog/versions.py NO_SUCH_NAME)") == [
+        "catalog/versions.py does not define NO_SUCH_NAME"]
+    assert comment_problems("# tools.nowhere reads it; stacks.dataset.nothing") == [
+        "tools.nowhere: tools does not define nowhere",
+        "stacks.dataset.nothing: stacks.dataset does not define nothing"]

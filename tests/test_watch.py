@@ -160,3 +160,19 @@ def test_watch_says_why_it_cannot_reach(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi CLI
     assert watch.main(["--stack", "b200", "--once"]) == 2
     assert "--address" in capsys.readouterr().out
+
+
+def test_the_default_png_goes_under_build_which_git_ignores(tmp_path, monkeypatch):
+    """Issue 25: without --png the watch wrote `<job id>-scores.png` into the repository root, which git did
+    not ignore. Now build/watch/, made on first use; git ignores it (and a PNG an older watch left at the root)."""
+    import subprocess
+
+    root = Path(watch.__file__).resolve().parent.parent
+    assert watch.default_png("verl-grpo-b200-0123abcd").parent == root / "build" / "watch"
+    for rel in ("build/watch/verl-grpo-b200-0123abcd-scores.png", "verl-grpo-b200-0123abcd-scores.png"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", rel], cwd=root, capture_output=True, text=True)
+        assert ignored.returncode == 0, f"{rel} is not ignored by git: {ignored.stderr}"
+    monkeypatch.setattr(watch, "PNG_DIR", tmp_path / "build" / "watch")
+    png = watch.png_path(None, "job-1")
+    assert png == tmp_path / "build" / "watch" / "job-1-scores.png" and png.parent.is_dir()
+    assert watch.png_path(tmp_path / "mine.png", "job-1") == tmp_path / "mine.png"

@@ -1,8 +1,8 @@
 """The deploy's critical path, computed from the plan's own graph with phase durations from catalog.phases.
 
-A resource starts when everything it waits for has finished: its dependencies (dependsOn, which holds
-explicit depends_on and every resource whose outputs feed its inputs), its provider, and, when it
-depends on a component, all of that component's descendants (Pulumi waits for a component's children).
+A resource starts when everything it waits for has finished (tools.plan_graph create_waits: its
+dependencies, which hold explicit depends_on and every resource whose outputs feed its inputs, its
+provider, and all of the descendants of a component it depends on).
 On top of the graph come the waits Pulumi does not see: a staging pod needs a CPU node, the GPU job
 needs the GPU nodes the RayCluster's workers bring up. The floor is the cluster, then the longer of
 GPU readiness and staging, with nothing else in the way.
@@ -15,6 +15,7 @@ from typing import Any
 
 from catalog import phases
 from catalog.phases import Phase
+from tools.plan_graph import PlanGraph, closure
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -63,29 +64,10 @@ def _pull(plan: dict[str, Any], pool: str | None, autopilot: bool) -> Phase:
 
 
 def compute(plan: dict[str, Any], weights_gb: float) -> CriticalPath:
-    resources = {r["urn"]: r for r in plan["resources"]}
+    graph = PlanGraph(plan)
+    resources = graph.resources
     autopilot = any(r["type"] == CLUSTER and r["inputs"].get("enableAutopilot") for r in resources.values())
-    children: dict[str, list[str]] = {}
-    for r in resources.values():
-        children.setdefault(r["parent"], []).append(r["urn"])
-
-    def descendants(urn: str) -> list[str]:
-        out, todo = [], list(children.get(urn, []))
-        while todo:
-            u = todo.pop()
-            out.append(u)
-            todo += children.get(u, [])
-        return out
-
-    waits: dict[str, set[str]] = {}
-    for urn, r in resources.items():
-        deps = set(r["dependsOn"])
-        if r.get("provider"):
-            deps.add(r["provider"].rsplit("::", 1)[0])
-        for d in list(deps):
-            if d in resources and not resources[d]["custom"]:
-                deps |= set(descendants(d))
-        waits[urn] = {d for d in deps if d in resources and d != urn}
+    waits = graph.relation(graph.create_waits)
 
     staging = phases.staging(weights_gb)
     finish: dict[str, float] = {}
@@ -119,7 +101,7 @@ def compute(plan: dict[str, Any], weights_gb: float) -> CriticalPath:
                 parts = [("node", phases.AUTOPILOT_CPU_NODE)]
             else:
                 pool = cpu_pool_urn()
-                waited_for_pool = pool is not None and pool in _closure(urn, waits)
+                waited_for_pool = pool is not None and pool in closure(waits, urn)
                 if not waited_for_pool and pool is not None:
                     # The pod pends until the pool's first node is Ready, not the pool operation's end.
                     node_ready = visit(pool, (*stack, urn)) - phases.CPU_POOL.minutes + phases.CPU_NODE_READY.minutes
@@ -158,16 +140,6 @@ def compute(plan: dict[str, Any], weights_gb: float) -> CriticalPath:
     floor_why = (f"cluster ready at {finish[cluster]:.1f} min, then max(GPU readiness {gpu:.1f}, "
                  f"staging {stage:.1f}) min")
     return CriticalPath(chain, finish[end], floor, floor_why)
-
-
-def _closure(urn: str, waits: dict[str, set[str]]) -> set[str]:
-    seen, todo = set(), list(waits[urn])
-    while todo:
-        u = todo.pop()
-        if u not in seen:
-            seen.add(u)
-            todo += waits.get(u, ())
-    return seen
 
 
 def text(cp: CriticalPath) -> str:

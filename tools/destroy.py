@@ -2,8 +2,7 @@
 
 Pulumi's semantics, which this module models and nothing more:
 - A resource depends on its `dependsOn` (and property dependencies, which the plan folds into
-  `dependsOn`), its parent, its provider and its `deletedWith` target (pulumi/pulumi
-  pkg/resource/graph/dependency_graph.go, `DependenciesOf`).
+  `dependsOn`), its parent, its provider and its `deletedWith` target (tools.plan_graph).
 - Deletes run in reverse dependency order: a resource is deleted only after every resource that
   depends on it is gone, so dependents before dependencies and children before parents. Resources
   with no path between them may be deleted in parallel: nothing orders them.
@@ -11,8 +10,12 @@ Pulumi's semantics, which this module models and nothing more:
   Resource option deletedWith). The step is a no-op, so the object really disappears only when its
   target does, and nothing that waited for the no-op waited for the object.
 - `retainOnDelete`: the step removes the resource from the state and leaves the cloud object.
+- A project API (gcp:projects/service:Service) with `disableOnDestroy` false: the provider's delete only
+  forgets it and leaves the API enabled (hashicorp/terraform-provider-google
+  google/services/resourcemanager/resource_google_project_service.go @1658bf8cabddd2c627988002c53c57b2177cbc51,
+  resourceGoogleProjectServiceDelete; the attribute defaults to true).
 
-    python -m tools.destroy --stack b200   # print the delete order, one wave per line
+    python -m tools.destroy --stack b200 [--config Pulumi.b200.yaml]   # the delete order, one wave per line
 """
 
 from __future__ import annotations
@@ -21,43 +24,27 @@ import argparse
 import sys
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Any
+from pathlib import Path
+
+from tools import plan_graph
+
+PROJECT_SERVICE = "gcp:projects/service:Service"
+API_KEPT = "project APIs with disableOnDestroy false"
 
 
-def provider_urn(reference: str) -> str:
-    """A provider reference is `<provider urn>::<provider id>`."""
-    return reference.rsplit("::", 1)[0] if reference else ""
-
-
-class DestroyOrder:
+class DestroyOrder(plan_graph.PlanGraph):
     """The dependency graph of a plan (tools.plan output) as `pulumi destroy` walks it."""
 
-    def __init__(self, plan: dict[str, Any]):
-        self.resources = {r["urn"]: r for r in plan["resources"]}
-
     def dependencies(self, urn: str) -> set[str]:
-        r = self.resources[urn]
-        deps = set(r["dependsOn"]) | {r["parent"], provider_urn(r["provider"]), r["deletedWith"]}
-        return {d for d in deps if d in self.resources and d != urn}
+        return self.delete_dependencies(urn)
 
     @cached_property
     def _closure(self) -> dict[str, set[str]]:
-        closure: dict[str, set[str]] = {}
-
-        def visit(urn: str, stack: tuple[str, ...] = ()) -> set[str]:
-            if urn in closure:
-                return closure[urn]
-            if urn in stack:
-                raise ValueError(f"dependency cycle through {urn}")
-            found: set[str] = set()
-            for dep in self.dependencies(urn):
-                found |= {dep} | visit(dep, (*stack, urn))
-            closure[urn] = found
-            return found
-
-        for urn in self.resources:
-            visit(urn)
-        return closure
+        edges = self.relation(self.dependencies)
+        found = {urn: plan_graph.closure(edges, urn) for urn in self.resources}
+        if cycle := next((urn for urn, deps in found.items() if urn in deps), None):
+            raise ValueError(f"dependency cycle through {cycle}")
+        return found
 
     def depends_on(self, urn: str, other: str) -> bool:
         """Does `urn` depend on `other`, directly or transitively?"""
@@ -74,9 +61,18 @@ class DestroyOrder:
     def is_noop(self, urn: str) -> bool:
         return self.effective(urn) != urn
 
+    def kept_because(self, urn: str) -> str | None:
+        """Why `pulumi destroy` leaves `urn`'s cloud object in place (None: it is deleted)."""
+        r = self.resources[urn]
+        if r["retainOnDelete"]:
+            return "retainOnDelete"
+        if r["type"] == PROJECT_SERVICE and r["inputs"].get("disableOnDestroy") is False:
+            return API_KEPT
+        return None
+
     def kept(self, urn: str) -> bool:
-        """Left in the cloud by `pulumi destroy` (retainOnDelete)."""
-        return bool(self.resources[urn]["retainOnDelete"])
+        """Left in the cloud by `pulumi destroy`: only forgotten by the stack's state."""
+        return self.kept_because(urn) is not None
 
     def deleted_before(self, urn: str, other: str) -> bool:
         """Is `urn` gone from the cloud before `other`'s delete starts, in every schedule Pulumi may run?"""
@@ -90,32 +86,31 @@ class DestroyOrder:
         for urn in self.resources:
             for dep in self.dependencies(urn):
                 dependents[dep].add(urn)
-        left, done, out = set(self.resources), set(), []
-        while left:
-            wave = sorted(u for u in left if dependents[u] <= done)
-            if not wave:
-                raise ValueError(f"dependency cycle among {sorted(left)}")
-            out.append(wave)
-            done |= set(wave)
-            left -= set(wave)
-        return out
-
-    def of_type(self, *types: str) -> list[str]:
-        return sorted(u for u, r in self.resources.items() if r["type"] in types)
-
-    def where(self, predicate) -> list[str]:
-        return sorted(u for u, r in self.resources.items() if predicate(r))
+        return plan_graph.waves(dependents)
 
 
-def describe(order: DestroyOrder, waves: Iterable[list[str]]) -> str:
-    lines = []
-    for i, wave in enumerate(waves, 1):
+def describe(order: DestroyOrder, waves: Iterable[list[str]], stack: str = "") -> str:
+    """The waves, one a line, under a header that says how to read them. A retained resource is marked
+    "(kept)"; the project APIs that stay enabled are named once below instead of in a wave."""
+    lines = [f"`pulumi destroy{f' --stack {stack}' if stack else ''}` deletes in this order, one wave a line:",
+             "a wave starts when the waves above it are done; the resources of one wave go in parallel."]
+    apis, n = [], 0
+    for wave in waves:
         names = []
         for urn in wave:
-            r = order.resources[urn]
-            flag = " (kept)" if order.kept(urn) else " (no-op: deletedWith)" if order.is_noop(urn) else ""
-            names.append(f"{r['name']}{flag}")
-        lines.append(f"{i:2}: " + ", ".join(names))
+            name, why = order.resources[urn]["name"], order.kept_because(urn)
+            if why == API_KEPT:
+                apis.append(name)
+            else:
+                names.append(f"{name}{' (kept)' if why else ' (no-op: deletedWith)' if order.is_noop(urn) else ''}")
+        if names:
+            n += 1
+            lines.append(f"{n:2}: " + ", ".join(names))
+    if any("(kept)" in line for line in lines):
+        lines.append("(kept): left in the cloud (retainOnDelete), only removed from the stack's state")
+    if apis:
+        lines.append(f"not listed: {', '.join(apis)}: {API_KEPT}, so destroy leaves them enabled and only "
+                     "removes them from the stack's state")
     return "\n".join(lines)
 
 
@@ -123,16 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     from tools import plan as plan_tool
 
     parser = argparse.ArgumentParser(prog="python -m tools.destroy", description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", required=True)
+    parser.add_argument("--stack", required=True, help="stack name, e.g. b200")
+    parser.add_argument("--config", type=Path, help="stack file (default: Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
     try:
-        plan_tool.check_stack_name(args.stack)  # the name becomes a file name: never `../x`
+        path = plan_tool.stack_path(args.stack, args.config)
     except plan_tool.UsageError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    path = plan_tool.ROOT / f"Pulumi.{args.stack}.yaml"
-    if not path.is_file():  # read_stack_file would take a missing file as an empty one
-        print(f"error: {path.name}: no such stack file", file=sys.stderr)
         return 2
     # The plan's own refusals are exit 2 with their message here too, never a traceback.
     from stacks import config as stack_config
@@ -145,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     except (stack_file.StackFileError, stack_config.ConfigError, PreflightError, OSError) as err:
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
-    print(describe(order, order.waves()))
+    print(describe(order, order.waves(), args.stack))
     return 0
 
 

@@ -11,56 +11,47 @@ prefix (absent when none matches); its default ignores the prefix.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+
+def server_config(default_cluster: str, **channels: tuple[str, list[str]]) -> dict[str, Any]:
+    """A getServerConfig response from each channel's (default version, valid versions newest first): a
+    channel's upgrade target is its default, and the valid master and node versions are every channel's,
+    newest first."""
+    def newest_first(versions: set[str]) -> list[str]:
+        return sorted(versions, key=lambda v: tuple(int(n) for n in re.findall(r"\d+", v)), reverse=True)
+
+    every = newest_first({v for _, valid in channels.values() for v in valid})
+    return {"defaultClusterVersion": default_cluster,
+            "channels": [{"channel": name, "defaultVersion": default, "upgradeTargetVersion": default,
+                          "validVersions": list(valid)} for name, (default, valid) in channels.items()],
+            "validMasterVersions": every, "validNodeVersions": list(every)}
+
+
 # Mid-2026: RAPID on 1.36, REGULAR on 1.35 (cluster-toolkit's A4/A3 Ultra blueprints pin "1.35."), STABLE on 1.34.
-CURRENT: dict[str, Any] = {
-    "defaultClusterVersion": "1.35.3-gke.1389000",
-    "channels": [
-        {"channel": "RAPID", "defaultVersion": "1.36.1-gke.1180000", "upgradeTargetVersion": "1.36.1-gke.1180000",
-         "validVersions": ["1.36.2-gke.1052000", "1.36.1-gke.1180000", "1.35.4-gke.1131000"]},
-        {"channel": "REGULAR", "defaultVersion": "1.35.3-gke.1389000", "upgradeTargetVersion": "1.35.3-gke.1389000",
-         "validVersions": ["1.35.4-gke.1131000", "1.35.3-gke.1389000", "1.34.6-gke.1064000", "1.33.9-gke.1060000"]},
-        {"channel": "STABLE", "defaultVersion": "1.34.5-gke.1302000", "upgradeTargetVersion": "1.34.5-gke.1302000",
-         "validVersions": ["1.34.6-gke.1064000", "1.34.5-gke.1302000", "1.33.9-gke.1060000", "1.33.8-gke.1026000"]},
-    ],
-    "validMasterVersions": ["1.36.2-gke.1052000", "1.36.1-gke.1180000", "1.35.4-gke.1131000", "1.35.3-gke.1389000",
-                            "1.34.6-gke.1064000", "1.34.5-gke.1302000", "1.33.9-gke.1060000", "1.33.8-gke.1026000"],
-}
-CURRENT["validNodeVersions"] = list(CURRENT["validMasterVersions"])
+CURRENT = server_config(
+    "1.35.3-gke.1389000",
+    RAPID=("1.36.1-gke.1180000", ["1.36.2-gke.1052000", "1.36.1-gke.1180000", "1.35.4-gke.1131000"]),
+    REGULAR=("1.35.3-gke.1389000",
+             ["1.35.4-gke.1131000", "1.35.3-gke.1389000", "1.34.6-gke.1064000", "1.33.9-gke.1060000"]),
+    STABLE=("1.34.5-gke.1302000",
+            ["1.34.6-gke.1064000", "1.34.5-gke.1302000", "1.33.9-gke.1060000", "1.33.8-gke.1026000"]))
 
 # Early 2025, before the A4 floors: no channel reaches 1.32.2-gke.1475000 (A4 with RDMA); STABLE
 # stops at 1.31, below the GCS FUSE floors too; none ships gcsfuse 3.1 (1.33.2-gke.4655000).
-BELOW_FLOOR: dict[str, Any] = {
-    "defaultClusterVersion": "1.31.5-gke.1068000",
-    "channels": [
-        {"channel": "RAPID", "defaultVersion": "1.32.1-gke.1729000", "upgradeTargetVersion": "1.32.1-gke.1729000",
-         "validVersions": ["1.32.2-gke.1400000", "1.32.1-gke.1729000"]},
-        {"channel": "REGULAR", "defaultVersion": "1.31.5-gke.1068000", "upgradeTargetVersion": "1.31.5-gke.1068000",
-         "validVersions": ["1.32.1-gke.1489001", "1.31.6-gke.1020000", "1.31.5-gke.1068000"]},
-        {"channel": "STABLE", "defaultVersion": "1.30.9-gke.1127000", "upgradeTargetVersion": "1.30.9-gke.1127000",
-         "validVersions": ["1.31.6-gke.1020000", "1.30.9-gke.1127000"]},
-    ],
-    "validMasterVersions": ["1.32.2-gke.1400000", "1.32.1-gke.1729000", "1.32.1-gke.1489001", "1.31.6-gke.1020000",
-                            "1.31.5-gke.1068000", "1.30.9-gke.1127000"],
-}
-BELOW_FLOOR["validNodeVersions"] = list(BELOW_FLOOR["validMasterVersions"])
+BELOW_FLOOR = server_config(
+    "1.31.5-gke.1068000",
+    RAPID=("1.32.1-gke.1729000", ["1.32.2-gke.1400000", "1.32.1-gke.1729000"]),
+    REGULAR=("1.31.5-gke.1068000", ["1.32.1-gke.1489001", "1.31.6-gke.1020000", "1.31.5-gke.1068000"]),
+    STABLE=("1.30.9-gke.1127000", ["1.31.6-gke.1020000", "1.30.9-gke.1127000"]))
 
 # Mid-2025: RAPID has reached gcsfuse 3.1's floor (1.33.2-gke.4655000); REGULAR and STABLE have not.
-MID_2025: dict[str, Any] = {
-    "defaultClusterVersion": "1.32.4-gke.1415000",
-    "channels": [
-        {"channel": "RAPID", "defaultVersion": "1.33.2-gke.4655000", "upgradeTargetVersion": "1.33.2-gke.4655000",
-         "validVersions": ["1.33.2-gke.4786000", "1.33.2-gke.4655000"]},
-        {"channel": "REGULAR", "defaultVersion": "1.32.4-gke.1415000", "upgradeTargetVersion": "1.32.4-gke.1415000",
-         "validVersions": ["1.33.1-gke.1744000", "1.32.4-gke.1415000"]},
-        {"channel": "STABLE", "defaultVersion": "1.32.2-gke.1652000", "upgradeTargetVersion": "1.32.2-gke.1652000",
-         "validVersions": ["1.32.3-gke.1927000", "1.32.2-gke.1652000"]},
-    ],
-    "validMasterVersions": ["1.33.2-gke.4786000", "1.33.2-gke.4655000", "1.33.1-gke.1744000", "1.32.4-gke.1415000",
-                            "1.32.3-gke.1927000", "1.32.2-gke.1652000"],
-}
-MID_2025["validNodeVersions"] = list(MID_2025["validMasterVersions"])
+MID_2025 = server_config(
+    "1.32.4-gke.1415000",
+    RAPID=("1.33.2-gke.4655000", ["1.33.2-gke.4786000", "1.33.2-gke.4655000"]),
+    REGULAR=("1.32.4-gke.1415000", ["1.33.1-gke.1744000", "1.32.4-gke.1415000"]),
+    STABLE=("1.32.2-gke.1652000", ["1.32.3-gke.1927000", "1.32.2-gke.1652000"]))
 
 
 def lookup(server_config: dict[str, Any], version_prefix: str | None = None) -> dict[str, Any]:

@@ -37,12 +37,16 @@ import yaml
 from stacks import config as stack_config
 from stacks.preflight import PreflightError
 from tools import cli_loader, stack_file
+from tools.plan_graph import ROOT as ROOT_PARENT
+from tools.plan_graph import PlanGraph
 
 ROOT = Path(__file__).resolve().parent.parent
 SECURE_PLACEHOLDER = cli_loader.SECURE_PLACEHOLDER
 PLAN_ROOT = ROOT / "build" / "plan"
 MARKER = ".verl-gke-plan"  # the plan only ever clears a folder that holds this file
 MARKER_TEXT = "Written by `python -m tools.plan`; its next run into this folder replaces the content.\n"
+# libyaml's emitter when PyYAML has it: the same YAML as SafeDumper's (folded at other points), ten times faster.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # Inputs worth a glance in the printed tree.
 _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfile", "machineType",
               "enableAutopilot", "nodeLocations", "minMasterVersion", "accountId", "role", "kind", "file",
@@ -314,24 +318,22 @@ def manifests(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def mermaid(plan: dict[str, Any]) -> str:
     """Top-level components and the dependencies between them (edges point dependency -> user)."""
-    by_urn = {r["urn"]: r for r in plan["resources"]}
+    graph = PlanGraph(plan)
+    by_urn = graph.resources
 
-    def top(urn: str) -> str | None:
-        r = by_urn.get(urn)
-        while r is not None and r["parent"] in by_urn:
-            r = by_urn[r["parent"]]
-        return r["urn"] if r is not None else None
+    def shown(urn: str) -> bool:
+        return not by_urn[urn]["type"].startswith("pulumi:providers:")
 
     nodes: dict[str, str] = {}
     edges: set[tuple[str, str]] = set()
-    for r in plan["resources"]:
-        t = top(r["urn"])
-        if t is None or by_urn[t]["type"].startswith("pulumi:providers:"):
+    for urn, r in by_urn.items():
+        t = graph.top(urn)
+        if not shown(t):
             continue
         nodes[t] = by_urn[t]["name"]
         for dep in r["dependsOn"]:
-            d = top(dep)
-            if d and d != t and not by_urn[d]["type"].startswith("pulumi:providers:"):
+            d = graph.top(dep) if dep in by_urn else None
+            if d and d != t and shown(d):
                 edges.add((d, t))
     ids = {urn: re.sub(r"\W", "_", name) for urn, name in nodes.items()}
     lines = ["flowchart LR"]
@@ -344,10 +346,7 @@ def mermaid(plan: dict[str, Any]) -> str:
 
 
 def tree(plan: dict[str, Any]) -> str:
-    children: dict[str, list[dict]] = {}
-    urns = {r["urn"] for r in plan["resources"]}
-    for r in plan["resources"]:
-        children.setdefault(r["parent"] if r["parent"] in urns else "", []).append(r)
+    graph = PlanGraph(plan)
     lines = [f"{plan['project']} / {plan['stack']}: {len(plan['resources'])} resources"]
     outputs = plan["outputs"]
     for label, key in (("GKE version", "gkeVersion"), ("node service account", "nodeServiceAccount")):
@@ -355,7 +354,7 @@ def tree(plan: dict[str, Any]) -> str:
             lines.append(f"{label}: {outputs[key] if outputs[key] is not None else '[unknown]'}")
 
     def walk(parent: str, depth: int) -> None:
-        for r in sorted(children.get(parent, []), key=lambda r: r["name"]):
+        for r in sorted((graph.resources[u] for u in graph.children.get(parent, [])), key=lambda r: r["name"]):
             shown = {k: r["inputs"][k] for k in _TREE_KEYS if k in r["inputs"] and k != "name"}
             name = r["inputs"].get("name") or (r["inputs"].get("metadata") or {}).get("name") or ""
             detail = " ".join(f"{k}={json.dumps(v)}" for k, v in shown.items())
@@ -365,7 +364,7 @@ def tree(plan: dict[str, Any]) -> str:
                          f"{' ' + json.dumps(name) if name else ''}{flags} {detail}".rstrip())
             walk(r["urn"], depth + 1)
 
-    walk("", 1)
+    walk(ROOT_PARENT, 1)
     lines.append("outputs:")
     lines += [f"  {k}: {json.dumps(v)}" for k, v in plan["outputs"].items()]
     return "\n".join(lines)
@@ -398,6 +397,28 @@ def check_stack_name(stack: str) -> None:
         stack_file.validate_stack_name(stack)
     except ValueError as err:
         raise UsageError(f"--stack {stack!r}: {err}") from None
+
+
+def stack_names() -> list[str]:
+    """The stacks that have a stack file next to Pulumi.yaml."""
+    return sorted(stack_of(p) for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def stack_path(stack: str, config: Path | None = None) -> Path:
+    """The stack file to read: `config`, else Pulumi.<stack>.yaml next to Pulumi.yaml. UsageError names a
+    missing file and, for the default one, the stacks that do have a file (read_stack_file would take a
+    missing file for an empty one and blame the first required key)."""
+    check_stack_name(stack)  # the name becomes a file name: never `../x`
+    if config is not None:
+        if not config.is_file():
+            raise UsageError(f"--config {config}: no such stack file")
+        return config
+    path = ROOT / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        here = ", ".join(stack_names()) or "none"
+        raise UsageError(f"{path.name}: no such stack file, so no stack {stack!r} here (stacks with a file: {here}); "
+                         "name one with --stack, or give the stack's file with --config")
+    return path
 
 
 def check_out(out: Path) -> None:
@@ -498,19 +519,27 @@ def node_fit_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
              "problems": f.problems} for f in node_fit.fits(plan, pod_templates(plan))]
 
 
-def admission(stack: str, raw: dict[str, str], secret_keys: list[str], plan: dict[str, Any]) -> list[dict]:
-    """The table for the stack in its own cluster mode and in the other one (same config otherwise)."""
+def admission(plan: dict[str, Any]) -> list[dict]:
+    """The table for the stack's own cluster mode: the other mode's pods are another stack's (another
+    plan's), never a verdict on this one."""
+    return admission_rows(plan, plan["outputs"].get("clusterMode", "standard"))
+
+
+def other_mode_line(plan: dict[str, Any]) -> str:
+    """The other cluster mode's row of the admission table: not applicable, and why."""
+    from catalog.accelerators import ACCELERATORS
+
     mode = plan["outputs"].get("clusterMode", "standard")
-    rows = admission_rows(plan, mode)
-    try:
-        flipped = build_plan(stack, other_mode(raw, mode), secret_keys)
-    except stack_config.ConfigError as err:  # the other mode may not accept this config at all
-        return rows + [{"stack": stack, "mode": other_mode(raw, mode)[stack_config.KEYS_BY_NAME["clusterMode"].full],
-                        "pod": "-", "admitted": False, "problems": [str(err)]}]
-    return rows + admission_rows(flipped, flipped["outputs"].get("clusterMode", ""))
+    other = "standard" if mode == "autopilot" else "autopilot"
+    accelerator = ACCELERATORS.get(plan["outputs"].get("accelerator", ""))
+    if other == "autopilot" and accelerator is not None and not accelerator.autopilot:
+        why = f"accelerator {accelerator.key} has no Autopilot worker size in catalog/accelerators.py"
+    else:
+        why = f"plan a copy with {stack_config.KEYS_BY_NAME['clusterMode'].full}: {other} to see its pods there"
+    return f"  {other:<9} not applicable: this stack is {mode} ({why})"
 
 
-def admission_text(rows: list[dict], storage: dict[str, Any]) -> str:
+def admission_text(rows: list[dict], storage: dict[str, Any], other_mode: str = "") -> str:
     lines = [f"staging disk budget ({storage['model']}): {storage['parallelFiles']} files at once x "
              f"{storage['largestFileGiB']} GiB largest file -> sidecar buffer {storage['sidecarBufferGiB']} GiB + "
              f"stage container {storage['stageContainerGiB']} GiB = {storage['stagingPodGiB']} GiB",
@@ -520,7 +549,7 @@ def admission_text(rows: list[dict], storage: dict[str, Any]) -> str:
         verdict = "admitted" if r["admitted"] else "REFUSED: " + "; ".join(r["problems"])
         lines.append(f"  {r['mode']:<9} {r['pod']:<34} {r.get('class', '-'):<20} "
                      f"request {r.get('ephemeralRequestGiB', 0):>6g} GiB  disk budget {budget:>9}  {verdict}")
-    return "\n".join(lines)
+    return "\n".join([*lines, other_mode] if other_mode else lines)
 
 
 def write(plan: dict[str, Any], out: Path) -> None:
@@ -535,7 +564,8 @@ def write(plan: dict[str, Any], out: Path) -> None:
                 child.unlink()
     (out / MARKER).write_text(MARKER_TEXT)
     files = {"plan.json": json.dumps(plan, indent=2) + "\n", "graph.mmd": mermaid(plan)}
-    files |= {f"manifests/{name}": yaml.safe_dump(obj, sort_keys=False) for name, obj in manifests(plan).items()}
+    files |= {f"manifests/{name}": yaml.dump(obj, Dumper=_DUMPER, sort_keys=False)
+              for name, obj in manifests(plan).items()}
     (out / "manifests").mkdir()
     inside = out.resolve()
     for rel, text in files.items():
@@ -551,15 +581,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="stack file (default: Pulumi.<stack>.yaml)")
     parser.add_argument("--out", type=Path,
                         help="output folder: new, empty or an earlier plan's (default: build/plan/<stack>)")
-    parser.add_argument("--quiet", action="store_true", help="do not print the tree")
+    parser.add_argument("--quiet", action="store_true",
+                        help="do not print the resource tree (memory, sizing, admission, critical path and price "
+                        "still print)")
     parser.add_argument("--preview", action="store_true",
                         help="plan as `pulumi preview` on an empty project (lookups not yet possible stay unknown)")
     args = parser.parse_args(argv)
+    path = args.config or Path(f"Pulumi.{args.stack}.yaml")  # named in messages until resolved
     try:
-        check_stack_name(args.stack)
-        path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
-        if not path.is_file():
-            raise UsageError(f"--config {path}: no such stack file")
+        path = stack_path(args.stack, args.config)
         out = args.out or default_out(args.stack)
         check_out(out)
         raw, secret_keys = read_stack_file(path, args.stack)
@@ -568,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: ignoring {', '.join(ignored)} from the shell: the plan follows {path.name} "
                   "(`pulumi up` sets these itself from the stack)", file=sys.stderr)
         plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
-        plan["admission"] = admission(args.stack, raw, secret_keys, plan)
+        plan["admission"] = admission(plan)
         plan["nodeFit"] = node_fit_rows(plan)
         if unfit := [p for row in plan["nodeFit"] for p in row["problems"]]:
             raise UsageError(f"stack {args.stack!r}: a pod does not fit its node and would stay Pending:\n  "
@@ -606,8 +636,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print(tree(plan))
-        print(report(plan))
-    print(admission_text(plan["admission"], plan["storage"]))
+    print(report(plan))  # what the README says to read before paying: --quiet keeps it
+    print(admission_text(plan["admission"], plan["storage"], other_mode_line(plan)))
     for row in plan["nodeFit"]:
         need, have = row["need"], row["allocatable"]
         print(f"  fits      {row['pod']:<34} on {row['node']}: CPU {need['cpu']:g}/{have['cpu']:g}, memory "

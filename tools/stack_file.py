@@ -5,8 +5,9 @@ hands to the program (PULUMI_CONFIG), without running the CLI.
 
 Behaviour modelled on pulumi/pulumi @ 1b5949891b3cefcb9974752b24a5ecef0acc86c8
 and gopkg.in/yaml.v3 v3.0.1 (go-yaml/yaml @ f6f7691b1fdeb513f56608cd2c32c51f8194bf51).
-See README.md next to this file for the list of sources.  This is an
-independent re-implementation; no upstream code is copied.
+The upstream file each rule follows is named where the rule is implemented (and, for the
+CLI's load order, in tools/cli_loader.py).  This is an independent re-implementation; no
+upstream code is copied.
 
 Summary of the rules implemented here:
 

@@ -299,11 +299,24 @@ def plot(progress: Progress, path: Path, title: str) -> bool:
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+# The PNG's default folder: the repository's build/, which git ignores (.gitignore), never its root.
+PNG_DIR = Path(__file__).resolve().parent.parent / "build" / "watch"
+
+
 def default_png(job_id: str) -> Path:
-    """`<job id>-scores.png` in the current folder. The id comes from the Ray head (anyone who can submit
-    there picks it: `../../x`, `/tmp/y`), so it becomes one plain file name, never a path."""
+    """`build/watch/<job id>-scores.png` in the repository. The id comes from the Ray head (anyone who can
+    submit there picks it: `../../x`, `/tmp/y`), so it becomes one plain file name, never a path."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id).lstrip(".")[:200] or "job"
-    return Path(f"{name}-scores.png")
+    return PNG_DIR / f"{name}-scores.png"
+
+
+def png_path(given: Path | None, job_id: str) -> Path:
+    """--png as given, else the default, its folder made."""
+    if given is not None:
+        return given
+    path = default_png(job_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 class PngPathError(OSError):
@@ -352,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--address", help="Ray dashboard URL, e.g. http://localhost:8265 (port-forward or local head)")
     parser.add_argument("--job", help="job (submission) id; default: the stack's jobId, else the newest job")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit (1 if the job failed)")
-    parser.add_argument("--png", type=Path, help="score curve PNG (default: <job id>-scores.png)")
+    parser.add_argument("--png", type=Path, help="score curve PNG (default: build/watch/<job id>-scores.png)")
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between polls (default 30)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -385,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     def draw(s: Snapshot):
-        png = args.png or default_png(s.job_id)
+        png = png_path(args.png, s.job_id)
         return render(s, png if plot(s.progress, png, f"{s.job_id} ({s.status})") else None)
 
     if args.once:

@@ -1,0 +1,23 @@
+"""A citation a user can follow: tools/, bench/, tests/ and the README cite upstream sources (repository, path,
+commit) or files of this repository, never a design note the repository does not ship (issue 25)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOT_SHIPPED = ("REFERENCE" + ".md", "README.md next to this file")  # split: this file names them too
+
+
+def _texts() -> list[Path]:
+    files = [ROOT / "README.md"]
+    for folder in ("tools", "bench", "tests"):
+        files += [p for p in sorted((ROOT / folder).rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix in (".py", ".json", ".yaml", ".md", ".txt") and p.resolve() != Path(__file__).resolve()]
+    return files
+
+
+def test_no_citation_of_a_document_the_repository_does_not_have():
+    cited = [f"{p.relative_to(ROOT)}: {phrase}" for p in _texts() for phrase in NOT_SHIPPED if phrase in p.read_text()]
+    assert not (ROOT / NOT_SHIPPED[0]).exists()
+    assert not cited, cited
