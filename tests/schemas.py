@@ -1,7 +1,7 @@
 """Validate generated Kubernetes objects against upstream schemas, offline.
 
-Custom resources: the CRD's `openAPIV3Schema` from `$VERL_GKE_SCHEMAS` (default: `<repo>/../shared/schemas`,
-read in place, never copied into the repo), checked with jsonschema. Core objects (PV, PVC, Secret,
+Custom resources: the CRD's `openAPIV3Schema` from `$VERL_GKE_SCHEMAS` (default: `tests/data/schemas`,
+unmodified upstream CRDs at a commit, listed in its README.md), checked with jsonschema. Core objects (PV, PVC, Secret,
 ServiceAccount, Namespace): the `kubernetes-validate` package, which ships Kubernetes' own schemas.
 
 CRD schemas are structural OpenAPI v3: the API server prunes unknown fields instead of rejecting
@@ -34,7 +34,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the RayCluster CRD is
 
 
 def schemas_dir() -> Path:
-    return Path(os.environ.get(SCHEMAS_ENV) or REPO.parent / "shared" / "schemas")
+    return Path(os.environ.get(SCHEMAS_ENV) or REPO / "tests" / "data" / "schemas")
 
 
 def schemas_missing_reason() -> str | None:

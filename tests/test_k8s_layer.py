@@ -661,3 +661,12 @@ def test_core_objects_match_kubernetes_schema(type_):
     for reg in r.of_type(type_):
         obj = schemas.manifest(reg, secret_values={"stringData": {r.outputs["hf_secret_key"]: "redacted"}})
         assert schemas.core_errors(obj) == [], reg.name
+
+
+def test_the_crd_schemas_ship_with_the_repository(monkeypatch):
+    """The schema tests run on a clean clone: the CRDs are in tests/data/schemas, never skipped for want of them."""
+    from tests import schemas
+
+    monkeypatch.delenv(schemas.SCHEMAS_ENV, raising=False)
+    assert schemas.schemas_missing_reason() is None
+    assert schemas.schemas_dir().is_relative_to(schemas.REPO)
