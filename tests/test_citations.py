@@ -7,6 +7,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_SHIPPED = ("REFERENCE" + ".md", "README.md next to this file")  # split: this file names them too
+# Folders of the machine the project was written on, or of its design notes: a clone has none of them.
+MACHINE_PATHS = ("/" + "work/", ".." + "/shared")
 
 
 def _texts() -> list[Path]:
@@ -21,3 +23,19 @@ def test_no_citation_of_a_document_the_repository_does_not_have():
     cited = [f"{p.relative_to(ROOT)}: {phrase}" for p in _texts() for phrase in NOT_SHIPPED if phrase in p.read_text()]
     assert not (ROOT / NOT_SHIPPED[0]).exists()
     assert not cited, cited
+
+
+def _tracked_texts() -> list[Path]:
+    """Every text file of the repository but recorded upstream data (tests/data) and the generated snapshots."""
+    skip = ("venv", "build", "__pycache__", ".git", ".pytest_cache", ".ruff_cache")
+    return [p for p in sorted(ROOT.rglob("*")) if p.is_file() and not set(p.relative_to(ROOT).parts) & set(skip)
+            and p.relative_to(ROOT).parts[:2] not in (("tests", "data"), ("tests", "snapshots"))
+            and p.suffix in (".py", ".json", ".yaml", ".md", ".txt", ".toml", "")
+            and p.resolve() != Path(__file__).resolve()]
+
+
+def test_no_machine_path_in_code_or_docs():
+    """A command or citation a user can run: no folder of the machine the project was written on."""
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in _tracked_texts() for m in MACHINE_PATHS
+             if m in p.read_text(errors="replace")]
+    assert not found, found

@@ -1,6 +1,6 @@
 """Which resource fields the GCP provider replaces on change, read from the provider's own Go schema.
 
-    python -m tools.provider_schema --git-dir /work/.mirror/hashicorp+terraform-provider-google/repo \
+    python -m tools.provider_schema --git-dir <a clone of hashicorp/terraform-provider-google>/.git \
         --commit <sha> --write     # rewrite tests/data/reference/provider_force_new.json
 
 pulumi-gcp is a bridged provider: its Diff asks the Terraform schema of terraform-provider-google
