@@ -31,13 +31,15 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
 
 from tests.ray_fixtures import REPO, VENV_BIN, RayNode
-from tools import placement, plan
+from tests.stack_helpers import shipped_plan
+from tools import placement
 
 
 def _no_mount_namespace() -> str | None:
@@ -294,6 +296,11 @@ class Run:
         self.workers.append(node)
         return node
 
+    def start_workers(self, pods: int, gpus: int) -> list[RayNode]:
+        """The GPU worker pods, started side by side as KubeRay starts them (a node start is mostly waiting)."""
+        with ThreadPoolExecutor(max_workers=pods) as pool:
+            return list(pool.map(lambda _: self.start(placement.WORKERS, gpus=gpus, cpus=2), range(pods)))
+
     def stop(self, node: RayNode) -> None:
         self.cluster.stop(node)
         self.workers.remove(node)
@@ -370,7 +377,7 @@ FULL_STACK = "b200"
 
 
 def stack_plan(stack: str) -> dict:
-    return plan.build_plan(stack, *plan.read_stack_file(REPO / f"Pulumi.{stack}.yaml"))
+    return shipped_plan(stack)
 
 
 def output_paths(run: Run) -> tuple[Path, Path]:
@@ -470,7 +477,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
     run = Run(p, clusters(placement.pods(p)), FULL_STACK)
     try:
         pods, gpus = worker_shape(p)
-        workers = [run.start(placement.WORKERS, gpus=gpus, cpus=2) for _ in range(pods)]
+        workers = run.start_workers(pods, gpus)
         job = submit(run, steps=6)
         ckpt, merged = output_paths(run)
         deadline = time.monotonic() + 900
@@ -510,8 +517,7 @@ def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters):
     run = Run(p, clusters(placement.pods(p)), stack)
     try:
         pods, gpus = worker_shape(p)
-        for _ in range(pods):
-            run.start(placement.WORKERS, gpus=gpus, cpus=2)
+        run.start_workers(pods, gpus)
         status, logs = wait_done(run, submit(run, steps=2))
         assert status == "SUCCEEDED", logs[-4000:]
         ckpt, merged = output_paths(run)
