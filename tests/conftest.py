@@ -5,8 +5,9 @@ the CPU, so four workers overlap well even on two cores. The work units (the sch
 
 - a module is one unit, run on one worker in file order: its module-scoped fixtures (a Ray head, a
   composed stack) are set up once, and a test may read what an earlier one left (test_gate_sweep);
-- a module in SPLIT is one unit per test: its tests are each long and independent (the rehearsal,
-  the supervisor), so they run side by side, each worker starting the heads it needs.
+- a module in SPLIT is one unit per test: its tests are long and independent (the rehearsal, the
+  supervisor, the plan tool against hostile input), so they run side by side, each worker starting
+  the Ray heads it needs.
 
 Units are handed out longest first (UNITS, measured with `pytest --durations=0` on a loaded 2-core
 machine), then in file order. xdist queues a second unit behind each worker's first (a worker needs
@@ -23,7 +24,21 @@ import os
 
 import pytest
 
-SPLIT = {"test_rehearsal.py", "test_supervise.py"}
+# Long modules of independent tests with no module-scoped fixture or cache (the slowest have Ray nodes
+# of their own or compose a stack per test): one unit per test. Any other module is one unit.
+SPLIT = {
+    "test_rehearsal.py",
+    "test_supervise.py",
+    "test_gpu_release.py",
+    "test_run_path_settings.py",
+    "test_hostile_input.py",
+    "test_money.py",
+    "test_stage_task.py",
+    "test_stage_data.py",
+    "test_gke_version.py",
+    "test_layers.py",
+    "test_cli_loader.py",
+}
 
 # The longest units, longest first: a node id prefix (a test of a SPLIT module) or a module.
 UNITS = [
@@ -36,7 +51,9 @@ UNITS = [
     "tests/test_watch.py",
     "tests/test_gpu_release.py",
     "tests/test_supervise.py",
-    "tests/test_run_path_settings.py",
+    "tests/test_run_path_settings.py::test_ray_extends_the_nodes_library_path_with_the_runtime_env",
+    "tests/test_plan.py",
+    "tests/test_admission.py",
 ]
 
 
