@@ -11,7 +11,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCAL = {"catalog", "components", "stacks", "tools", "tests", "bench", "__main__"}
+LOCAL = {"catalog", "components", "recipe", "stacks", "tools", "tests", "bench", "__main__"}
 # Runtime code: what `pulumi up` runs, in the program and in the provider process (components/scripts
 # run inside the pods, from the image, and are not imported here).
 RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "stacks").rglob("*.py")),
