@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 
 from stacks import compose, config
@@ -32,3 +34,18 @@ def run_stack_file(path: Path) -> mocking.Run:
     raw, secret_keys = plan.read_stack_file(path)
     raw["gcp:project"] = BASE["gcp:project"]  # the files ship a placeholder that `pulumi up` rejects
     return mocking.run(program, raw, path.stem.split(".", 1)[1], secret_keys)
+
+
+def shipped_plan(stack: str, other_mode: bool = False) -> dict:
+    """`tools.plan`'s plan of a shipped stack (Pulumi.<stack>.yaml), or of the same stack in the other
+    cluster mode: composed once per test process and shared by every module that only reads it (each call
+    returns a copy of its own). Not for a test that patches anything the plan depends on: compose itself."""
+    return copy.deepcopy(_shipped_plan(stack, other_mode))
+
+
+@functools.cache
+def _shipped_plan(stack: str, other_mode: bool) -> dict:
+    raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
+    if other_mode:
+        raw = plan.other_mode(raw, _shipped_plan(stack, False)["outputs"]["clusterMode"])
+    return plan.build_plan(stack, raw, secret_keys)

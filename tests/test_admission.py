@@ -17,7 +17,7 @@ from catalog import autopilot, gcsfuse
 from catalog.accelerators import ACCELERATORS
 from catalog.models import largest_file_gib
 from catalog.nodes import IMAGE_GIB, SYSTEM_GIB, cpu_boot_disk_gb
-from tests.stack_helpers import ROOT, STACK_FILES
+from tests.stack_helpers import ROOT, STACK_FILES, shipped_plan
 from tools import plan
 
 GiB = 1024**3
@@ -67,12 +67,11 @@ def test_the_issue_s_pods_are_refused_by_the_model():
 
 @functools.cache
 def plans(stack: str) -> dict[str, dict]:
-    raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
-    own = plan.build_plan(stack, raw, secret_keys)
+    own = shipped_plan(stack)
     mode = own["outputs"]["clusterMode"]
     if not ACCELERATORS[own["outputs"]["accelerator"]].autopilot:  # config refuses Autopilot for it
         return {mode: own}
-    other = plan.build_plan(stack, plan.other_mode(raw, mode), secret_keys)
+    other = shipped_plan(stack, other_mode=True)
     return {mode: own, other["outputs"]["clusterMode"]: other}
 
 

@@ -11,7 +11,7 @@ import pytest
 from catalog import phases
 from catalog.accelerators import ACCELERATORS
 from catalog.models import GB_PER_GIB, weights_gib
-from tests.stack_helpers import ROOT, STACK_FILES
+from tests.stack_helpers import ROOT, STACK_FILES, shipped_plan
 from tools import critical_path as cp
 from tools import plan, replace_check
 
@@ -22,10 +22,9 @@ MAIN_CLUSTERS = json.loads((ROOT / "tests" / "data" / "main_cluster_inputs.json"
 @functools.cache
 def plans(stack: str) -> dict[str, tuple[dict, float]]:
     raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
-    own = plan.build_plan(stack, raw, secret_keys)
+    own = shipped_plan(stack)
     # An accelerator without an Autopilot worker size is refused on Autopilot by the config.
-    other = (plan.build_plan(stack, plan.other_mode(raw, own["outputs"]["clusterMode"]), secret_keys)
-             if ACCELERATORS[own["outputs"]["accelerator"]].autopilot else own)
+    other = shipped_plan(stack, other_mode=True) if ACCELERATORS[own["outputs"]["accelerator"]].autopilot else own
     model = raw.get("verl-gke:model", "Qwen/Qwen2.5-32B-Instruct")
     weights_gb = weights_gib(model) * GB_PER_GIB
     return {p["outputs"]["clusterMode"]: (p, weights_gb) for p in (own, other)}

@@ -8,7 +8,7 @@ import functools
 
 import pytest
 
-from tests.stack_helpers import BASE, STACK_FILES
+from tests.stack_helpers import BASE, STACK_FILES, shipped_plan
 from tools import destroy
 from tools import plan as plan_tool
 from tools.destroy import DestroyOrder
@@ -22,8 +22,7 @@ MODES = [(acc, mode) for acc in ("b200", "h200") for mode in ("autopilot", "stan
 
 @functools.cache
 def stack_order(name: str) -> DestroyOrder:
-    raw, secret_keys = plan_tool.read_stack_file(plan_tool.ROOT / f"Pulumi.{name}.yaml")
-    return DestroyOrder(plan_tool.build_plan(name, raw, secret_keys))
+    return DestroyOrder(shipped_plan(name))
 
 
 @functools.cache

@@ -44,6 +44,9 @@ from tests.ray_fixtures import (
 
 HEAD_GPUS = 2
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
+# Tests that wait for a readiness deadline to pass: long enough for one poll of a head that is already up
+# (a few calls, each well under a second even on a loaded 2-core machine), short as the suite waits it out.
+DEADLINE_S = 8
 
 
 def with_defaults(props: dict) -> dict:
@@ -393,12 +396,12 @@ def test_create_waits_for_gpus_that_join_later(head, provider):
 
 def test_deadline_says_what_is_missing_and_where(head, provider):
     with pytest.raises(RayJobError) as missing_gpus:
-        provider.create(props(head.address, "deadline", expected_gpus=1000, ready_timeout_s=15))
+        provider.create(props(head.address, "deadline", expected_gpus=1000, ready_timeout_s=DEADLINE_S))
     text = str(missing_gpus.value)
     assert "of 1000 GPUs" in text and "found" in text and head.address in text
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RayJobError) as unreachable:
-        provider.create(props(dead, "nohead", ready_timeout_s=10))
+        provider.create(props(dead, "nohead", ready_timeout_s=3))
     text = str(unreachable.value)
     assert dead in text and "unreachable" in text and "not ready" in text
 
@@ -430,7 +433,7 @@ def test_readiness_waits_for_the_job_agent(head, provider):
     os.kill(agent, signal.SIGSTOP)
     try:
         with pytest.raises(RayJobError) as not_ready:
-            provider.create(props(head.address, "agent", ready_timeout_s=20))
+            provider.create(props(head.address, "agent", ready_timeout_s=DEADLINE_S))
         assert "job agent" in str(not_ready.value) and head.address in str(not_ready.value)
     finally:
         os.kill(agent, signal.SIGCONT)
@@ -676,13 +679,13 @@ def test_ready_deadline_through_the_proxy_reports_pending_pods(head, provider, m
     objects = {"/api/v1/namespaces/ray/pods": PODS, "/api/v1/namespaces/ray/events": EVENTS}
     with ServiceProxy(head.address, "tok", objects=objects) as proxy:
         with pytest.raises(RayJobError) as late:
-            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=15))
+            provider.create(props(None, "pods", gke=proxy.gke(), expected_gpus=1000, ready_timeout_s=DEADLINE_S))
         text = str(late.value)
         assert "of 1000 GPUs" in text and PENDING in text and "GCE out of resources" in text
         assert "/api/v1/namespaces/ray/pods?labelSelector=ray.io/cluster%3Drc" in proxy.seen_paths
     # a plain address has no API server behind it: the message is the count alone
     with pytest.raises(RayJobError) as plain:
-        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=15))
+        provider.create(props(head.address, "nopods", expected_gpus=1000, ready_timeout_s=DEADLINE_S))
     assert "Kubernetes" not in str(plain.value)
 
 

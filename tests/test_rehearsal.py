@@ -21,6 +21,8 @@ start): the whole module takes about 5 minutes on a loaded 2-core machine (8 bef
 from __future__ import annotations
 
 import copy
+import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -29,13 +31,15 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
 
 from tests.ray_fixtures import REPO, VENV_BIN, RayNode
-from tools import placement, plan
+from tests.stack_helpers import shipped_plan
+from tools import placement
 
 
 def _no_mount_namespace() -> str | None:
@@ -179,26 +183,84 @@ def layout(pods: dict[str, placement.Pod]) -> tuple:
                         for m in pod.mounts if m.kind == "csi"))
 
 
+class HostMountPoints:
+    """The host's empty mount points (/data, /checkpoints) every simulated pod's namespace mounts over,
+    shared by every rehearsal on the machine at once (pytest-xdist workers run its tests in parallel).
+
+    A point missing on the host is created and recorded in `state`/made.json; each user holds a shared
+    flock on `state`/users while its pods may mount there, and the last one out (the exclusive lock is
+    free) removes what the rehearsals created. Both happen under `state`/lock, so a point is never
+    removed between another user's check and its `mount`. A killed process drops its flock with it."""
+
+    STATE = Path(tempfile.gettempdir()) / "verl-gke-rehearsal-mounts"
+
+    def __init__(self, paths: set[str], state: Path | None = None):
+        self.paths, self.state = sorted(paths), state or self.STATE
+        self._users = None
+
+    def _registry(self):
+        self.state.mkdir(exist_ok=True)
+        lock = open(self.state / "lock", "a")  # noqa: SIM115 - closed by _Registry
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _Registry(lock, self.state / "made.json")
+
+    def claim(self) -> None:
+        with self._registry() as made:
+            self._users = open(self.state / "users", "a")  # noqa: SIM115 - held until release()
+            fcntl.flock(self._users, fcntl.LOCK_SH)  # never waits: exclusive only under the registry lock
+            for m in self.paths:
+                if not Path(m).exists():
+                    Path(m).mkdir()
+                    made.add(m)
+
+    def release(self) -> None:
+        with self._registry() as made:
+            if self._users is not None:
+                self._users.close()
+                self._users = None
+            with open(self.state / "users", "a") as probe:
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return  # another rehearsal's pods may still mount there: the last one removes them
+                remove_mount_points([Path(m) for m in sorted(made)])
+                made.intersection_update(m for m in list(made) if Path(m).exists())
+
+
+class _Registry:
+    """The set of mount points the rehearsals created, read and written under the held `lock`."""
+
+    def __init__(self, lock, path: Path):
+        self.lock, self.path = lock, path
+
+    def __enter__(self) -> set[str]:
+        self.made = set(json.loads(self.path.read_text())) if self.path.exists() else set()
+        return self.made
+
+    def __exit__(self, *_exc) -> None:
+        try:
+            self.path.write_text(json.dumps(sorted(self.made)))
+        finally:
+            self.lock.close()
+
+
 class Cluster:
     """A local bucket folder and a Ray head in the head pod's mount namespace; workers join per run.
 
     The host's mount points (/data, /checkpoints) are created only if missing and removed again by
-    close(), which also runs when the head fails to start."""
+    close() (also when the head fails to start) unless another rehearsal still uses them."""
 
-    def __init__(self, pods: dict[str, placement.Pod], tmp: Path):
+    def __init__(self, pods: dict[str, placement.Pod], tmp: Path, state: Path | None = None):
         self.pods, self.bucket = pods, tmp / "bucket"
         self.bucket_mounts = {m.path for pod in pods.values() for m in pod.mounts if m.kind == "csi"}
         self.nodes: list[RayNode] = []
-        self.made: list[Path] = []
+        self.mount_points = HostMountPoints(self.bucket_mounts, state)
         self.head: RayNode | None = None
         try:
             self.bucket.mkdir()
             for folder in {m.only_dir for pod in pods.values() for m in pod.mounts if m.only_dir}:
                 (self.bucket / folder).mkdir(parents=True)  # a PV's only-dir folder exists before it mounts
-            for m in sorted(self.bucket_mounts):  # mount points, empty on the host
-                if not Path(m).exists():
-                    Path(m).mkdir()
-                    self.made.append(Path(m))
+            self.mount_points.claim()
             self.head = self.start(placement.HEAD, gpus=0, cpus=0)
         except BaseException:
             self.close()
@@ -217,8 +279,7 @@ class Cluster:
         for node in reversed(self.nodes):
             node.stop()
         self.nodes.clear()
-        remove_mount_points(self.made)
-        self.made.clear()
+        self.mount_points.release()
 
 
 class Run:
@@ -238,6 +299,11 @@ class Run:
         node = self.cluster.start(role, gpus, cpus)
         self.workers.append(node)
         return node
+
+    def start_workers(self, pods: int, gpus: int) -> list[RayNode]:
+        """The GPU worker pods, started side by side as KubeRay starts them (a node start is mostly waiting)."""
+        with ThreadPoolExecutor(max_workers=pods) as pool:
+            return list(pool.map(lambda _: self.start(placement.WORKERS, gpus=gpus, cpus=2), range(pods)))
 
     def stop(self, node: RayNode) -> None:
         self.cluster.stop(node)
@@ -315,7 +381,7 @@ FULL_STACK = "b200"
 
 
 def stack_plan(stack: str) -> dict:
-    return plan.build_plan(stack, *plan.read_stack_file(REPO / f"Pulumi.{stack}.yaml"))
+    return shipped_plan(stack)
 
 
 def output_paths(run: Run) -> tuple[Path, Path]:
@@ -339,22 +405,42 @@ def assert_completed(run: Run, ckpt: Path, merged: Path, steps: int, world: int)
 
 
 def test_the_host_mount_points_are_removed_when_the_head_fails_to_start(tmp_path, monkeypatch):
-    """A failed start never leaves /data or /checkpoints behind on the machine running the tests. First in
-    the module: the shared heads below keep the mount points until the module ends."""
+    """A failed start never leaves the mount points it created behind on the machine running the tests.
+    The dev stack's pods with their bucket mounts moved under tmp_path (and a registry of its own): the
+    host's /data and /checkpoints may be in use by a rehearsal running in parallel."""
     pods = placement.pods(stack_plan("dev"))
-    mount_points = sorted({m.path for pod in pods.values() for m in pod.mounts if m.kind == "csi"})
-    fresh = [m for m in mount_points if not os.path.exists(m)]
-    if not fresh:
-        pytest.skip(f"{mount_points} already exist on this machine: nothing the rehearsal would create")
+    host = tmp_path / "host"
+    host.mkdir()
+    moved = {role: dataclasses.replace(pod, mounts=[
+        dataclasses.replace(m, path=str(host / m.path.strip("/"))) if m.kind == "csi" else m for m in pod.mounts])
+        for role, pod in pods.items()}
+    mount_points = sorted({m.path for pod in moved.values() for m in pod.mounts if m.kind == "csi"})
+    assert mount_points and not any(os.path.exists(m) for m in mount_points)
+    (tmp_path / "state").mkdir()
 
     def refuse(self, timeout: float = 240):
-        assert all(os.path.isdir(m) for m in fresh)  # the mount points were there for the namespace
+        assert all(os.path.isdir(m) for m in mount_points)  # the mount points were there for the namespace
         raise RuntimeError("ray start failed")
 
     monkeypatch.setattr(PodNode, "start", refuse)
     with pytest.raises(RuntimeError, match="ray start failed"):
-        Cluster(pods, tmp_path)
-    assert [m for m in fresh if os.path.exists(m)] == []
+        Cluster(moved, tmp_path, state=tmp_path / "state")
+    assert [m for m in mount_points if os.path.exists(m)] == []
+
+
+def test_a_mount_point_is_removed_by_its_last_user_only(tmp_path):
+    """Rehearsals in parallel (xdist workers) share the host's mount points: the first one out keeps them
+    for the other, the last one removes what either created, and a point that was there before stays."""
+    state, before = tmp_path / "state", tmp_path / "before"
+    before.mkdir()
+    points = {str(tmp_path / "data"), str(tmp_path / "checkpoints"), str(before)}
+    first, second = HostMountPoints(points, state), HostMountPoints(points, state)
+    first.claim()
+    second.claim()
+    first.release()
+    assert all(os.path.isdir(m) for m in points)
+    second.release()
+    assert sorted(os.listdir(tmp_path)) == ["before", "state"]
 
 
 def saved_step(ckpt: Path) -> int:
@@ -395,7 +481,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
     run = Run(p, clusters(placement.pods(p)), FULL_STACK)
     try:
         pods, gpus = worker_shape(p)
-        workers = [run.start(placement.WORKERS, gpus=gpus, cpus=2) for _ in range(pods)]
+        workers = run.start_workers(pods, gpus)
         job = submit(run, steps=6)
         ckpt, merged = output_paths(run)
         deadline = time.monotonic() + 900
@@ -435,8 +521,7 @@ def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters):
     run = Run(p, clusters(placement.pods(p)), stack)
     try:
         pods, gpus = worker_shape(p)
-        for _ in range(pods):
-            run.start(placement.WORKERS, gpus=gpus, cpus=2)
+        run.start_workers(pods, gpus)
         status, logs = wait_done(run, submit(run, steps=2))
         assert status == "SUCCEEDED", logs[-4000:]
         ckpt, merged = output_paths(run)

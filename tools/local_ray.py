@@ -75,16 +75,27 @@ class RayNode:
             f"--ray-client-server-port={free_port()}",
         ]
 
-    def start(self, timeout: float = 240) -> RayNode:
-        log = open(Path(self.temp_dir) / "ray-start.log", "wb")  # noqa: SIM115 - kept for post-mortems
-        proc = subprocess.Popen(
-            self.command(), env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        # The daemons `ray start` leaves behind keep its process group: that is how we stop this node only.
-        self.pgid = proc.pid
-        if proc.wait(timeout=timeout) != 0:
+    def start(self, timeout: float = 240, attempts: int = 2) -> RayNode:
+        """Start the node; a failed `ray start` (a port another process took between free_port() and the
+        bind, a join that timed out on a machine loaded by parallel test workers) is tried once more on
+        fresh ports before it fails with the last log."""
+        for attempt in range(1, attempts + 1):
+            log_path = Path(self.temp_dir) / "ray-start.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    self.command(), env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            # The daemons `ray start` leaves behind keep its process group: that is how we stop this node only.
+            self.pgid = proc.pid
+            if proc.wait(timeout=timeout) == 0:
+                break
+            text = log_path.read_text(errors="replace")[-3000:]  # before stop() removes the temp dir
             self.stop()
-            raise RuntimeError(f"ray start failed: {Path(log.name).read_text()[-3000:]}")
+            if attempt == attempts:
+                raise RuntimeError(f"ray start failed {attempts} times; last log:\n{text}")
+            self.temp_dir = tempfile.mkdtemp(prefix="rj-", dir="/tmp")
+            if not self.join:
+                self.gcs_port, self.dashboard_port = free_port(), free_port()
         if not self.join:
             self._wait_healthy(timeout)
         return self

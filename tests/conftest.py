@@ -1,0 +1,94 @@
+"""How the suite is split across pytest-xdist workers (pyproject's addopts: `-n 4 --dist loadgroup`).
+
+Much of the suite's time is spent waiting on real Ray heads (a node start, a job, a deadline), not on
+the CPU, so four workers overlap well even on two cores. The work units (the scheduler below):
+
+- a module is one unit, run on one worker in file order: its module-scoped fixtures (a Ray head, a
+  composed stack) are set up once, and a test may read what an earlier one left (test_gate_sweep);
+- a module in SPLIT is one unit per test: its tests are long and independent (the rehearsal, the
+  supervisor, the plan tool against hostile input), so they run side by side, each worker starting
+  the Ray heads it needs.
+
+Units are handed out longest first (UNITS, measured with `pytest --durations=0` on a loaded 2-core
+machine), then in file order. xdist queues a second unit behind each worker's first (a worker needs
+the next test to run the current one), so each of the first long units gets a short module behind it
+rather than the next long one. The order is a speed hint only; no test depends on it.
+
+xdist's own `xdist_group` mark is not used: under pytest 9.2 a node keeps its id in `_id`, and the
+`_nodeid` that xdist 3.8 rewrites to carry the group is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Long modules of independent tests with no module-scoped fixture or cache (the slowest have Ray nodes
+# of their own or compose a stack per test): one unit per test. Any other module is one unit.
+SPLIT = {
+    "test_rehearsal.py",
+    "test_supervise.py",
+    "test_gpu_release.py",
+    "test_run_path_settings.py",
+    "test_hostile_input.py",
+    "test_money.py",
+    "test_stage_task.py",
+    "test_stage_data.py",
+    "test_gke_version.py",
+    "test_layers.py",
+    "test_cli_loader.py",
+}
+
+# The longest units, longest first: a node id prefix (a test of a SPLIT module) or a module.
+UNITS = [
+    "tests/test_rehearsal.py::test_a_whole_run_with_a_lost_node_resume_prune_and_merge",
+    "tests/test_supervise.py::test_lost_worker_node_is_recovered_from_the_checkpoint",
+    "tests/test_ray_presence.py",
+    "tests/test_ray_job_provider.py",
+    "tests/test_rehearsal.py::test_each_stack_trains_saves_and_merges_in_its_own_layout",
+    "tests/test_rehearsal.py::test_the_layout_before_issue_22_fails_the_merge",
+    "tests/test_watch.py",
+    "tests/test_gpu_release.py",
+    "tests/test_supervise.py",
+    "tests/test_run_path_settings.py::test_ray_extends_the_nodes_library_path_with_the_runtime_env",
+    "tests/test_plan.py",
+    "tests/test_admission.py",
+]
+
+
+def unit(nodeid: str) -> str:
+    """The work unit of a test: its module, or the test itself in a SPLIT module."""
+    module = nodeid.split("::", 1)[0]
+    return nodeid if os.path.basename(module) in SPLIT else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None  # another --dist asked for on the command line
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleUnits(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit(nodeid)
+
+    return ModuleUnits(config, log)
+
+
+def _rank(nodeid: str) -> int:
+    return next((r for r, prefix in enumerate(UNITS) if nodeid.startswith(prefix)), len(UNITS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    if not workers:
+        return  # one process: pytest's own order
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(unit(item.nodeid), []).append(item)
+    ordered = sorted(units.values(), key=lambda u: _rank(u[0].nodeid))  # stable: file order among equals
+    long = [u for u in ordered if _rank(u[0].nodeid) < len(UNITS)]
+    short = sorted((u for u in ordered if _rank(u[0].nodeid) == len(UNITS)), key=len)[:workers]
+    first = [*long[:workers], *short]
+    rest = [u for u in ordered if all(u is not f for f in first)]
+    items[:] = [i for u in [*first, *rest] for i in u]
