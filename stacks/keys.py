@@ -9,6 +9,7 @@ migrations) are written from the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,8 @@ class Key:
     maximum: int | float | None = None
     why: str = ""
     open_minimum: bool = False  # (minimum, maximum]: the minimum itself is refused
-    choices: tuple[str, ...] = ()
+    # A live view where the catalog is the list (a row added there is a choice here, at once).
+    choices: Collection[str] = ()
 
     @property
     def full(self) -> str:
@@ -89,7 +91,7 @@ KEYS: tuple[Key, ...] = (
     Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),
     Key("zoneOffersAccelerator", "string", "",
         "Set to gcp:zone when that zone offers the accelerator but is newer than catalog/zones.py's table."),
-    Key("accelerator", "string", "b200", f"GPU profile: {_accelerators()}.", choices=tuple(ACCELERATORS)),
+    Key("accelerator", "string", "b200", f"GPU profile: {_accelerators()}.", choices=ACCELERATORS.keys()),
     Key("clusterMode", "string", "standard", f"GKE mode: {_either(MODES)}.", choices=MODES),
     Key("gpuNodes", "integer", 2, f"Number of GPU nodes (Ray GPU workers; {_gpus_per_node()}).", minimum=1,
         **_GKE_POOL),

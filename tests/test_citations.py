@@ -3,6 +3,7 @@ commit) or files of this repository, never a design note the repository does not
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +27,13 @@ def test_no_citation_of_a_document_the_repository_does_not_have():
 
 
 def _tracked_texts() -> list[Path]:
-    """Every text file of the repository but recorded upstream data (tests/data) and the generated snapshots."""
-    skip = ("venv", "build", "__pycache__", ".git", ".pytest_cache", ".ruff_cache")
-    return [p for p in sorted(ROOT.rglob("*")) if p.is_file() and not set(p.relative_to(ROOT).parts) & set(skip)
+    """Every text file the repository holds (git's index, plus files not yet added that git does not
+    ignore) but recorded upstream data (tests/data) and the generated snapshots: caches the tools write
+    (.hypothesis, build/) are not the repository's."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    paths = [ROOT / name for name in listed if name]
+    return [p for p in sorted(paths) if p.is_file()
             and p.relative_to(ROOT).parts[:2] not in (("tests", "data"), ("tests", "snapshots"))
             and p.suffix in (".py", ".json", ".yaml", ".md", ".txt", ".toml", "")
             and p.resolve() != Path(__file__).resolve()]
