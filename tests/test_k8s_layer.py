@@ -107,19 +107,14 @@ def program(case: Case) -> None:
         paths=bucket_paths(case.stack, MODEL, VERL), writer_pvc_name=store.writer_pvc_name,
         checkpoint_pvc_name=store.checkpoint_pvc_name, head_checkpoint_pvc_name=store.head_checkpoint_pvc_name,
     ), opts=pulumi.ResourceOptions(provider=provider, depends_on=[mapping, store, installer]))
-    pulumi.export("network_names", mapping.network_names)
-    pulumi.export("pod_annotations", mapping.pod_annotations)
-    pulumi.export("bucket_name", store.bucket_name)
-    pulumi.export("namespace", store.namespace)
-    pulumi.export("ksa_name", store.ksa_name)
-    pulumi.export("pvc_name", store.pvc_name)
-    pulumi.export("hf_secret_name", store.hf_secret_name)
-    pulumi.export("hf_secret_key", store.hf_secret_key)
+    for owner, names in ((mapping, ("network_names", "pod_annotations")),
+                         (store, ("bucket_name", "namespace", "ksa_name", "pvc_name", "hf_secret_name",
+                                  "hf_secret_key")),
+                         (ray, ("head_service", "dashboard_port", "expected_gpus"))):
+        for name in names:
+            pulumi.export(name, getattr(owner, name))
     pulumi.export("ray_name", ray.name)
     pulumi.export("ray_namespace", ray.namespace)
-    pulumi.export("head_service", ray.head_service)
-    pulumi.export("dashboard_port", ray.dashboard_port)
-    pulumi.export("expected_gpus", ray.expected_gpus)
 
 
 @functools.cache

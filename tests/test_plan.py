@@ -106,13 +106,18 @@ def test_plan_redacts_plain_and_secure_secrets(tmp_path):
     assert "secure-value-not-decrypted-offline" not in written and "encryptedBLOB" not in written
 
 
-def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):
-    doc = _stack_doc("Pulumi.b200.yaml")
-    doc["config"]["verl-gke:gpuNodes"] = 0
-    bad = tmp_path / "Pulumi.bad.yaml"
-    bad.write_text(cli_loader.dump_stack(doc["config"]))
+def _plan_changed(tmp_path, stack_file: str, key: str, value):
+    """Plan a shipped stack file with one key changed; (process, the --out folder it was given)."""
+    doc = _stack_doc(stack_file)
+    doc["config"][key] = value
+    changed = tmp_path / "Pulumi.changed.yaml"
+    changed.write_text(cli_loader.dump_stack(doc["config"]))
     out = tmp_path / "never"
-    proc = plan(tmp_path, "--stack", "bad", "--config", str(bad), "--out", str(out))
+    return plan(tmp_path, "--stack", "changed", "--config", str(changed), "--out", str(out)), out
+
+
+def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):
+    proc, out = _plan_changed(tmp_path, "Pulumi.b200.yaml", "verl-gke:gpuNodes", 0)
     assert proc.returncode == 2
     assert "verl-gke:gpuNodes = 0" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -133,12 +138,7 @@ def test_plan_shows_and_writes_the_memory_breakdown_and_sizing(b200):
 
 
 def test_plan_refuses_a_run_that_does_not_fit_with_exit_2(tmp_path):
-    doc = _stack_doc("Pulumi.h200.yaml")
-    doc["config"]["verl-gke:grpoPpoMaxTokenLenPerGpu"] = 131072
-    bad = tmp_path / "Pulumi.big.yaml"
-    bad.write_text(cli_loader.dump_stack(doc["config"]))
-    out = tmp_path / "never"
-    proc = plan(tmp_path, "--stack", "big", "--config", str(bad), "--out", str(out))
+    proc, out = _plan_changed(tmp_path, "Pulumi.h200.yaml", "verl-gke:grpoPpoMaxTokenLenPerGpu", 131072)
     assert proc.returncode == 2, proc.stderr
     assert "verl-gke:grpoPpoMaxTokenLenPerGpu = 131072: the actor update needs" in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
