@@ -78,7 +78,15 @@ class RayNode:
     def start(self, timeout: float = 240, attempts: int = 2) -> RayNode:
         """Start the node; a failed `ray start` (a port another process took between free_port() and the
         bind, a join that timed out on a machine loaded by parallel test workers) is tried once more on
-        fresh ports before it fails with the last log."""
+        fresh ports before it fails with the last log. Any failure (a `ray start` that hangs, a head that
+        never turns healthy) stops what was started: the caller never gets the node to stop."""
+        try:
+            return self._start(timeout, attempts)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float, attempts: int) -> RayNode:
         for attempt in range(1, attempts + 1):
             log_path = Path(self.temp_dir) / "ray-start.log"
             with open(log_path, "wb") as log:
