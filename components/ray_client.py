@@ -389,7 +389,10 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float,
         except DashboardError as err:
             if err.fatal:
                 raise
-            if not err.expired:  # out of time before the call: what was missing is still the news
+            # Out of time before the call, or a call the deadline cut short after a poll that got answers:
+            # what was missing is still the news (a slow last answer must not hide "found 0 of 16 GPUs").
+            cut_short = time.monotonic() >= deadline and missing != "nothing polled yet"
+            if not err.expired and not cut_short:
                 missing = f"dashboard not ready; last error: {err}"
         if not pause(step, deadline, READY_POLL_CAP_S):
             raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}"
