@@ -70,6 +70,7 @@ def unit(nodeid: str) -> str:
     return nodeid if os.path.basename(module) in SPLIT else module
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest refuses it as unknown when xdist is not loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     if config.getvalue("dist") != "loadgroup":
         return None  # another --dist asked for on the command line
