@@ -8,6 +8,7 @@ import datetime
 import http.server
 import ipaddress
 import shutil
+import socket
 import ssl
 import tempfile
 import threading
@@ -22,7 +23,7 @@ from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem",
            "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
-           "point_ray_env_nowhere", "wait_status"]
+           "point_ray_env_nowhere", "refused_address", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -255,6 +256,16 @@ class ServiceProxy:
 # TEST-NET-3: nothing answers there. Set as RAY_ADDRESS in every test that talks to a head: the code
 # under test must use the address it is given, never follow the environment.
 BOGUS_RAY_ADDRESS = "http://203.0.113.7:1"
+_HELD: list[socket.socket] = []
+
+
+def refused_address() -> str:
+    """An http:// address on this machine that refuses connections for the rest of the process: a port
+    bound and never listened on, so another test worker's Ray cannot take it (unlike a free_port())."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def head_node(gpus: int = 0, timeout: float = 240):

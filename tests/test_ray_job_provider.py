@@ -32,13 +32,13 @@ from tests.ray_fixtures import (
     RayNode,
     ServiceProxy,
     b64_pem,
-    free_port,
     gpus_on,
     head_node,
     jobs_on,
     make_ca,
     pem,
     point_ray_env_nowhere,
+    refused_address,
     wait_status,
 )
 
@@ -400,7 +400,7 @@ def test_deadline_says_what_is_missing_and_where(head, provider):
         provider.create(props(head.address, "deadline", expected_gpus=1000, ready_timeout_s=DEADLINE_S))
     text = str(missing_gpus.value)
     assert "of 1000 GPUs" in text and "found" in text and head.address in text
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = refused_address()
     with pytest.raises(RayJobError) as unreachable:
         provider.create(props(dead, "nohead", ready_timeout_s=3))
     text = str(unreachable.value)
@@ -529,7 +529,7 @@ def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
     assert outs["status"] == GONE and outs["job_id"] == created.id and "is gone" in outs["message"]
     provider.delete(created.id, created.outs)
     # nothing listens at the address any more: no answer is not "gone" (tests/test_ray_presence.py)
-    dead = {**created.outs, "address": f"http://127.0.0.1:{free_port()}", "probe_window_s": 2}
+    dead = {**created.outs, "address": refused_address(), "probe_window_s": 2}
     with pytest.raises(RayJobError, match="no definite answer"):
         provider.read(created.id, dead)
     with pytest.raises(RayJobError, match="no definite answer"):

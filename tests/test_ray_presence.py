@@ -31,7 +31,7 @@ from components.ray_presence import UNREACHABLE_IS_GONE_ENV
 from tests.fault_front import FaultFront
 from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
-from tests.ray_fixtures import REPO, free_port, head_node, point_ray_env_nowhere, wait_status
+from tests.ray_fixtures import REPO, head_node, point_ray_env_nowhere, refused_address, wait_status
 
 WINDOW_S = 3  # probe window for the "unknown" cases: a few polls, then a clear failure
 READY_S = 180
@@ -130,7 +130,7 @@ def test_rays_own_404_on_a_healthy_dashboard_is_gone(head, front, server):
 
 
 def test_escape_hatch_takes_an_unreachable_job_as_gone():
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = refused_address()
     p = props(dead, "hatch")
     state = {**p, "job_id": p["submission_id"], "status": "RUNNING"}
     with ProviderServer(env={UNREACHABLE_IS_GONE_ENV: "true"}) as hatch:
