@@ -29,7 +29,6 @@ from components.problems import describe, value_at
 from components.ray_cluster import RayClusterArgs
 from components.storage import TrainingStorageArgs
 from stacks import derived
-from stacks.derived import run_paths  # noqa: F401 - where the tests found it
 from stacks.keys import full
 
 STANDIN = "standin-name"  # an Output's stand-in: a valid DNS label, never a config value
@@ -176,4 +175,4 @@ def problems(cfg) -> list[str]:
 
 
 __all__ = ["STANDIN", "budget_args", "data_prep_args", "gke_cluster_args", "problems",
-           "ray_cluster_args", "run_paths", "storage_args"]
+           "ray_cluster_args", "storage_args"]

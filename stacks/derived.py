@@ -58,8 +58,8 @@ class Derived:
     egress: dict[str, str]  # destination host -> NAT or GOOGLE (catalog.egress)
     task_check: dict | None  # stacks.dataset.staging_check: gs:// task files the staging Job copies in
     task_source_buckets: tuple[str, ...]  # their buckets other than the stack's own (a read grant each)
-    # The StackConfig `job` is derived from, held weakly: of()'s cache must not keep every config a
-    # process ever loaded (and its derived values) alive, which would also pin ids the cache is keyed by.
+    # The StackConfig `job` is derived from, held weakly: the values stay readable without keeping the
+    # config (and every config a process loaded) alive.
     source: Callable[[], Any] = field(repr=False, compare=False)
 
     @functools.cached_property
@@ -92,7 +92,7 @@ def run_paths(cfg) -> BucketPaths:
 
 
 def derive(cfg) -> Derived:
-    """Every derived value of the stack; read it as `cfg.derived` (computed once per config)."""
+    """Every derived value of the stack; read it through `of(cfg)` (computed once per config)."""
     cl = cfg.cluster
     paths = run_paths(cfg)
     staging = staging_disk_budget(largest_file_gib(cfg.model))
@@ -148,15 +148,11 @@ def _job(cfg, paths: BucketPaths) -> GrpoJob:
                    release=release, worker_group=WORKER_GROUP)
 
 
-_CACHE: dict[int, tuple[weakref.ref, Derived]] = {}
-
-
 def of(cfg) -> Derived:
-    """`derive(cfg)`, computed once per config object: the gate, compose and the plan share it."""
-    hit = _CACHE.get(id(cfg))
-    if hit is not None and hit[0]() is cfg:
-        return hit[1]
-    found = derive(cfg)
-    _CACHE[id(cfg)] = (weakref.ref(cfg), found)
-    weakref.finalize(cfg, _CACHE.pop, id(cfg), None)  # an id is reused only after its object is gone
+    """`derive(cfg)`, computed once per config object and kept on it: the gate, compose and the plan share
+    it, and it goes with its config (a frozen dataclass: set past its own __setattr__, not a field)."""
+    found = cfg.__dict__.get("_derived")
+    if found is None:
+        found = derive(cfg)
+        object.__setattr__(cfg, "_derived", found)
     return found

@@ -12,7 +12,7 @@ from catalog.models import model_spec
 from catalog.paths import bucket_paths
 from recipe import grpo
 from stacks import checkpoints
-from stacks.component_rules import run_paths
+from stacks.derived import run_paths
 from tests.stack_helpers import STACK_FILES
 from tools import plan
 

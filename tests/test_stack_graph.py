@@ -10,7 +10,7 @@ import pytest
 
 from catalog.paths import COMPLETE_MARKER
 from stacks import config
-from stacks.component_rules import run_paths
+from stacks.derived import run_paths
 from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
 
 TOKEN = "hf_GRAPHtestTOKENvalue0123456789"

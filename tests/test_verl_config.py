@@ -19,7 +19,7 @@ import pytest
 from catalog import versions
 from recipe import grpo
 from stacks import config
-from stacks.component_rules import run_paths
+from stacks.derived import run_paths
 from tools.plan import read_stack_file
 
 _SPEC = importlib.util.find_spec("verl")  # finds the package without running its __init__
