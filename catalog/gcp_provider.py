@@ -89,15 +89,11 @@ GCP_PROVIDER_KEYS = frozenset((
 ))
 
 
+@functools.cache
 def installed_keys() -> frozenset[str]:
     """The keys the installed pulumi_gcp reads (its config/vars.py, parsed, not imported): the default provider
     is the plugin of the SDK `pulumi install` put in the venv, and requirements.txt allows any 10.x, whose newer
     releases add keys (service endpoints) this table does not list yet. Empty when it is not installed."""
-    return _installed_keys()
-
-
-@functools.lru_cache(maxsize=1)
-def _installed_keys() -> frozenset[str]:
     try:
         spec = importlib.util.find_spec("pulumi_gcp")  # a top-level package: found, not imported
         if spec is None or spec.origin is None:

@@ -446,13 +446,13 @@ def test_a_key_a_newer_google_provider_reads_is_not_a_typo(tmp_path, monkeypatch
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: types.SimpleNamespace(
         origin=str(package / "__init__.py")) if name == "pulumi_gcp" else real(name, *a))
-    gcp_provider._installed_keys.cache_clear()
+    gcp_provider.installed_keys.cache_clear()
     try:
         assert config.unknown_keys({**GOOD, "gcp:newServiceCustomEndpoint": "https://x/"}) == []
         assert config.unknown_keys({**GOOD, "gcp:regoin": "us-central1"})
     finally:
         monkeypatch.undo()
-        gcp_provider._installed_keys.cache_clear()
+        gcp_provider.installed_keys.cache_clear()
 
 
 def test_every_count_has_an_upper_bound():
