@@ -5,9 +5,10 @@ the CPU, so four workers overlap well even on two cores. The work units (the sch
 
 - a module is one unit, run on one worker in file order: its module-scoped fixtures (a Ray head, a
   composed stack) are set up once, and a test may read what an earlier one left (test_gate_sweep);
-- a module in SPLIT is one unit per test: its tests are long and independent (the rehearsal, the
-  supervisor, the plan tool against hostile input), so they run side by side, each worker starting
-  the Ray heads it needs.
+- a module in SPLIT is one unit per test: its tests are long and independent (the plan tool against
+  hostile input, the money checks), so they run side by side. A module of tests on a Ray head of
+  its own (the supervisor, the GPU release) is not split: a head costs ~15 CPU-seconds to start on
+  this machine, more than running its tests one after another costs in time.
 
 Units are handed out longest first (UNITS, measured with `pytest --durations=0` on a loaded 2-core
 machine), then in file order. xdist queues a second unit behind each worker's first (a worker needs
@@ -28,8 +29,6 @@ import pytest
 # of their own or compose a stack per test): one unit per test. Any other module is one unit.
 SPLIT = {
     "test_rehearsal.py",
-    "test_supervise.py",
-    "test_gpu_release.py",
     "test_run_path_settings.py",
     "test_hostile_input.py",
     "test_money.py",

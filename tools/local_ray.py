@@ -62,6 +62,10 @@ class RayNode:
             "--disable-usage-stats",
             f"--dashboard-agent-listen-port={free_port()}",
             f"--metrics-export-port={free_port()}",
+            # No log monitor: it forwards what remote workers print to the drivers (a Python process per
+            # node, ~1 CPU-second each on this machine); nothing here reads a remote worker's print, and
+            # the job logs are the driver's own output (the supervisor's lines, a task's returned text).
+            "--include-log-monitor=false",
         ]
         if self.join:
             return [*cmd, f"--address=127.0.0.1:{self.gcs_port}"]
@@ -72,6 +76,7 @@ class RayNode:
             f"--dashboard-port={self.dashboard_port}",
             "--dashboard-host=127.0.0.1",
             "--include-dashboard=true",
+            "--no-monitor",  # the autoscaler's monitor: these nodes never scale
             f"--ray-client-server-port={free_port()}",
         ]
 

@@ -3,14 +3,19 @@
 It takes the very overrides the stack renders and runs the same process layout (verl v0.6.1
 trainer/main_ppo.py, trainer/ppo/ray_trainer.py, utils/checkpoint/fsdp_checkpoint_manager.py):
 - the driver (where the job's entrypoint runs) only starts a TaskRunner actor asking for one CPU;
-- the TaskRunner reads the dataset and the model's config, starts one GPU actor per rank, and on
-  each save writes `global_step_N/data.pt` and, last, `latest_checkpointed_iteration.txt`; it
+- the TaskRunner reads the dataset and the model's config, starts the GPU actors of every rank, and
+  on each save writes `global_step_N/data.pt` and, last, `latest_checkpointed_iteration.txt`; it
   resumes from that file (`resume_mode=auto`) and writes the datasets cache to HF_DATASETS_CACHE;
-- each GPU actor writes its shard `global_step_N/actor/model_world_size_W_rank_R.pt`, rank 0 also
+- each rank writes its shard `global_step_N/actor/model_world_size_W_rank_R.pt`, rank 0 also
   `fsdp_config.json` and `huggingface/config.json`;
 - rotation forgets what an earlier process saved: only this process's own saves beyond
   `trainer.max_actor_ckpt_to_keep` are deleted (checkpoint_manager.py).
 Each completed step is appended to `<default_local_dir>/steps.log`. `+standin.step_s=S` sets the step time.
+
+verl runs one process per GPU; here one actor per GPU node holds all of that node's GPUs and writes
+its ranks' shards. What the rehearsal checks (which node, in whose mounts, writes what) is the same
+for both, and a process per GPU costs an interpreter start per rank (16 on b200, twice in the
+lost-node run) for nothing it checks.
 """
 
 from __future__ import annotations
@@ -26,23 +31,26 @@ import ray
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
-@ray.remote(num_cpus=0, num_gpus=1)
-class Rank:
-    def __init__(self, rank: int, world: int, model: str):
-        self.rank, self.world = rank, world
+@ray.remote(num_cpus=0)
+class NodeRanks:
+    """The ranks of one GPU node (started with that node's GPUs: Ray places it on a node of its own)."""
+
+    def __init__(self, ranks: list[int], world: int, model: str):
+        self.ranks, self.world = ranks, world
         with open(os.path.join(model, "config.json")) as f:  # every rank loads the weights
             self.config = json.load(f)
 
-    def step(self, seconds: float) -> int:
+    def step(self, seconds: float) -> list[int]:
         time.sleep(seconds)
-        return self.rank
+        return self.ranks
 
     def save(self, ckpt: str, step: int) -> None:
         actor = os.path.join(ckpt, f"global_step_{step}", "actor")
         os.makedirs(actor, exist_ok=True)
-        with open(os.path.join(actor, f"model_world_size_{self.world}_rank_{self.rank}.pt"), "w") as f:
-            f.write(f"rank {self.rank} after step {step}\n")
-        if self.rank == 0:
+        for rank in self.ranks:
+            with open(os.path.join(actor, f"model_world_size_{self.world}_rank_{rank}.pt"), "w") as f:
+                f.write(f"rank {rank} after step {step}\n")
+        if 0 in self.ranks:
             with open(os.path.join(actor, "fsdp_config.json"), "w") as f:
                 json.dump({"FSDP_version": 2, "world_size": self.world}, f)
             os.makedirs(os.path.join(actor, "huggingface"), exist_ok=True)
@@ -61,7 +69,8 @@ class TaskRunner:
         with open(os.path.join(cache, "train.arrow"), "w") as f:
             f.write("arrow cache\n")
         ckpt, model = cfg["trainer.default_local_dir"], cfg["actor_rollout_ref.model.path"]
-        world = int(cfg["trainer.nnodes"]) * int(cfg["trainer.n_gpus_per_node"])
+        nodes, per_node = int(cfg["trainer.nnodes"]), int(cfg["trainer.n_gpus_per_node"])
+        world = nodes * per_node
         total, freq = int(cfg["trainer.total_training_steps"]), int(cfg["trainer.save_freq"])
         keep = int(cfg.get("trainer.max_actor_ckpt_to_keep", "0") or 0)
         step_s = float(cfg.get("+standin.step_s", "1"))
@@ -70,7 +79,8 @@ class TaskRunner:
                 start = int(f.read()) + 1
         except OSError:
             start = 1
-        ranks = [Rank.remote(r, world, model) for r in range(world)]
+        ranks = [NodeRanks.options(num_gpus=per_node).remote(
+            list(range(n * per_node, (n + 1) * per_node)), world, model) for n in range(nodes)]
         saved: list[int] = []
         for step in range(start, total + 1):
             ray.get([r.step.remote(step_s) for r in ranks])
