@@ -8,6 +8,7 @@ phrase the same rule the same way.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # The Pulumi project (Pulumi.yaml's name, so the namespace of its config keys) and the project verl's
 # trainer logs the run under (trainer.project_name).
@@ -52,6 +53,16 @@ _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
+# A check: None when the value is allowed, else what is allowed.
+Check = Callable[[object], str | None]
+
+
+def _full_match(pattern: re.Pattern[str], allowed: str) -> Check:
+    """The check of a rule that is one pattern a string must match in full."""
+    def check(value: object) -> str | None:
+        return None if isinstance(value, str) and pattern.fullmatch(value) else allowed
+    return check
+
 
 def dns_label(value: object, max_len: int = 63) -> str | None:
     if isinstance(value, str) and _DNS_LABEL.fullmatch(value) and len(value) <= max_len:
@@ -81,28 +92,18 @@ def namespace(value: object) -> str | None:
     return None
 
 
-def secret_key(value: object) -> str | None:
-    if isinstance(value, str) and _SECRET_KEY.fullmatch(value):
-        return None
-    return "must be a Secret data key: letters, digits, '-', '_' or '.'"
+secret_key: Check = _full_match(_SECRET_KEY, "must be a Secret data key: letters, digits, '-', '_' or '.'")
 
 
-def env_var(value: object) -> str | None:
-    if isinstance(value, str) and _ENV_VAR.fullmatch(value):
-        return None
-    return "must be an environment variable name: a letter or '_', then letters, digits or '_'"
+env_var: Check = _full_match(_ENV_VAR, "must be an environment variable name: a letter or '_', then letters, "
+                                       "digits or '_'")
 
 
-def project_id(value: object) -> str | None:
-    if isinstance(value, str) and _PROJECT_ID.fullmatch(value):
-        return None
-    return "must be a project id: 6-30 lowercase letters, digits or hyphens, starting with a letter"
+project_id: Check = _full_match(_PROJECT_ID, "must be a project id: 6-30 lowercase letters, digits or hyphens, "
+                                             "starting with a letter")
 
 
-def region(value: object) -> str | None:
-    if isinstance(value, str) and _REGION.fullmatch(value):
-        return None
-    return "must be a region such as us-central1"
+region: Check = _full_match(_REGION, "must be a region such as us-central1")
 
 
 def zone(value: object) -> str | None:
@@ -180,23 +181,14 @@ def model_id(value: object) -> str | None:
     return None
 
 
-def git_ref(value: object) -> str | None:
-    if isinstance(value, str) and _GIT_REF.fullmatch(value):
-        return None
-    return "must be a git tag, branch or commit such as v0.6.1"
+git_ref: Check = _full_match(_GIT_REF, "must be a git tag, branch or commit such as v0.6.1")
 
 
-def release_tag(value: object) -> str | None:
-    """A release tag (v0.6.1): a branch would stage a moving target under a versioned folder."""
-    if isinstance(value, str) and re.fullmatch(r"v\d+\.\d+\.\d+(\.post\d+)?", value):
-        return None
-    return "must be a release tag such as v0.6.1"
+# A release tag (v0.6.1): a branch would stage a moving target under a versioned folder.
+release_tag: Check = _full_match(re.compile(r"v\d+\.\d+\.\d+(\.post\d+)?"), "must be a release tag such as v0.6.1")
 
 
-def repo_url(value: object) -> str | None:
-    if isinstance(value, str) and _REPO_URL.fullmatch(value):
-        return None
-    return "must be a git URL (https://, ssh://, git://, file:// or user@host:path)"
+repo_url: Check = _full_match(_REPO_URL, "must be a git URL (https://, ssh://, git://, file:// or user@host:path)")
 
 
 def image_ref(value: object) -> str | None:
@@ -213,10 +205,7 @@ def image_ref(value: object) -> str | None:
             "e.g. repo/image:tag or repo/image@sha256:...")
 
 
-def ray_version(value: object) -> str | None:
-    if isinstance(value, str) and _RAY_VERSION.fullmatch(value):
-        return None
-    return "must be a Ray version such as 2.49.2"
+ray_version: Check = _full_match(_RAY_VERSION, "must be a Ray version such as 2.49.2")
 
 
 def quantity(value: str) -> float | None:
@@ -237,10 +226,8 @@ def positive_quantity(value: object) -> str | None:
 _BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
 
 
-def billing_account_id(value: object) -> str | None:
-    if isinstance(value, str) and _BILLING_ACCOUNT.fullmatch(value):
-        return None
-    return "must be a billing account id such as 012345-567890-ABCDEF (gcloud billing accounts list)"
+billing_account_id: Check = _full_match(_BILLING_ACCOUNT, "must be a billing account id such as "
+                                                          "012345-567890-ABCDEF (gcloud billing accounts list)")
 
 
 def soft_delete_days(value: object) -> str | None:

@@ -292,6 +292,21 @@ def probe_reward(reward: Path, function: str, cases: list[dict], timeout_s: floa
             return {"status": "crashed", "detail": f"exit code {proc.returncode}; output: {tail or '(none)'}"}
 
 
+# What the probe found wrong with the function itself, said after "rewardFunction = '<name>': " ({at} names
+# the row and made-up response it answered on, where the probe says).
+_FUNCTION_PROBLEMS = {
+    "no_function": "{where} defines no such function ({detail})",
+    "bad_signature": "{detail}; verl calls it as fn(data_source=..., solution_str=..., ground_truth=..., "
+                     "extra_info=...) (verl/workers/reward_manager/naive.py)",
+    "bad_return": "returned {detail}{at}; verl needs a number or a dict with a numeric \"score\" "
+                  "(verl/workers/reward_manager/naive.py)",
+    "bad_extra": "its dict answer{at}: {detail}",
+    "inconsistent": "answered {detail}{at}; verl keeps one list per key of a dict answer and its validation "
+                    "asserts each holds one value per response (verl/trainer/ppo/ray_trainer.py _validate), so "
+                    "every call must answer a number, or a dict with the same keys",
+}
+
+
 def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
     reward = task.reward
     assert reward is not None
@@ -320,22 +335,9 @@ def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
         else:
             out.warnings.append(text + ". Fine if the container image has it (verl's image ships torch, "
                                 "transformers, numpy, ...): declare it in rewardPackages to say so")
-    elif status == "no_function":
-        out.problems.append(f"{fn_key} = {task.reward_function!r}: {where} defines no such function ({detail})")
-    elif status == "bad_signature":
-        out.problems.append(f"{fn_key} = {task.reward_function!r}: {detail}; verl calls it as fn(data_source=..., "
-                            "solution_str=..., ground_truth=..., extra_info=...) "
-                            "(verl/workers/reward_manager/naive.py)")
-    elif status == "bad_return":
-        out.problems.append(f"{fn_key} = {task.reward_function!r}: returned {detail}{at}; verl needs a number or "
-                            "a dict with a numeric \"score\" (verl/workers/reward_manager/naive.py)")
-    elif status == "bad_extra":
-        out.problems.append(f"{fn_key} = {task.reward_function!r}: its dict answer{at}: {detail}")
-    elif status == "inconsistent":
-        out.problems.append(f"{fn_key} = {task.reward_function!r}: answered {detail}{at}; verl keeps one list per "
-                            "key of a dict answer and its validation asserts each holds one value per response "
-                            "(verl/trainer/ppo/ray_trainer.py _validate), so every call must answer a number, or a "
-                            "dict with the same keys")
+    elif status in _FUNCTION_PROBLEMS:
+        said = _FUNCTION_PROBLEMS[status].format(where=where, detail=detail, at=at)
+        out.problems.append(f"{fn_key} = {task.reward_function!r}: {said}")
     elif status in ("import_error", "raised"):
         what = "failed to import" if status == "import_error" else f"{task.reward_function} raised"
         out.problems.append(f"{where}: {what}{at}: {detail}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -530,6 +531,14 @@ def test_components_are_parents_with_typed_tokens():
 # ----------------------------------------------------------------------------- validation
 
 
+def _refusal(component: str, args: Callable[..., Any], changes: dict[str, Any]) -> str:
+    """What `require` says of the args `args(**changes)`, the defaults `args()` being valid."""
+    assert args().problems() == []
+    with pytest.raises(ArgsError) as err:
+        require(component, args(**changes))
+    return str(err.value)
+
+
 def _ray_args(**changes: Any) -> rc.RayClusterArgs:
     values: dict[str, Any] = dict(
         name="verl-h200-ray", namespace=NAMESPACE,
@@ -561,10 +570,7 @@ def _ray_args(**changes: Any) -> rc.RayClusterArgs:
     ({"ray_version": "latest"}, "RayClusterArgs.ray_version = 'latest'"),
 ])
 def test_ray_cluster_args_are_validated(changes, needle):
-    assert _ray_args().problems() == []
-    with pytest.raises(ArgsError) as err:
-        require("RayCluster", _ray_args(**changes))
-    assert needle in str(err.value)
+    assert needle in _refusal("RayCluster", _ray_args, changes)
 
 
 def _storage_args(**changes: Any) -> st.TrainingStorageArgs:
@@ -583,11 +589,9 @@ def _storage_args(**changes: Any) -> st.TrainingStorageArgs:
     ({"project_id": "X"}, "TrainingStorageArgs.project_id = 'X'"),
 ])
 def test_storage_args_are_validated(changes, needle):
-    assert _storage_args().problems() == []
-    with pytest.raises(ArgsError) as err:
-        require("TrainingStorage", _storage_args(**changes))
-    assert needle in str(err.value)
-    assert TOKEN not in str(err.value)
+    refusal = _refusal("TrainingStorage", _storage_args, changes)
+    assert needle in refusal
+    assert TOKEN not in refusal
 
 
 def test_network_mapping_args_are_validated():

@@ -193,24 +193,15 @@ def test_empty_and_missing_config():
     assert cfg("config: {}\n") == {}
 
 
-def test_list_at_top_level():
-    with pytest.raises(StackFileError, match="must be a mapping at the top level, but it is a list"):
-        cfg("- a\n- b\n")
-
-
-def test_scalar_at_top_level():
-    with pytest.raises(StackFileError, match="top level"):
-        cfg("hello\n")
-
-
-def test_config_as_list():
-    with pytest.raises(StackFileError, match="'config' must be a mapping .* it is a list"):
-        cfg("config:\n  - gpuNodes: 4\n")
-
-
-def test_config_as_string():
-    with pytest.raises(StackFileError, match="'config' must be a mapping"):
-        cfg("config: nope\n")
+@pytest.mark.parametrize("body,match", [
+    ("- a\n- b\n", "must be a mapping at the top level, but it is a list"),
+    ("hello\n", "top level"),
+    ("config:\n  - gpuNodes: 4\n", "'config' must be a mapping .* it is a list"),
+    ("config: nope\n", "'config' must be a mapping"),
+], ids=["list-at-top-level", "scalar-at-top-level", "config-as-list", "config-as-string"])
+def test_refused_shapes(body, match):
+    with pytest.raises(StackFileError, match=match):
+        cfg(body)
 
 
 def test_environment_refused_by_default():
@@ -225,20 +216,16 @@ def test_only_first_document_is_read():
 
 # --- YAML syntax errors: file:line:column -------------------------------------
 
-def test_unclosed_bracket_has_position():
+@pytest.mark.parametrize("body,position,what", [
+    ("config:\n  zones: [a, b\n  other: 1\n", "Pulumi.dev.yaml:3:", "invalid YAML"),
+    ("config:\n\tgpuNodes: 4\n", "Pulumi.dev.yaml:2:1:", "'\\t'"),
+], ids=["unclosed-bracket", "tab-indentation"])
+def test_syntax_error_has_position(body, position, what):
     with pytest.raises(StackFileError) as ei:
-        cfg("config:\n  zones: [a, b\n  other: 1\n")
+        cfg(body)
     msg = ei.value.message
-    assert msg.startswith("Pulumi.dev.yaml:3:")
-    assert "invalid YAML" in msg
-
-
-def test_tab_indentation_has_position():
-    with pytest.raises(StackFileError) as ei:
-        cfg("config:\n\tgpuNodes: 4\n")
-    msg = ei.value.message
-    assert msg.startswith("Pulumi.dev.yaml:2:1:")
-    assert "'\\t'" in msg
+    assert msg.startswith(position)
+    assert what in msg
 
 
 def test_read_stack_file(tmp_path):
