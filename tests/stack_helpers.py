@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import io
+import subprocess
 from pathlib import Path
 
 from stacks import compose, config
@@ -49,3 +52,18 @@ def _shipped_plan(stack: str, other_mode: bool) -> dict:
     if other_mode:
         raw = plan.other_mode(raw, _shipped_plan(stack, False)["outputs"]["clusterMode"])
     return plan.build_plan(stack, raw, secret_keys)
+
+
+def plan_in_process(*args: str) -> subprocess.CompletedProcess:
+    """`python -m tools.plan ARGS` run in this process (its exit code, stdout and stderr), for tests about
+    what the plan says and writes: a fresh interpreter costs ~4 CPU-seconds of SDK imports a plan, the
+    plan itself a fraction of that. A test about the process boundary (the exit code of the command, no
+    traceback) runs the real command. An uncaught exception fails the test here, as it would print a
+    traceback there."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = plan.main(list(args))
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 2
+    return subprocess.CompletedProcess(["tools.plan", *args], code, out.getvalue(), err.getvalue())

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +15,7 @@ from catalog import autopilot, gcsfuse
 from catalog.accelerators import ACCELERATORS
 from catalog.models import largest_file_gib
 from catalog.nodes import IMAGE_GIB, SYSTEM_GIB, cpu_boot_disk_gb
-from tests.stack_helpers import ROOT, STACK_FILES, shipped_plan
+from tests.stack_helpers import STACK_FILES, plan_in_process, shipped_plan
 from tools import plan
 
 GiB = 1024**3
@@ -131,8 +129,7 @@ def test_staging_budget_comes_from_the_largest_file_and_the_parallelism(stack):
 
 def test_plan_prints_the_admission_table(tmp_path):
     out = tmp_path / "b200"
-    proc = subprocess.run([sys.executable, "-m", "tools.plan", "--stack", "b200", "--out", str(out), "--quiet"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = plan_in_process("--stack", "b200", "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "plan.json").read_text())
     rows = data["admission"]

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.stack_helpers import ROOT
+from tests.stack_helpers import plan_in_process
 from tests.test_admission import STACKS, plans
 from tools import placement
 
@@ -99,24 +97,22 @@ def test_a_driver_with_entrypoint_resources_runs_on_the_workers(b200):
     assert {r.pod.split()[-1] for r in rows if r.process.startswith("job driver")} == {"gpu-group"}
 
 
-def test_the_plan_fails_and_prints_the_table(tmp_path, b200):
+def test_the_plan_fails_and_prints_the_table(tmp_path, monkeypatch):
     """The plan command itself refuses a stack whose placement has a problem (a stack file whose head
     mounts nothing at /checkpoints cannot be written, so the check runs on the real command's code path
     with a patched RayCluster component)."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys\nsys.path.insert(0, '.')\n"
-        "import components.ray_cluster as rc\n"
-        "orig = rc.RayCluster._head\n"
-        "def head(self, args):\n"
-        "    h = orig(self, args)\n"
-        "    c = h['template']['spec']['containers'][0]\n"
-        "    c['volumeMounts'] = [m for m in c['volumeMounts'] if m['mountPath'] != '/checkpoints']\n"
-        "    return h\n"
-        "rc.RayCluster._head = head\n"
-        "from tools import plan\n"
-        f"sys.exit(plan.main(['--stack', 'dev', '--quiet', '--out', {str(tmp_path / 'out')!r}]))\n")
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    import components.ray_cluster as rc
+
+    orig = rc.RayCluster._head
+
+    def head(self, args):
+        h = orig(self, args)
+        c = h["template"]["spec"]["containers"][0]
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["mountPath"] != "/checkpoints"]
+        return h
+
+    monkeypatch.setattr(rc.RayCluster, "_head", head)
+    done = plan_in_process("--stack", "dev", "--quiet", "--out", str(tmp_path / "out"))
     assert done.returncode == 2, done.stderr[-2000:]
     assert "where things run" in done.stderr and "--state (recovery budget)" in done.stderr
     assert not (tmp_path / "out" / "plan.json").exists()
@@ -124,8 +120,7 @@ def test_the_plan_fails_and_prints_the_table(tmp_path, b200):
 
 def test_the_plan_json_carries_the_table(tmp_path):
     out = tmp_path / "dev"
-    done = subprocess.run([sys.executable, "-m", "tools.plan", "--stack", "dev", "--quiet", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = plan_in_process("--stack", "dev", "--quiet", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     saved = json.loads((out / "plan.json").read_text())["placement"]
     assert saved["problems"] == [] and saved["rows"]

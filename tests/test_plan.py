@@ -9,13 +9,14 @@ import sys
 import pytest
 import yaml
 
-from tests.stack_helpers import ROOT, STACK_FILES
+from tests.stack_helpers import ROOT, STACK_FILES, plan_in_process
 from tools import cli_loader, stack_file
 
 PLAIN_TOKEN = "hf_PLAINtextTOKENshouldNEVERshow42"
 
 
-def plan(tmp_path, *args):
+def plan(*args):
+    """The command as a user runs it (once, for the b200 fixture): every other case runs it in-process."""
     return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
@@ -23,7 +24,7 @@ def plan(tmp_path, *args):
 @pytest.fixture(scope="module")
 def b200(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "b200"
-    proc = plan(None, "--stack", "b200", "--out", str(out))
+    proc = plan("--stack", "b200", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -60,7 +61,7 @@ def test_plan_manifests_are_kubernetes_objects(b200):
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
 def test_plan_every_stack(path, tmp_path):
     stack = path.stem.split(".", 1)[1]
-    proc = plan(tmp_path, "--stack", stack, "--out", str(tmp_path / "o"), "--quiet")
+    proc = plan_in_process("--stack", stack, "--out", str(tmp_path / "o"), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "o" / "plan.json").is_file()
     # --quiet leaves out the resource tree, never the memory and sizing to read before paying (issue 25).
@@ -86,21 +87,22 @@ def _stack_doc(name: str) -> dict:
     return stack_file._load_first_document((ROOT / name).read_text(), name)
 
 
-def test_plan_redacts_plain_and_secure_secrets(tmp_path):
+def test_plan_redacts_plain_and_secure_secrets(tmp_path, capfd):
     doc = _stack_doc("Pulumi.dev.yaml")
     doc["config"]["verl-gke:hfToken"] = PLAIN_TOKEN
     plain_file = tmp_path / "Pulumi.plain.yaml"
     plain_file.write_text(cli_loader.dump_stack(doc["config"]))
-    proc = plan(tmp_path, "--stack", "plain", "--config", str(plain_file), "--out", str(tmp_path / "p"))
+    proc = plan_in_process("--stack", "plain", "--config", str(plain_file), "--out", str(tmp_path / "p"))
     assert proc.returncode == 0, proc.stderr
     written = "".join(p.read_text() for p in (tmp_path / "p").rglob("*") if p.is_file())
-    assert PLAIN_TOKEN not in written + proc.stdout + proc.stderr
+    leaked = capfd.readouterr()  # anything written past the redirected streams (a logger holding the real one)
+    assert PLAIN_TOKEN not in written + proc.stdout + proc.stderr + leaked.out + leaked.err
     assert "[secret]" in written
 
     doc["config"]["verl-gke:hfToken"] = {"secure": "v1:AAAAencryptedBLOB=="}
     secure_file = tmp_path / "Pulumi.secure.yaml"
     secure_file.write_text(cli_loader.dump_stack(doc["config"]))
-    proc = plan(tmp_path, "--stack", "secure", "--config", str(secure_file), "--out", str(tmp_path / "s"))
+    proc = plan_in_process("--stack", "secure", "--config", str(secure_file), "--out", str(tmp_path / "s"))
     assert proc.returncode == 0, proc.stderr
     written = "".join(p.read_text() for p in (tmp_path / "s").rglob("*") if p.is_file())
     assert "secure-value-not-decrypted-offline" not in written and "encryptedBLOB" not in written
@@ -113,7 +115,7 @@ def _plan_changed(tmp_path, stack_file: str, key: str, value):
     changed = tmp_path / "Pulumi.changed.yaml"
     changed.write_text(cli_loader.dump_stack(doc["config"]))
     out = tmp_path / "never"
-    return plan(tmp_path, "--stack", "changed", "--config", str(changed), "--out", str(out)), out
+    return plan_in_process("--stack", "changed", "--config", str(changed), "--out", str(out)), out
 
 
 def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):

@@ -82,12 +82,34 @@ def running(head, front, server):
     requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
 
 
+@pytest.fixture(scope="module")
+def _shared_run(head, server):
+    """One RUNNING job behind a front of its own, for the tests that only refresh it (each job costs a
+    JobSupervisor and a driver process: ~2 CPU-seconds and seconds of waiting on a loaded machine)."""
+    with FaultFront(head.address) as front:
+        job_id, outs = server.create(props(front.address, "shared"))
+        wait_status(head.address, job_id, {"RUNNING"})
+        yield front, (job_id, outs)
+        requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+
+
+@pytest.fixture
+def refreshed_run(_shared_run):
+    """(front, (job id, outputs)) of the shared RUNNING job, its front passing everything again; a test that
+    uses it may fault the front, never stop or change the job."""
+    front, run = _shared_run
+    front.mode("pass")
+    front.seen.clear()
+    yield front, run
+    front.mode("pass")
+
+
 # ----------------------------------------------------------------------------- refresh: never GONE from a fault
 
 
 @pytest.mark.parametrize("fault", ["503", "404", "slow", "refused"])
-def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, front, server, running, fault):
-    job_id, outs = running
+def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, server, refreshed_run, fault):
+    front, (job_id, outs) = refreshed_run
     front.mode(fault, delay_s=WINDOW_S + 3)
     with pytest.raises(ProviderCallError) as failed:
         server.read(job_id, outs)
@@ -99,19 +121,19 @@ def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, front,
     assert status_on(head, job_id) == "RUNNING"
 
 
-def test_a_trickling_answer_never_holds_a_refresh_past_its_window(head, front, server, running):
+def test_a_trickling_answer_never_holds_a_refresh_past_its_window(server, refreshed_run):
     """Each read comes quickly, the whole answer does not (1 byte every 0.5 s, ~5 min): requests' read timeout
     never fires. The job is seen; its log (a long run's log through the API server can be this slow) is cut at
     the window and the refresh returns what it knows instead of hanging (gRPC limit: a bound, not a speed)."""
-    job_id, outs = running
+    front, (job_id, outs) = refreshed_run
     front.mode("drip", only="/logs", delay_s=0.5, pad=600)
     _, refreshed, _ = server.read(job_id, outs, timeout=120)
     assert refreshed["status"] == "RUNNING"
     assert ("GET", f"/api/jobs/{job_id}/logs", "drip") in front.seen
 
 
-def test_a_short_503_blip_is_ridden_out(head, front, server, running):
-    job_id, outs = running
+def test_a_short_503_blip_is_ridden_out(server, refreshed_run):
+    front, (job_id, outs) = refreshed_run
     front.mode("503", count=2)
     _, refreshed, _ = server.read(job_id, outs)
     assert refreshed["status"] == "RUNNING"
