@@ -509,6 +509,13 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
     problems = []
     ours = [k.name for k in KEYS if ":" not in k.name]
     known = {k.full for k in KEYS}
+
+    def closest(name: str, names: list[str]) -> list[str]:
+        # A "did you mean" only where a line can be printed: difflib over every key of a file with 20,000
+        # stray ones took seconds for lines nobody sees (ConfigError prints the first MAX_LINES).
+        return difflib.get_close_matches(name, names, n=1, cutoff=0.6) \
+            if len(name) <= MAX_SHOWN and len(problems) < MAX_LINES else []
+
     for key in sorted(raw):
         namespace, _, name = key.partition(":")
         if key not in known and _invisible(key):
@@ -518,13 +525,13 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
                     if look_alike in known else "keys have no spaces or invisible characters")
             problems.append(f"{shown(key)} (as typed, escaped) is not a known key: {hint}")
         elif namespace == PROJECT and name not in KEYS_BY_NAME:
-            close = difflib.get_close_matches(name, ours, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
+            close = closest(name, ours)
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
             problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
         elif namespace == "gcp" and key not in known and name not in provider_keys():
             # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
             # otherwise surface only as the key it meant being unset.
-            close = difflib.get_close_matches(name, GCP_NAMES, n=1, cutoff=0.6) if len(name) <= MAX_SHOWN else []
+            close = closest(name, GCP_NAMES)
             hint = f"did you mean gcp:{close[0]}?" if close else "the keys it reads are in catalog/gcp_provider.py"
             problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a key the Google provider "
                             f"reads: {hint}")

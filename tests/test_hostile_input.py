@@ -1038,6 +1038,16 @@ def test_twenty_thousand_stray_keys_get_a_bounded_message(sandbox, capsys):
     assert "... and 19900 more problems" in text and len(text) < 100_000, len(text)
 
 
+def test_did_you_mean_is_worked_out_only_for_the_lines_printed():
+    """The near-misses past the printed lines get the plain hint: difflib over each of 20,000 stray keys
+    took seconds for lines ConfigError never prints."""
+    raw = {f"verl-gke:gpuNode{i:05d}": "2" for i in range(stack_config.MAX_LINES + 50)}
+    problems = stack_config.unknown_keys(raw)
+    assert len(problems) == len(raw)
+    assert "did you mean verl-gke:gpuNodes?" in problems[stack_config.MAX_LINES - 1]
+    assert "did you mean" not in problems[stack_config.MAX_LINES] and "see Pulumi.yaml" in problems[-1]
+
+
 def test_every_problem_line_is_bounded():
     err = stack_config.ConfigError(["k = " + "y" * 100_000 + " tail"])
     assert len(str(err)) < 1000 and err.problems[0].endswith(" tail")
