@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import difflib
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -392,6 +394,16 @@ class _Builder:
 
 
 def _load_first_document(text: str, where: str) -> Any:
+    """The first YAML document of `text` as yaml.v3 decodes it into `any` (StackFileError where it refuses).
+
+    The same text parses to the same document: the last few parses are kept and each caller gets a copy
+    of its own (the test suite reads Pulumi.yaml and the shipped stack files hundreds of times, ~30 ms
+    each; a refused text raises every time)."""
+    return copy.deepcopy(_parse_first_document(text, where))
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_first_document(text: str, where: str) -> Any:
     try:
         loader = _Loader(text)  # PyYAML's reader checks every character here, before any parsing
     except yaml.reader.ReaderError as e:
