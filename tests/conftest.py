@@ -1,7 +1,10 @@
-"""How the suite is split across pytest-xdist workers (pyproject's addopts: `-n 4 --dist loadgroup`).
+"""How the suite is split across pytest-xdist workers (pyproject's addopts: `-n 3 --dist loadgroup`).
 
 Much of the suite's time is spent waiting on real Ray heads (a node start, a job, a deadline), not on
-the CPU, so four workers overlap well even on two cores. The work units (the scheduler below):
+the CPU, so three workers overlap well even on two cores. Measured on this 2-core machine (pytest's
+own summary, whole-machine CPU from /proc/stat): -n 3 296 s and 505 CPU-seconds, -n 4 305 s and 586:
+a fourth worker adds contention (every Ray process lives longer) and its own imports, not speed.
+The work units (the scheduler below):
 
 - a module is one unit, run on one worker in file order: its module-scoped fixtures (a Ray head, a
   composed stack) are set up once, and a test may read what an earlier one left (test_gate_sweep);
