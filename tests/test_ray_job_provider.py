@@ -45,7 +45,7 @@ from tests.ray_fixtures import (
 HEAD_GPUS = 2
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 # Tests that wait for a readiness deadline to pass and then read what the last answered poll found: one poll
-# of a head that is already up (gcs_healthz, then the state API's node list) must answer within it while three
+# of a head that is already up (gcs_healthz, then the state API's node list) must answer within it while the
 # other xdist workers load the 2 cores with Ray heads of their own; the state API can take seconds then.
 DEADLINE_S = 15
 
