@@ -6,7 +6,9 @@ import contextlib
 import copy
 import functools
 import io
+import logging
 import subprocess
+import warnings
 from pathlib import Path
 
 from stacks import compose, config
@@ -57,13 +59,27 @@ def _shipped_plan(stack: str, other_mode: bool) -> dict:
 def plan_in_process(*args: str) -> subprocess.CompletedProcess:
     """`python -m tools.plan ARGS` run in this process (its exit code, stdout and stderr), for tests about
     what the plan says and writes: a fresh interpreter costs ~4 CPU-seconds of SDK imports a plan, the
-    plan itself a fraction of that. A test about the process boundary (the exit code of the command, no
-    traceback) runs the real command. An uncaught exception fails the test here, as it would print a
-    traceback there."""
+    plan itself a fraction of that. What a real run would print on stderr besides the plan's own lines
+    lands in stderr here too: log records (Python's last-resort handler prints WARNING and above) and
+    warnings. A test about the process boundary (the exit code, no traceback) runs the real command: an
+    uncaught exception here fails the test instead of printing a traceback."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = plan.main(list(args))
-        except SystemExit as exit_:  # argparse's usage errors
-            code = exit_.code if isinstance(exit_.code, int) else 2
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            try:
+                code = plan.main(list(args))
+            except SystemExit as exit_:  # argparse's usage errors, as the interpreter turns them into a status
+                code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=err)
+    finally:
+        root.removeHandler(handler)
+    for w in caught:
+        err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
     return subprocess.CompletedProcess(["tools.plan", *args], code, out.getvalue(), err.getvalue())
