@@ -14,7 +14,7 @@ import json
 import threading
 import time
 
-from tests.ray_fixtures import RayNode, ServiceProxy, wait_for_no_gpu_nodes
+from tests.ray_fixtures import RayNode, ServiceProxy, wait_for_no_gpu_workers
 
 
 class FakeKubeRay(ServiceProxy):
@@ -40,7 +40,7 @@ class FakeKubeRay(ServiceProxy):
             return self.obj["spec"]["workerGroupSpecs"][0]["replicas"]
 
     def __enter__(self) -> FakeKubeRay:
-        wait_for_no_gpu_nodes(self.head.address)  # an earlier test's workers on this head are gone
+        wait_for_no_gpu_workers(self.head)  # an earlier test's workers on this head are gone
         super().__enter__()
         self._reconciler.start()
         return self

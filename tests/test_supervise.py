@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from components.ray_job_provider import RayJobProvider
-from tests.ray_fixtures import REPO, RayNode, head_node, wait_for_no_gpu_nodes, wait_status
+from tests.ray_fixtures import REPO, RayNode, head_node, wait_for_no_gpu_workers, wait_status
 
 SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
 TRAINER = REPO / "tests" / "standins" / "trainer.py"
@@ -36,7 +36,7 @@ def head():
 
 @pytest.fixture
 def worker(head):
-    wait_for_no_gpu_nodes(head.address)  # the head is shared: an earlier test's worker is gone first
+    wait_for_no_gpu_workers(head)  # the head is shared: an earlier test's worker is gone first
     nodes = [RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)]
     try:
         yield nodes
