@@ -7,9 +7,9 @@ also accepts what the installed SDK reads (provider_keys), since requirements.tx
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib.util
+import re
 from pathlib import Path
 
 GCP_PROVIDER_KEYS = frozenset((
@@ -89,21 +89,26 @@ GCP_PROVIDER_KEYS = frozenset((
 ))
 
 
+# A read of the generated config/vars.py: `__config__.get('zone')`, `__config__.get_bool('...')`, ...
+_CONFIG_READ = re.compile(r"""__config__\.\w+\(\s*(['"])([^'"]+)\1""")
+
+
 @functools.cache
 def installed_keys() -> frozenset[str]:
-    """The keys the installed pulumi_gcp reads (its config/vars.py, parsed, not imported): the default provider
-    is the plugin of the SDK `pulumi install` put in the venv, and requirements.txt allows any 10.x, whose newer
-    releases add keys (service endpoints) this table does not list yet. Empty when it is not installed."""
+    """The keys the installed pulumi_gcp reads (its config/vars.py, read as text, not imported): the default
+    provider is the plugin of the SDK `pulumi install` put in the venv, and requirements.txt allows any 10.x,
+    whose newer releases add keys (service endpoints) this table does not list yet. Empty when it is not
+    installed. A pattern, not `ast.parse`: on CPython 3.11 ast.parse can fail at random with "AST constructor
+    recursion depth mismatch" in a process with threads (python/cpython#106905), and the file is generated
+    code of one shape."""
     try:
         spec = importlib.util.find_spec("pulumi_gcp")  # a top-level package: found, not imported
         if spec is None or spec.origin is None:
             return frozenset()
-        tree = ast.parse((Path(spec.origin).parent / "config" / "vars.py").read_text())
-    except (ImportError, OSError, SyntaxError, ValueError):
+        text = (Path(spec.origin).parent / "config" / "vars.py").read_text()
+    except (ImportError, OSError, ValueError):
         return frozenset()
-    return frozenset(n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
-                     and isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "__config__"
-                     and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str))
+    return frozenset(m.group(2) for m in _CONFIG_READ.finditer(text))
 
 
 def provider_keys() -> frozenset[str]:
