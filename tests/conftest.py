@@ -46,12 +46,11 @@ SPLIT = {
 UNITS = [
     "tests/test_rehearsal.py::test_a_whole_run_with_a_lost_node_resume_prune_and_merge",
     "tests/test_rehearsal.py::test_each_stack_trains_saves_and_merges_in_its_own_layout",
-    "tests/test_supervise.py::test_lost_worker_node_is_recovered_from_the_checkpoint",
+    "tests/test_supervise.py",
     "tests/test_ray_presence.py",
     "tests/test_ray_job_provider.py",
     "tests/test_watch.py",
     "tests/test_gpu_release.py",
-    "tests/test_supervise.py",
     "tests/test_run_path_settings.py::test_ray_extends_the_nodes_library_path_with_the_runtime_env",
     "tests/test_plan.py",
     "tests/test_admission.py",

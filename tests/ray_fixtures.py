@@ -23,7 +23,7 @@ from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem",
            "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
-           "point_ray_env_nowhere", "refused_address", "wait_for_no_gpu_workers", "wait_status"]
+           "point_ray_env_nowhere", "refused_address", "wait_for", "wait_for_no_gpu_workers", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,16 +43,21 @@ def wait_status(address: str, job_id: str, wanted: set[str], timeout: float = 60
     raise AssertionError(f"job {job_id} still {status}, wanted {wanted}")
 
 
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
 def wait_for_no_gpu_workers(head: RayNode, timeout: float = 180) -> None:
     """Until the head reports no GPUs but its own (no ALIVE GPU worker): a test that adds GPU workers to a
     head an earlier test used starts only once that test's workers are gone. A worker killed before its
     raylet said goodbye stays ALIVE until Ray's health checks fail, and the next run would take its
     disappearance for a lost node (or count its GPUs)."""
-    deadline = time.monotonic() + timeout
-    while (left := gpus_on(head.address) - head.gpus) > 0:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{left:g} GPUs of earlier workers still on {head.address} after {timeout:g}s")
-        time.sleep(0.5)
+    wait_for(lambda: gpus_on(head.address) <= head.gpus, timeout,
+             f"the GPU workers of earlier tests to leave {head.address}")
 
 
 # ----------------------------------------------------------------------------- TLS and the proxy

@@ -8,6 +8,7 @@ import functools
 import io
 import logging
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -54,6 +55,13 @@ def _shipped_plan(stack: str, other_mode: bool) -> dict:
     if other_mode:
         raw = plan.other_mode(raw, _shipped_plan(stack, False)["outputs"]["clusterMode"])
     return plan.build_plan(stack, raw, secret_keys)
+
+
+def plan_command(*args: str) -> subprocess.CompletedProcess:
+    """`python -m tools.plan ARGS` as a user runs it, for tests of the process boundary (its exit status,
+    no traceback); a generous limit only turns a hang into a failure."""
+    return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
 
 
 def plan_in_process(*args: str) -> subprocess.CompletedProcess:

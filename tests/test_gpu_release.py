@@ -14,8 +14,8 @@ import pytest
 
 from components.ray_job_provider import RayJobProvider
 from tests.kuberay_fixture import FakeKubeRay
-from tests.ray_fixtures import gpus_on, head_node, pem, wait_status
-from tests.test_supervise import SUPERVISE, TRAINER, logs, submit, wait_for
+from tests.ray_fixtures import gpus_on, head_node, pem, wait_for, wait_status
+from tests.test_supervise import SUPERVISE, TRAINER, logs, submit
 
 GPUS = 2
 TOKEN = "sa-token-for-tests"

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from stacks import config as stack_config
-from tests.stack_helpers import ROOT, STACK_FILES
+from tests.stack_helpers import ROOT, STACK_FILES, plan_command, plan_in_process
 from tools import mocking, plan
 
 GOOD = {  # Pulumi.b200.yaml's values, as YAML text
@@ -365,13 +365,10 @@ def sandbox(tmp_path, monkeypatch):
     return tmp_path, registered
 
 
-def run_main(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        rc = plan.main(argv)
-    except SystemExit as exit_:  # argparse's own usage errors
-        rc = exit_.code
-    out = capsys.readouterr()
-    return rc, out.out + out.err
+def run_main(argv: list[str]) -> tuple[int, str]:
+    """The plan command in-process: (exit status, what it printed on stdout and stderr)."""
+    proc = plan_in_process(*argv)
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def assert_refused(rc: int, text: str, named: str, tmp_path: Path, registered: list[int]) -> None:
@@ -393,18 +390,18 @@ def write_stack(tmp_path: Path, content: str | bytes) -> Path:
 
 
 @pytest.mark.parametrize("content,named", [c[1:] for c in BAD_FILES], ids=[c[0] for c in BAD_FILES])
-def test_bad_stack_file(sandbox, capsys, content, named):
+def test_bad_stack_file(sandbox, content, named):
     tmp_path, registered = sandbox
     path = write_stack(tmp_path, content)
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")])
     assert_refused(rc, text, named, tmp_path, registered)
 
 
 @pytest.mark.parametrize("argv,named", [c[1:] for c in BAD_ARGS], ids=[c[0] for c in BAD_ARGS])
-def test_bad_invocation(sandbox, capsys, argv, named):
+def test_bad_invocation(sandbox, argv, named):
     tmp_path, registered = sandbox
     path = write_stack(tmp_path, stack_text())
-    rc, text = run_main([*argv, "--config", str(path)], capsys)
+    rc, text = run_main([*argv, "--config", str(path)])
     assert_refused(rc, text, named, tmp_path, registered)
 
 
@@ -464,11 +461,11 @@ def test_table_is_large_enough():
     assert len(BAD_FILES) + len(BAD_ARGS) + len(BAD_OUT) >= 60
 
 
-def test_yaml_errors_carry_file_line_and_column(sandbox, capsys):
+def test_yaml_errors_carry_file_line_and_column(sandbox):
     tmp_path, _ = sandbox
     for content in (BAD_FILES[0][1], BAD_FILES[1][1]):
         path = write_stack(tmp_path, content)
-        _, text = run_main(["--stack", "hostile", "--config", str(path)], capsys)
+        _, text = run_main(["--stack", "hostile", "--config", str(path)])
         assert POSITION.search(text), text
 
 
@@ -512,17 +509,17 @@ def _tree(path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", BAD_OUT)
-def test_bad_output_folder(sandbox, capsys, case):
+def test_bad_output_folder(sandbox, case):
     tmp_path, registered = sandbox
     out, named = _bad_out(tmp_path)[case]
     path = write_stack(tmp_path, stack_text())
     before = _tree(tmp_path)
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out)], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out)])
     assert rc == 2 and named in text and f"--out {out}" in text and "Traceback" not in text, text
     assert registered == [] and _tree(tmp_path) == before
 
 
-def test_plan_clears_only_its_own_folder(sandbox, capsys):
+def test_plan_clears_only_its_own_folder(sandbox):
     tmp_path, registered = sandbox
     path = write_stack(tmp_path, stack_text())
     victim = tmp_path / "victim"
@@ -530,13 +527,13 @@ def test_plan_clears_only_its_own_folder(sandbox, capsys):
     (victim / "precious.txt").write_text("mine")
     out = tmp_path / "out"
     out.mkdir()  # an empty folder the user made is fine
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out), "--quiet"], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out), "--quiet"])
     assert rc == 0, text
     assert (out / plan.MARKER).is_file() and (out / "plan.json").is_file() and registered and registered[0] > 0
     # someone plants a link to a folder of theirs in the plan's folder: the re-run unlinks it, never follows it
     (out / "manifests" / "escape").symlink_to(victim)
     (out / "stale.json").write_text("{}")
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out), "--quiet"], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(out), "--quiet"])
     assert rc == 0, text
     assert (victim / "precious.txt").read_text() == "mine"
     assert not (out / "stale.json").exists() and not (out / "manifests" / "escape").exists()
@@ -544,11 +541,11 @@ def test_plan_clears_only_its_own_folder(sandbox, capsys):
 
 
 @pytest.mark.parametrize("stack", [".", "..", "a.b", "a_b"])
-def test_dot_names_are_legal_but_never_a_path(sandbox, capsys, stack):
+def test_dot_names_are_legal_but_never_a_path(sandbox, stack):
     """Pulumi accepts `.` and `..` as stack names: the default folder is derived, never the name itself."""
     tmp_path, _ = sandbox
     path = write_stack(tmp_path, stack_text())
-    rc, text = run_main(["--stack", stack, "--config", str(path), "--quiet"], capsys)
+    rc, text = run_main(["--stack", stack, "--config", str(path), "--quiet"])
     assert rc == 0, text
     written = plan.PLAN_ROOT / plan.folder_name(stack)
     assert (written / "plan.json").is_file()
@@ -585,10 +582,10 @@ def test_cli_value_forms_are_accepted(tmp_path):
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
-def test_good_stacks_still_pass(sandbox, capsys, path):
+def test_good_stacks_still_pass(sandbox, path):
     tmp_path, registered = sandbox
     stack = path.stem.split(".", 1)[1]
-    rc, text = run_main(["--stack", stack, "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    rc, text = run_main(["--stack", stack, "--out", str(tmp_path / "o"), "--quiet"])
     assert rc == 0, text
     assert registered and registered[0] > 0
 
@@ -596,17 +593,12 @@ def test_good_stacks_still_pass(sandbox, capsys, path):
 # --- end to end, as a user runs it: the exit code and no traceback ----------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=180)
-
-
 @pytest.mark.parametrize("case", ["unclosed-bracket", "tab-indent", "top-level-list", "config-list",
                                   "yes-is-a-string"])
 def test_end_to_end_exit_2_without_traceback(tmp_path, case):
     content, named = next((c[1], c[2]) for c in BAD_FILES if c[0] == case)
     path = write_stack(tmp_path, content)
-    proc = _cli("--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"))
+    proc = plan_command("--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and named in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "out").exists()
 
@@ -615,7 +607,7 @@ def test_stack_name_never_reaches_outside_the_project(tmp_path):
     """`--stack ../../stacks` run twice once deleted the project's own stacks/ package."""
     before = sorted(p.name for p in (ROOT / "stacks").iterdir())
     for _ in range(2):
-        proc = _cli("--stack", "../../stacks")
+        proc = plan_command("--stack", "../../stacks")
         assert proc.returncode == 2 and "--stack '../../stacks'" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in (ROOT / "stacks").iterdir()) == before
@@ -659,16 +651,14 @@ def _plan_json(out: Path) -> dict:
 
 
 @pytest.mark.parametrize("case", list(SHELL_CONFIG))
-def test_shell_config_variables_are_ignored(sandbox, capsys, monkeypatch, case):
+def test_shell_config_variables_are_ignored(sandbox, monkeypatch, case):
     tmp_path, _ = sandbox
     path = write_stack(tmp_path, stack_text())
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "plain"), "--quiet"],
-                        capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "plain"), "--quiet"])
     assert rc == 0, text
     for name, value in SHELL_CONFIG[case].items():
         monkeypatch.setenv(name, value)
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "env"), "--quiet"],
-                        capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "env"), "--quiet"])
     assert rc == 0 and "Traceback" not in text, text
     assert f"note: ignoring {', '.join(sorted(SHELL_CONFIG[case]))} from the shell" in text
     assert "hf_from_the_shell" not in text
@@ -678,31 +668,30 @@ def test_shell_config_variables_are_ignored(sandbox, capsys, monkeypatch, case):
 # --- issue 26: nothing written before the gate passes; the figures of an uncatalogued model ----------
 
 
-def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox, capsys):
+def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox):
     """b200 with a model outside the catalog and the pins the gate asks for: the plan completes (the sizing
     once raised after plan.json was written)."""
     tmp_path, registered = sandbox
     pins = {k: v for k, v in PINS.items()}
     path = write_stack(tmp_path, stack_text(**{"verl-gke:model": "someone/uncatalogued-7b", **pins}))
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"],
-                        capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
     assert rc == 0 and "Traceback" not in text, text
     assert "run estimate: someone/uncatalogued-7b is not in catalog/models.py" in text
     assert (tmp_path / "out" / "plan.json").is_file()
 
 
-def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, capsys, monkeypatch):
+def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, monkeypatch):
     """Backstop: a PreflightError raised inside the program (here the GKE version check, with the gate's
     copy of it switched off) is exit 2 with its message, no traceback, nothing written."""
     tmp_path, _ = sandbox
     monkeypatch.setattr(plan, "gke_version_problems", lambda cfg: [])
     path = write_stack(tmp_path, dev_text(**{"verl-gke:gkeVersion": '"1.99"'}))
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")])
     assert rc == 2 and "verl-gke:gkeVersion" in text and "Traceback" not in text, text
     assert not (tmp_path / "out").exists()
 
 
-def test_a_failure_after_the_gate_writes_nothing(sandbox, capsys, monkeypatch):
+def test_a_failure_after_the_gate_writes_nothing(sandbox, monkeypatch):
     """Every figure is computed before the first file is written: should one ever raise, no plan file exists."""
     tmp_path, _ = sandbox
     monkeypatch.setattr(plan, "price_report", lambda cfg: (_ for _ in ()).throw(ValueError("boom")))
@@ -761,11 +750,11 @@ def test_watch_command_reads_back_the_stack_name(stack, monkeypatch):
     assert seen == [stack]
 
 
-def test_dash_stack_plans_with_safe_commands(sandbox, capsys):
+def test_dash_stack_plans_with_safe_commands(sandbox):
     """A stack named `-x`: the plan runs and every command it exports keeps the name an argument."""
     tmp_path, _ = sandbox
     path = write_stack(tmp_path, stack_text())
-    rc, text = run_main(["--stack=-x", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"], capsys)
+    rc, text = run_main(["--stack=-x", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
     assert rc == 0, text
     outputs = json.loads((tmp_path / "out" / "plan.json").read_text())["outputs"]
     assert outputs["watchCommand"] == "venv/bin/python -m tools.watch --stack=-x"
@@ -852,13 +841,12 @@ def test_the_resolver_check_is_linear_in_the_override_length():
     assert done.returncode == 0, done.stderr
 
 
-def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
+def test_one_character_secret_does_not_mangle_the_plan(sandbox):
     """hfToken: '-' typed in plain text: the plan redacts the value where it is the whole value, and leaves
     every other '-' (us-central1, verl-b200-ray) alone."""
     tmp_path, _ = sandbox
     path = write_stack(tmp_path, stack_text(**{"verl-gke:hfToken": "'-'"}))
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"],
-                        capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
     assert rc == 0, text
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["outputs"]["rayCluster"] == "verl-b200-ray"
@@ -866,11 +854,11 @@ def test_one_character_secret_does_not_mangle_the_plan(sandbox, capsys):
 
 
 @pytest.mark.parametrize("case", ["secret-as-list", "override-carries-the-secret"])
-def test_secret_problems_never_show_the_secret(sandbox, capsys, case):
+def test_secret_problems_never_show_the_secret(sandbox, case):
     tmp_path, _ = sandbox
     content = next(c[1] for c in BAD_FILES if c[0] == case)
     path = write_stack(tmp_path, content)
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")])
     assert rc == 2 and "AbCdEfGhIj" not in text and "my-own-odd-token" not in text, text
 
 
@@ -1021,19 +1009,19 @@ def test_supervisor_starts_afresh_on_another_runs_state(tmp_path):
 # --- issue 26: messages stay short and show exact characters ---------------------------------------------
 
 
-def test_a_megabyte_model_id_gets_a_short_correct_error(sandbox, capsys):
+def test_a_megabyte_model_id_gets_a_short_correct_error(sandbox):
     tmp_path, registered = sandbox
     path = write_stack(tmp_path, yaml_case("verl-gke:model", "Qwen/" + "x" * 1_000_000))
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")])
     assert_refused(rc, text, "verl-gke:model", tmp_path, registered)
     assert len(text) < 2000 and "1000005 characters" in text, len(text)
 
 
-def test_twenty_thousand_stray_keys_get_a_bounded_message(sandbox, capsys):
+def test_twenty_thousand_stray_keys_get_a_bounded_message(sandbox):
     """Review 26: 20,000 unknown keys printed 20,000 lines (1.5 MB); the first 100 and a count now."""
     tmp_path, registered = sandbox
     path = write_stack(tmp_path, stack_text() + "".join(f"  verl-gke:gpuNode{i}: 2\n" for i in range(20_000)))
-    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    rc, text = run_main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out")])
     assert_refused(rc, text, "verl-gke:gpuNode0 is not a known key", tmp_path, registered)
     assert "... and 19900 more problems" in text and len(text) < 100_000, len(text)
 

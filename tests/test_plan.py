@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from tests.stack_helpers import ROOT, STACK_FILES, plan_in_process
+from tests.stack_helpers import ROOT, STACK_FILES, plan_command, plan_in_process
 from tools import cli_loader, stack_file
 
 PLAIN_TOKEN = "hf_PLAINtextTOKENshouldNEVERshow42"
 
 
-def plan(*args):
-    """The command as a user runs it (the b200 fixture, the exit status of a bad config); every other case
-    runs it in-process."""
-    return subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-
-
 @pytest.fixture(scope="module")
 def b200(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "b200"
-    proc = plan("--stack", "b200", "--out", str(out))
+    proc = plan_command("--stack", "b200", "--out", str(out))  # the command as a user runs it
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -121,7 +112,7 @@ def _plan_changed(tmp_path, stack_file: str, key: str, value, run=plan_in_proces
 
 def test_plan_bad_config_exits_2_and_writes_nothing(tmp_path):
     # The real command: its exit status and that it prints no traceback are the point.
-    proc, out = _plan_changed(tmp_path, "Pulumi.b200.yaml", "verl-gke:gpuNodes", 0, run=plan)
+    proc, out = _plan_changed(tmp_path, "Pulumi.b200.yaml", "verl-gke:gpuNodes", 0, run=plan_command)
     assert proc.returncode == 2
     assert "verl-gke:gpuNodes = 0" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -17,6 +17,7 @@ Window sizes are seconds here (inputs); the defaults are sized for a loaded mach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -73,24 +74,30 @@ def status_on(head, job_id: str) -> str:
     return requests.get(f"{head.address}/api/jobs/{job_id}", timeout=10).json()["status"]
 
 
+@contextlib.contextmanager
+def job_running(head, server, front: FaultFront, tag: str):
+    """(job id, outputs) of a job RUNNING on the head, created through the front; stopped afterwards
+    whatever the test did."""
+    job_id, outs = server.create(props(front.address, tag))
+    wait_status(head.address, job_id, {"RUNNING"})
+    try:
+        yield job_id, outs
+    finally:
+        requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+
+
 @pytest.fixture
 def running(head, front, server):
-    """A job RUNNING on the head, created through the front; stopped afterwards whatever the test did."""
-    job_id, outs = server.create(props(front.address, "run"))
-    wait_status(head.address, job_id, {"RUNNING"})
-    yield job_id, outs
-    requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+    with job_running(head, server, front, "run") as run:
+        yield run
 
 
 @pytest.fixture(scope="module")
 def _shared_run(head, server):
     """One RUNNING job behind a front of its own, for the tests that only refresh it (each job costs a
     JobSupervisor and a driver process: ~2 CPU-seconds and seconds of waiting on a loaded machine)."""
-    with FaultFront(head.address) as front:
-        job_id, outs = server.create(props(front.address, "shared"))
-        wait_status(head.address, job_id, {"RUNNING"})
-        yield front, (job_id, outs)
-        requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+    with FaultFront(head.address) as front, job_running(head, server, front, "shared") as run:
+        yield front, run
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from components.ray_job_provider import RayJobProvider
-from tests.ray_fixtures import REPO, RayNode, head_node, wait_for_no_gpu_workers, wait_status
+from tests.ray_fixtures import REPO, RayNode, head_node, wait_for, wait_for_no_gpu_workers, wait_status
 
 SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
 TRAINER = REPO / "tests" / "standins" / "trainer.py"
@@ -73,14 +73,6 @@ def logs(head: RayNode, job_id: str) -> str:
 def steps_run(tmp: Path) -> list[int]:
     path = tmp / "ckpt" / "steps.log"
     return [int(s) for s in path.read_text().split()] if path.exists() else []
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
