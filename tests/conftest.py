@@ -24,7 +24,9 @@ xdist's own `xdist_group` mark is not used: under pytest 9.2 a node keeps its id
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 
 import pytest
 
@@ -102,3 +104,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = [*long[:workers], *short]
     rest = [u for u in ordered if all(u is not f for f in first)]
     items[:] = [i for u in [*first, *rest] for i in u]
+
+
+_modules_at_freeze = 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a test that imported modules, collect once and move what is left out of the collector's reach.
+
+    A worker holds ~500,000 objects once the cloud SDKs are imported, nearly all of them module-level and
+    alive to the end, and every full collection walks them all: measured, 113 full collections a worker
+    cost 36-51 CPU-seconds, half of the workers' own CPU. gc.freeze() keeps what is alive now out of
+    later collections (reference counting still frees it); collecting first means only live objects are
+    frozen. Cyclic garbage made later is collected as usual."""
+    global _modules_at_freeze
+    if len(sys.modules) != _modules_at_freeze:
+        gc.collect()
+        gc.freeze()
+        _modules_at_freeze = len(sys.modules)
