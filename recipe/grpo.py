@@ -541,10 +541,8 @@ def _hydra(value: object) -> str:
     """A value in Hydra override syntax that parses back to the same type (floats keep a '.' or 'e')."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
+    if isinstance(value, int | float):
+        return repr(value)  # an int's repr is its digits; a float's keeps its '.' or 'e'
     if isinstance(value, str):
         if _HYDRA_BARE.fullmatch(value) and value.lower() not in _HYDRA_LITERALS:
             return value
