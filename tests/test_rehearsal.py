@@ -128,8 +128,9 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
         shipped.write_text(scripts[os.path.basename(src)])
 
 
-def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:
-    """The rendered entrypoint with the stand-ins for verl, a short run and this head's dashboard."""
+def job_inputs(p: dict, head: RayNode, steps: int, step_s: float) -> tuple[str, dict]:
+    """The rendered entrypoint with the stand-ins for verl, a short run and this head's dashboard. A run
+    resumed from a checkpoint steps at 0.2 s: only the first run must last long enough to lose a node in."""
     job = next(r["inputs"] for r in p["resources"] if r["type"].endswith(":RayJob"))
     words = shlex.split(job["entrypoint"])
     cut = words.index("--")
@@ -141,7 +142,7 @@ def job_inputs(p: dict, head: RayNode, steps: int) -> tuple[str, dict]:
                   *supervisor[2:]]
     overrides = [w for w in trainer[3:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
     trainer = [py, str(STANDIN_TRAINER), *overrides, f"trainer.total_training_steps={steps}",
-               "trainer.save_freq=1", "+standin.step_s=2"]
+               "trainer.save_freq=1", f"+standin.step_s={step_s}", "+standin.resumed_step_s=0.2"]
     env = dict(job["runtime_env"]["env_vars"])
     env.update({"VERL_GKE_RUN": "rehearsal", "VERL_GKE_MAX_RECOVERIES": "2", "VERL_GKE_ATTEMPT": "1"})
     return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": env}
@@ -345,8 +346,8 @@ def clusters(tmp_path_factory):
                 c.close()
 
 
-def submit(run: Run, steps: int) -> str:
-    entrypoint, runtime_env = job_inputs(run.plan, run.head, steps)
+def submit(run: Run, steps: int, step_s: float = 0.5) -> str:
+    entrypoint, runtime_env = job_inputs(run.plan, run.head, steps, step_s)
     answer = requests.post(f"{run.head.address}/api/jobs/", json={
         "entrypoint": entrypoint, "runtime_env": runtime_env, "submission_id": f"rehearsal-{run.stack}"},
         timeout=60)
@@ -362,7 +363,7 @@ def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):
             logs = requests.get(f"{run.head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
             return status, logs
-        time.sleep(2)
+        time.sleep(0.5)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s")
 
 
@@ -482,7 +483,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
     try:
         pods, gpus = worker_shape(p)
         workers = run.start_workers(pods, gpus)
-        job = submit(run, steps=6)
+        job = submit(run, steps=6, step_s=2)
         ckpt, merged = output_paths(run)
         deadline = time.monotonic() + 900
         # The node is lost once step 3's checkpoint is complete (the tracker names it): steps.log grows

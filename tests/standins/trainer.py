@@ -2,7 +2,8 @@
 resumes from checkpoints in verl's layout (global_step_N/actor/..., latest_checkpointed_iteration.txt).
 
 Every step it runs is appended to <ckpt>/steps.log, so a test can see where a rerun resumed.
-`--fail-at-step K` fails deterministically at step K, every time.
+`--fail-at-step K` fails deterministically at step K, every time. `--resumed-step-s` is the step time
+of a run resumed from a checkpoint (a test kills a node during the first run, not after the resume).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> int:
     p.add_argument("--ckpt", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--step-s", type=float, default=1.0)
+    p.add_argument("--resumed-step-s", type=float, default=None)
     p.add_argument("--fail-at-step", type=int, default=0)
     p.add_argument("--gpus", type=int, default=2)
     args = p.parse_args()
@@ -52,6 +54,7 @@ def main() -> int:
             start = int(f.read()) + 1
     except OSError:
         start = 1
+    step_s = args.step_s if start == 1 or args.resumed_step_s is None else args.resumed_step_s
     print(f"standin: starting at step {start}", flush=True)
     ray.init()
     workers = [Worker.remote() for _ in range(args.gpus)]
@@ -59,7 +62,7 @@ def main() -> int:
         if step == args.fail_at_step:
             print(f"standin: deterministic failure at step {step}", flush=True)
             return 3
-        ray.get([w.step.remote(step, args.step_s) for w in workers])
+        ray.get([w.step.remote(step, step_s) for w in workers])
         with open(os.path.join(args.ckpt, "steps.log"), "a") as f:
             f.write(f"{step}\n")
         save(args.ckpt, step)

@@ -10,7 +10,9 @@ trainer/main_ppo.py, trainer/ppo/ray_trainer.py, utils/checkpoint/fsdp_checkpoin
   `fsdp_config.json` and `huggingface/config.json`;
 - rotation forgets what an earlier process saved: only this process's own saves beyond
   `trainer.max_actor_ckpt_to_keep` are deleted (checkpoint_manager.py).
-Each completed step is appended to `<default_local_dir>/steps.log`. `+standin.step_s=S` sets the step time.
+Each completed step is appended to `<default_local_dir>/steps.log`. `+standin.step_s=S` sets the step time,
+`+standin.resumed_step_s=S` the step time of a run resumed from a checkpoint (a test that kills a node
+needs time to do so before the first run ends, not after the resume).
 
 verl runs one process per GPU; here one actor per GPU node holds all of that node's GPUs and writes
 its ranks' shards. What the rehearsal checks (which node, in whose mounts, writes what) is the same
@@ -77,6 +79,7 @@ class TaskRunner:
         try:
             with open(os.path.join(ckpt, TRACKER)) as f:
                 start = int(f.read()) + 1
+            step_s = float(cfg.get("+standin.resumed_step_s", step_s))
         except OSError:
             start = 1
         ranks = [NodeRanks.options(num_gpus=per_node).remote(
