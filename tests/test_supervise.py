@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from components.ray_job_provider import RayJobProvider
-from tests.ray_fixtures import REPO, RayNode, head_node, wait_for, wait_for_no_gpu_workers, wait_status
+from tests.ray_fixtures import REPO, RayNode, gpus_on, head_node, wait_for, wait_for_no_gpu_workers, wait_status
 
 SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
 TRAINER = REPO / "tests" / "standins" / "trainer.py"
@@ -34,15 +34,40 @@ def head():
     yield from head_node(gpus=0, timeout=180)
 
 
+@pytest.fixture(scope="module")
+def _kept(head):
+    """The GPU worker node a test left running, for the next test (a node start costs seconds and ~5
+    CPU-seconds here); stopped with the module."""
+    kept: list[RayNode] = []
+    yield kept
+    for node in kept:
+        node.stop()
+
+
 @pytest.fixture
-def worker(head):
-    wait_for_no_gpu_workers(head)  # the head is shared: an earlier test's worker is gone first
-    nodes = [RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)]
+def worker(head, _kept):
+    """A list holding one running GPU worker node with GPUS GPUs, the only one on the head. A test may stop
+    it and append its replacement (a lost node); the running one is kept for the next test."""
+    nodes = [n for n in _kept if n.pgid is not None]
+    _kept.clear()
+    if not nodes:
+        wait_for_no_gpu_workers(head)  # a worker killed before its raylet said goodbye stays ALIVE a while
+        nodes = [RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)]
+    # An earlier test's stopped worker has left: the run counts exactly this node's GPUs and takes only a
+    # node that leaves while it watches for a lost one.
+    wait_for(lambda: gpus_on(head.address) == head.gpus + GPUS, 180, "exactly one GPU worker on the head")
     try:
         yield nodes
     finally:
+        # A job a failed test left running would hold the kept node's GPUs: stopped first.
+        for job in requests.get(f"{head.address}/api/jobs/", timeout=30).json():
+            if job["status"] in ("PENDING", "RUNNING"):
+                requests.post(f"{head.address}/api/jobs/{job['submission_id']}/stop", timeout=30)
         for node in nodes:
-            node.stop()
+            if node.pgid is not None and len(_kept) < 1:
+                _kept.append(node)
+            else:
+                node.stop()
 
 
 def supervise_cmd(head: RayNode, tmp: Path, run_id: str, trainer_args: list[str], *, merge_fail: bool = False,
