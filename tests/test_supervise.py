@@ -103,7 +103,8 @@ def steps_run(tmp: Path) -> list[int]:
 def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
     # Submitted by the job provider, as `pulumi up` does: the run id and the cap reach the supervisor
     # through the attempt's runtime env, not its command line.
-    cmd = supervise_cmd(head, tmp_path, "ignored", ["--steps", "8", "--step-s", "2", "--resumed-step-s", "0.2"], on_worker=True)
+    steps = ["--steps", "8", "--step-s", "2", "--resumed-step-s", "0.2"]
+    cmd = supervise_cmd(head, tmp_path, "ignored", steps, on_worker=True)
     cmd = cmd.replace(" --run-id ignored", "").replace(" --max-recoveries 3", "")
     provider = RayJobProvider()
     created = provider.create({"submission_id": "run-a", "entrypoint": cmd, "expected_gpus": GPUS,
