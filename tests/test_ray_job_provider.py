@@ -47,7 +47,7 @@ READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-
 # Tests that wait for a readiness deadline to pass and then read what the last answered poll found: one poll
 # of a head that is already up (gcs_healthz, then the state API's node list) must answer within it while the
 # other xdist workers load the 2 cores with Ray heads of their own; the state API can take seconds then.
-DEADLINE_S = 8
+DEADLINE_S = 15
 
 
 def with_defaults(props: dict) -> dict:

@@ -50,24 +50,35 @@ def worker(head, _kept):
     it and append its replacement (a lost node); the running one is kept for the next test."""
     nodes = [n for n in _kept if n.pgid is not None]
     _kept.clear()
-    if not nodes:
-        wait_for_no_gpu_workers(head)  # a worker killed before its raylet said goodbye stays ALIVE a while
-        nodes = [RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)]
-    # An earlier test's stopped worker has left: the run counts exactly this node's GPUs and takes only a
-    # node that leaves while it watches for a lost one.
-    wait_for(lambda: gpus_on(head.address) == head.gpus + GPUS, 180, "exactly one GPU worker on the head")
+    keep = False
     try:
+        if not nodes:
+            wait_for_no_gpu_workers(head)  # a worker killed before its raylet said goodbye stays ALIVE a while
+            nodes.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))
+        # An earlier test's stopped worker has left: the run counts exactly this node's GPUs and takes only
+        # a node that leaves while it watches for a lost one.
+        wait_for(lambda: gpus_on(head.address) == head.gpus + GPUS, 180, "exactly one GPU worker on the head")
         yield nodes
+        keep = _no_job_left(head)
     finally:
-        # A job a failed test left running would hold the kept node's GPUs: stopped first.
-        for job in requests.get(f"{head.address}/api/jobs/", timeout=30).json():
-            if job["status"] in ("PENDING", "RUNNING"):
-                requests.post(f"{head.address}/api/jobs/{job['submission_id']}/stop", timeout=30)
         for node in nodes:
-            if node.pgid is not None and len(_kept) < 1:
+            if keep and node.pgid is not None and not _kept:
                 _kept.append(node)
             else:
                 node.stop()
+
+
+def _no_job_left(head: RayNode) -> bool:
+    """Whether every job on the head has ended; a job a failed test left running is stopped and waited
+    for (it would hold the kept node's GPUs). False if that could not be done: the node is not kept."""
+    try:
+        for job in requests.get(f"{head.address}/api/jobs/", timeout=30).json():
+            if job["status"] in ("PENDING", "RUNNING"):
+                requests.post(f"{head.address}/api/jobs/{job['submission_id']}/stop", timeout=30)
+                wait_status(head.address, job["submission_id"], {"STOPPED", "FAILED", "SUCCEEDED"})
+        return True
+    except (requests.RequestException, AssertionError):
+        return False
 
 
 def supervise_cmd(head: RayNode, tmp: Path, run_id: str, trainer_args: list[str], *, merge_fail: bool = False,
@@ -114,7 +125,8 @@ def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_pat
     worker[0].stop()  # the spot VM is gone, and its GPUs with it
     time.sleep(5)
     worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
-    # `pulumi refresh` while it runs: the recovery shows in the outputs (jobRecoveries, jobMessage).
+    # `pulumi refresh` (while it runs, or just after: the resumed run is short): the recovery shows in the
+    # outputs (jobRecoveries, jobMessage).
     wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
     status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
     text = logs(head, job)
