@@ -22,7 +22,7 @@ import requests
 from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem",
-           "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
+           "delete_job", "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
            "point_ray_env_nowhere", "refused_address", "wait_for", "wait_for_no_gpu_workers", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,6 +49,24 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.5)
+
+
+def delete_job(address: str, job_id: str, quiet_s: float = 3, timeout: float = 120) -> None:
+    """Delete a finished job from the head for good. Ray's job monitor notices the supervisor actor's exit
+    up to a loop period (1 s, more on a loaded machine) after the job turned terminal; when the job was
+    deleted in between, it finds no status and writes the job back as FAILED ("Job supervisor actor
+    died"), then stops watching (ray-project/ray, python/ray/dashboard/modules/job/job_manager.py,
+    `_monitor_job_internal`, tag ray-2.60.0). So: delete until the job stays gone for `quiet_s`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        requests.delete(f"{address}/api/jobs/{job_id}", timeout=10).raise_for_status()
+        gone_since = time.monotonic()
+        while requests.get(f"{address}/api/jobs/{job_id}", timeout=10).status_code == 404:
+            if time.monotonic() - gone_since >= quiet_s:
+                return
+            time.sleep(0.2)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} came back after each delete for {timeout}s")
 
 
 def wait_for_no_gpu_workers(head: RayNode, timeout: float = 180) -> None:

@@ -32,6 +32,7 @@ from tests.ray_fixtures import (
     RayNode,
     ServiceProxy,
     b64_pem,
+    delete_job,
     gpus_on,
     head_node,
     jobs_on,
@@ -525,7 +526,7 @@ def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
     assert outs["status"] == GONE and outs["job_id"] == never["submission_id"]
     # a job deleted from the head
     created = provider.create(props(head.address, "vanish", wait_for_completion=True))
-    requests.delete(f"{head.address}/api/jobs/{created.id}", timeout=10).raise_for_status()
+    delete_job(head.address, created.id)
     outs = provider.read(created.id, created.outs).outs
     assert outs["status"] == GONE and outs["job_id"] == created.id and "is gone" in outs["message"]
     provider.delete(created.id, created.outs)
