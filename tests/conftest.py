@@ -2,8 +2,9 @@
 
 Much of the suite's time is spent waiting on real Ray heads (a node start, a job, a deadline), not on
 the CPU, so three workers overlap well even on two cores. Measured on this 2-core machine (pytest's
-own summary, whole-machine CPU from /proc/stat): -n 3 296 s and 505 CPU-seconds, -n 4 305 s and 586:
-a fourth worker adds contention (every Ray process lives longer) and its own imports, not speed.
+own summary, whole-machine CPU from /proc/stat): -n 3 296 s and 505 CPU-seconds, -n 4 305 s and 586;
+after the gc.freeze below, back to back, -n 3 206 s and -n 4 200 s. A fourth worker adds contention
+(every Ray process lives longer) and its own imports, and little or no speed.
 The work units (the scheduler below):
 
 - a module is one unit, run on one worker in file order: its module-scoped fixtures (a Ray head, a

@@ -48,7 +48,7 @@ def _kept(head):
 def worker(head, _kept):
     """A list holding one running GPU worker node with GPUS GPUs, the only one on the head. A test may stop
     it and append its replacement (a lost node); the running one is kept for the next test."""
-    nodes = [n for n in _kept if n.pgid is not None]
+    nodes = list(_kept)  # a kept node is running: only _kept's own teardown stops it
     _kept.clear()
     keep = False
     try:
@@ -73,7 +73,8 @@ def _no_job_left(head: RayNode) -> bool:
     for (it would hold the kept node's GPUs). False if that could not be done: the node is not kept."""
     try:
         for job in requests.get(f"{head.address}/api/jobs/", timeout=30).json():
-            if job["status"] in ("PENDING", "RUNNING"):
+            # A driver that was not submitted (no submission id) cannot be stopped through the Jobs API.
+            if job.get("submission_id") and job["status"] in ("PENDING", "RUNNING"):
                 requests.post(f"{head.address}/api/jobs/{job['submission_id']}/stop", timeout=30)
                 wait_status(head.address, job["submission_id"], {"STOPPED", "FAILED", "SUCCEEDED"})
         return True
