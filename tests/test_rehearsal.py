@@ -356,13 +356,16 @@ def submit(run: Run, steps: int, step_s: float = 0.5) -> str:
     return run.jobs[-1]
 
 
+def job_logs(run: Run, job_id: str) -> str:
+    return requests.get(f"{run.head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
+
+
 def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = requests.get(f"{run.head.address}/api/jobs/{job_id}", timeout=30).json()["status"]
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):
-            logs = requests.get(f"{run.head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
-            return status, logs
+            return status, job_logs(run, job_id)
         time.sleep(0.5)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s")
 
@@ -494,7 +497,10 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
             assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
             time.sleep(1)
         run.stop(workers[0])  # a spot preemption: the node and everything on it are gone
-        time.sleep(5)
+        # The replacement pod comes after the loss was seen: the supervisor says so, then waits for GPUs.
+        while "recovery 1 of 2" not in job_logs(run, job):
+            assert time.monotonic() < deadline, "the supervisor never saw the node gone"
+            time.sleep(0.5)
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
         status, logs = wait_done(run, job, timeout=1500)
         assert status == "SUCCEEDED", logs[-4000:]

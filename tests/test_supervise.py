@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -124,7 +123,8 @@ def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_pat
     job = created.id
     wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
     worker[0].stop()  # the spot VM is gone, and its GPUs with it
-    time.sleep(5)
+    # KubeRay's replacement comes after the loss was seen: the supervisor says so, then waits for GPUs.
+    wait_for(lambda: "recovery 1 of 3" in logs(head, job), JOB_TIMEOUT_S, "the supervisor to see the node gone")
     worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
     # `pulumi refresh` (while it runs, or just after: the resumed run is short): the recovery shows in the
     # outputs (jobRecoveries, jobMessage).
