@@ -11,8 +11,9 @@ The work units (the scheduler below):
   composed stack) are set up once, and a test may read what an earlier one left (test_gate_sweep);
 - a module in SPLIT is one unit per test: its tests are long and independent (the plan tool against
   hostile input, the money checks), so they run side by side. A module of tests on a Ray head of
-  its own (the supervisor, the GPU release) is not split: a head costs ~15 CPU-seconds to start on
-  this machine, more than running its tests one after another costs in time.
+  its own (the job provider) is not split: a head costs ~8 CPU-seconds and 5-10 s to start here, more
+  than running its tests one after another costs in time;
+- the modules in SHARED_HEAD are one unit: they share one Ray head.
 
 Units are handed out longest first (UNITS, measured with `pytest --durations=0` on a loaded 2-core
 machine), then in file order. xdist queues a second unit behind each worker's first (a worker needs
@@ -35,7 +36,6 @@ import pytest
 # of their own or compose a stack per test): one unit per test. Any other module is one unit.
 SPLIT = {
     "test_rehearsal.py",
-    "test_run_path_settings.py",
     "test_hostile_input.py",
     "test_money.py",
     "test_stage_task.py",
@@ -45,16 +45,21 @@ SPLIT = {
     "test_cli_loader.py",
 }
 
+# Modules whose tests share one Ray head without GPUs (`zero_gpu_head`), a KubeRay head as the run supervisor
+# sees it: one unit, so one worker runs them one after another on one head (a head costs ~8 CPU-seconds and
+# 5-10 s to start here). Isolation between them is not what they test: each module stops the jobs it left
+# running (ray_fixtures.shared_head_for_module) and the worker nodes it started, and a test that counts GPUs
+# first waits for the GPU workers of earlier tests to leave.
+SHARED_HEAD = {"test_gpu_release.py", "test_supervise.py", "test_watch.py"}
+SHARED_HEAD_UNIT = "tests/: the modules on the shared head without GPUs"
+
 # The longest units, longest first: a node id prefix (a test of a SPLIT module) or a module.
 UNITS = [
     "tests/test_rehearsal.py::test_a_whole_run_with_a_lost_node_resume_prune_and_merge",
     "tests/test_rehearsal.py::test_each_stack_trains_saves_and_merges_in_its_own_layout",
-    "tests/test_supervise.py",
+    "tests/test_supervise.py",  # its unit: SHARED_HEAD
     "tests/test_ray_presence.py",
     "tests/test_ray_job_provider.py",
-    "tests/test_watch.py",
-    "tests/test_gpu_release.py",
-    "tests/test_run_path_settings.py::test_ray_extends_the_nodes_library_path_with_the_runtime_env",
     "tests/test_plan.py",
     "tests/test_admission.py",
 ]
@@ -68,6 +73,8 @@ REHEARSAL_UNITS = {"test_each_stack_trains_saves_and_merges_in_its_own_layout": 
 def unit(nodeid: str) -> str:
     """The work unit of a test: its module, or the test itself in a SPLIT module (the rehearsal: one of two)."""
     module = nodeid.split("::", 1)[0]
+    if os.path.basename(module) in SHARED_HEAD:
+        return SHARED_HEAD_UNIT
     if os.path.basename(module) == "test_rehearsal.py":
         name = nodeid.split("::", 1)[-1].split("[", 1)[0]
         return f"{module}::{REHEARSAL_UNITS.get(name, 'rehearsal: the others')}"
@@ -105,6 +112,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = [*long[:workers], *short]
     rest = [u for u in ordered if all(u is not f for f in first)]
     items[:] = [i for u in [*first, *rest] for i in u]
+
+
+@pytest.fixture(scope="session")
+def zero_gpu_head():
+    """The Ray head of the SHARED_HEAD modules, started by the first test that asks (in this worker)."""
+    from tests.ray_fixtures import head_node
+
+    yield from head_node(gpus=0, timeout=180)
 
 
 _modules_at_freeze = 0

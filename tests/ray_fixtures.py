@@ -23,7 +23,8 @@ from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem",
            "delete_job", "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
-           "point_ray_env_nowhere", "refused_address", "wait_for", "wait_for_no_gpu_workers", "wait_status"]
+           "point_ray_env_nowhere", "refused_address", "shared_head_for_module", "stop_running_jobs", "wait_for",
+           "wait_for_no_gpu_workers", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -310,6 +311,28 @@ def head_node(gpus: int = 0, timeout: float = 240):
         yield node
     finally:
         node.stop()
+
+
+def stop_running_jobs(address: str) -> bool:
+    """Stop every submitted job still PENDING or RUNNING on the head and wait for each to end: a job a test
+    left running would hold its GPUs (and a CPU) in the next test on the same head. False if that failed."""
+    try:
+        for job in requests.get(f"{address}/api/jobs/", timeout=30).json():
+            # A driver that was not submitted (no submission id) cannot be stopped through the Jobs API.
+            if job.get("submission_id") and job["status"] in ("PENDING", "RUNNING"):
+                requests.post(f"{address}/api/jobs/{job['submission_id']}/stop", timeout=30)
+                wait_status(address, job["submission_id"], {"STOPPED", "FAILED", "SUCCEEDED"})
+        return True
+    except (requests.RequestException, AssertionError):
+        return False
+
+
+def shared_head_for_module(head: RayNode):
+    """A module's view of a head that other modules use too (tests/conftest.py: `zero_gpu_head`): the body of
+    its module-scoped `head` fixture. The jobs it left running are stopped when it ends; each module stops
+    the worker nodes it started itself."""
+    yield head
+    stop_running_jobs(head.address)
 
 
 def point_ray_env_nowhere(monkeypatch) -> None:

@@ -65,13 +65,15 @@ needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESP
 STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
 STANDIN_MERGE = REPO / "tests" / "standins" / "merge.py"
 LOCAL_ONLY = ("/tmp", "/dev/shm")  # emptyDirs on the pod's disk: the host's own /tmp stands in for them
+# The image's own library path (an NGC image sets cuda/compat and torch's lib): every container starts with it.
+IMAGE_LIBRARY_PATH = "/image/cuda/compat:/image/torch/lib"
 
 
 class PodNode(RayNode):
-    """A Ray node whose processes see only the mounts of one pod."""
+    """A Ray node whose processes see only the mounts of one pod, started with the image's environment."""
 
     def __init__(self, script: str, gpus: int, cpus: int, join: RayNode | None = None):
-        super().__init__(gpus, cpus, join)
+        super().__init__(gpus, cpus, join, env={"LD_LIBRARY_PATH": IMAGE_LIBRARY_PATH})
         self.script = script
 
     def command(self) -> list[str]:
@@ -408,6 +410,16 @@ def assert_completed(run: Run, ckpt: Path, merged: Path, steps: int, world: int)
     return state
 
 
+def assert_library_path(run: Run, logs: str) -> None:
+    """The GPU actors see the job's LD_LIBRARY_PATH with `${LD_LIBRARY_PATH}` expanded from their node's own
+    value (the image's entries kept after GKE's driver and gIB folders), not replaced and not left literal."""
+    job = next(r["inputs"] for r in run.plan["resources"] if r["type"].endswith(":RayJob"))
+    rendered = job["runtime_env"]["env_vars"].get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}")
+    assert rendered.endswith(":${LD_LIBRARY_PATH}") or rendered == "${LD_LIBRARY_PATH}", rendered
+    seen = rendered.replace("${LD_LIBRARY_PATH}", IMAGE_LIBRARY_PATH)
+    assert f"LD_LIBRARY_PATH on the GPU nodes: {seen}\n" in logs, logs[-4000:]
+
+
 def test_the_host_mount_points_are_removed_when_the_head_fails_to_start(tmp_path, monkeypatch):
     """A failed start never leaves the mount points it created behind on the machine running the tests.
     The dev stack's pods with their bucket mounts moved under tmp_path (and a registry of its own): the
@@ -515,6 +527,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
             ["global_step_5", "global_step_6"]
         state = assert_completed(run, ckpt, merged, steps=6, world=pods * gpus)
         assert len(state["attempts"]["1"]["restarts"]) == 1
+        assert_library_path(run, logs)
     finally:
         run.close()
 
@@ -534,6 +547,7 @@ def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters):
         ckpt, merged = output_paths(run)
         assert [int(s) for s in (ckpt / "steps.log").read_text().split()] == [1, 2]
         assert_completed(run, ckpt, merged, steps=2, world=pods * gpus)
+        assert_library_path(run, logs)
     finally:
         run.close()
 

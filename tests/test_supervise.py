@@ -18,7 +18,16 @@ import pytest
 import requests
 
 from components.ray_job_provider import RayJobProvider
-from tests.ray_fixtures import REPO, RayNode, gpus_on, head_node, wait_for, wait_for_no_gpu_workers, wait_status
+from tests.ray_fixtures import (
+    REPO,
+    RayNode,
+    gpus_on,
+    shared_head_for_module,
+    stop_running_jobs,
+    wait_for,
+    wait_for_no_gpu_workers,
+    wait_status,
+)
 
 SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
 TRAINER = REPO / "tests" / "standins" / "trainer.py"
@@ -29,8 +38,8 @@ JOB_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")
-def head():
-    yield from head_node(gpus=0, timeout=180)
+def head(zero_gpu_head):
+    yield from shared_head_for_module(zero_gpu_head)
 
 
 @pytest.fixture(scope="module")
@@ -58,27 +67,13 @@ def worker(head, _kept):
         # a node that leaves while it watches for a lost one.
         wait_for(lambda: gpus_on(head.address) == head.gpus + GPUS, 180, "exactly one GPU worker on the head")
         yield nodes
-        keep = _no_job_left(head)
+        keep = stop_running_jobs(head.address)
     finally:
         for node in nodes:
             if keep and node.pgid is not None and not _kept:
                 _kept.append(node)
             else:
                 node.stop()
-
-
-def _no_job_left(head: RayNode) -> bool:
-    """Whether every job on the head has ended; a job a failed test left running is stopped and waited
-    for (it would hold the kept node's GPUs). False if that could not be done: the node is not kept."""
-    try:
-        for job in requests.get(f"{head.address}/api/jobs/", timeout=30).json():
-            # A driver that was not submitted (no submission id) cannot be stopped through the Jobs API.
-            if job.get("submission_id") and job["status"] in ("PENDING", "RUNNING"):
-                requests.post(f"{head.address}/api/jobs/{job['submission_id']}/stop", timeout=30)
-                wait_status(head.address, job["submission_id"], {"STOPPED", "FAILED", "SUCCEEDED"})
-        return True
-    except (requests.RequestException, AssertionError):
-        return False
 
 
 def supervise_cmd(head: RayNode, tmp: Path, run_id: str, trainer_args: list[str], *, merge_fail: bool = False,

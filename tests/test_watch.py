@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.ray_fixtures import RayNode, ServiceProxy, head_node, point_ray_env_nowhere, wait_status
+from tests.ray_fixtures import RayNode, ServiceProxy, point_ray_env_nowhere, shared_head_for_module, wait_status
 from tools import watch
 
 DATA = Path(__file__).parent / "data"
@@ -26,8 +26,8 @@ VAL = "val-core/openai/gsm8k/reward/mean@1"
 
 
 @pytest.fixture(scope="module")
-def head():
-    yield from head_node(gpus=0)
+def head(zero_gpu_head):
+    yield from shared_head_for_module(zero_gpu_head)
 
 
 @pytest.fixture(autouse=True)

@@ -40,10 +40,11 @@ def ray_env() -> dict[str, str]:
 
 
 class RayNode:
-    """One Ray node (a head, or a worker joining `join`), in its own process group and temp dir."""
+    """One Ray node (a head, or a worker joining `join`), in its own process group and temp dir; `env` is
+    added to the environment its processes start with (a container image's variables)."""
 
-    def __init__(self, gpus: int, cpus: int = 1, join: RayNode | None = None):
-        self.gpus, self.cpus, self.join = gpus, cpus, join
+    def __init__(self, gpus: int, cpus: int = 1, join: RayNode | None = None, env: dict[str, str] | None = None):
+        self.gpus, self.cpus, self.join, self.env = gpus, cpus, join, dict(env or {})
         # Short root: Ray's unix socket paths must stay under 108 bytes.
         self.temp_dir = tempfile.mkdtemp(prefix="rj-", dir="/tmp")
         self.gcs_port = join.gcs_port if join else free_port()
@@ -99,9 +100,8 @@ class RayNode:
         for attempt in range(1, attempts + 1):
             log_path = Path(self.temp_dir) / "ray-start.log"
             with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    self.command(), env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
+                proc = subprocess.Popen(self.command(), env={**ray_env(), **self.env}, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
             # The daemons `ray start` leaves behind keep its process group: that is how we stop this node only.
             self.pgid = proc.pid
             if proc.wait(timeout=timeout) == 0:

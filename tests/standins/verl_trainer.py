@@ -10,6 +10,7 @@ trainer/main_ppo.py, trainer/ppo/ray_trainer.py, utils/checkpoint/fsdp_checkpoin
   `fsdp_config.json` and `huggingface/config.json`;
 - rotation forgets what an earlier process saved: only this process's own saves beyond
   `trainer.max_actor_ckpt_to_keep` are deleted (checkpoint_manager.py).
+The driver prints what the GPU actors see as LD_LIBRARY_PATH (the job's runtime env over the node's own value).
 Each completed step is appended to `<default_local_dir>/steps.log`. `+standin.step_s=S` sets the step time,
 `+standin.resumed_step_s=S` the step time of a run resumed from a checkpoint (a test that kills a node
 needs time to do so before the first run ends, not after the resume).
@@ -41,6 +42,10 @@ class NodeRanks:
         self.ranks, self.world = ranks, world
         with open(os.path.join(model, "config.json")) as f:  # every rank loads the weights
             self.config = json.load(f)
+
+    def library_path(self) -> str:
+        """LD_LIBRARY_PATH as this node's GPU processes see it (NCCL's plugin and CUDA are found through it)."""
+        return os.environ.get("LD_LIBRARY_PATH", "")
 
     def step(self, seconds: float) -> list[int]:
         time.sleep(seconds)
@@ -84,6 +89,7 @@ class TaskRunner:
             start = 1
         ranks = [NodeRanks.options(num_gpus=per_node).remote(
             list(range(n * per_node, (n + 1) * per_node)), world, model) for n in range(nodes)]
+        paths = " | ".join(sorted(set(ray.get([r.library_path.remote() for r in ranks]))))
         saved: list[int] = []
         for step in range(start, total + 1):
             ray.get([r.step.remote(step_s) for r in ranks])
@@ -99,7 +105,7 @@ class TaskRunner:
                 saved.append(step)
                 while keep and len(saved) > keep:
                     shutil.rmtree(os.path.join(ckpt, f"global_step_{saved.pop(0)}"), ignore_errors=True)
-        return f"trained steps {start}..{total} on {world} ranks"
+        return f"trained steps {start}..{total} on {world} ranks; LD_LIBRARY_PATH on the GPU nodes: {paths}"
 
 
 def main(argv: list[str]) -> int:
