@@ -10,10 +10,10 @@ The work units (the scheduler below):
 - a module is one unit, run on one worker in file order: its module-scoped fixtures (a Ray head, a
   composed stack) are set up once, and a test may read what an earlier one left (test_gate_sweep);
 - a module in SPLIT is one unit per test: its tests are long and independent (the plan tool against
-  hostile input, the money checks), so they run side by side. A module of tests on a Ray head of
-  its own (the job provider) is not split: a head costs ~8 CPU-seconds and 5-10 s to start here, more
-  than running its tests one after another costs in time;
-- the modules in SHARED_HEAD are one unit: they share one Ray head.
+  hostile input, the money checks), so they run side by side. A module of tests on Ray heads (the
+  rehearsal) is not split: a head costs ~8 CPU-seconds and 5-10 s to start here, more than running its
+  tests one after another costs in time;
+- the modules of one entry in SHARED_HEADS are one unit: they share one Ray head.
 
 Units are handed out longest first (UNITS, measured with `pytest --durations=0` on a loaded 2-core
 machine), then in file order. xdist queues a second unit behind each worker's first (a worker needs
@@ -32,10 +32,9 @@ import sys
 
 import pytest
 
-# Long modules of independent tests with no module-scoped fixture or cache (the slowest have Ray nodes
-# of their own or compose a stack per test): one unit per test. Any other module is one unit.
+# Long modules of independent tests with no module-scoped fixture or cache (the slowest compose a stack per
+# test): one unit per test. Any other module is one unit.
 SPLIT = {
-    "test_rehearsal.py",
     "test_hostile_input.py",
     "test_money.py",
     "test_stage_task.py",
@@ -45,40 +44,36 @@ SPLIT = {
     "test_cli_loader.py",
 }
 
-# Modules whose tests share one Ray head without GPUs (`zero_gpu_head`), a KubeRay head as the run supervisor
-# sees it: one unit, so one worker runs them one after another on one head (a head costs ~8 CPU-seconds and
-# 5-10 s to start here). Isolation between them is not what they test: each module stops the jobs it left
-# running (ray_fixtures.shared_head_for_module) and the worker nodes it started, and a test that counts GPUs
-# first waits for the GPU workers of earlier tests to leave.
-SHARED_HEAD = {"test_gpu_release.py", "test_supervise.py", "test_watch.py"}
-SHARED_HEAD_UNIT = "tests/: the modules on the shared head without GPUs"
+# Modules whose tests share one Ray head (the session fixture named here, with its GPUs declared on the head):
+# one unit, so one worker runs them one after another on one head (a head costs ~8 CPU-seconds and 5-10 s to
+# start here). Isolation between them is not what they test: each module stops the jobs it left running
+# (ray_fixtures.shared_head_for_module) and the worker nodes it started, and a test that counts GPUs first
+# waits for the GPU workers of earlier tests to leave. Their job ids differ by a prefix of each module's own.
+SHARED_HEADS = {
+    "zero_gpu_head": ({"test_gpu_release.py", "test_supervise.py", "test_watch.py"}, 0),  # a KubeRay head
+    "two_gpu_head": ({"test_ray_job_provider.py", "test_ray_presence.py"}, 2),  # GPUs there from the start
+}
 
-# The longest units, longest first: a node id prefix (a test of a SPLIT module) or a module.
+# The longest units, longest first: a node id prefix (a test of a SPLIT module) or a module. The rehearsal is
+# one unit: each of its tests starts a stack's worth of Ray nodes, and more than two at once on two cores made
+# `ray start` itself time out (Ray's own node-info deadline, seen at -n 8).
 UNITS = [
-    "tests/test_rehearsal.py::test_a_whole_run_with_a_lost_node_resume_prune_and_merge",
-    "tests/test_rehearsal.py::test_each_stack_trains_saves_and_merges_in_its_own_layout",
-    "tests/test_supervise.py",  # its unit: SHARED_HEAD
-    "tests/test_ray_presence.py",
-    "tests/test_ray_job_provider.py",
+    "tests/test_ray_job_provider.py",  # its unit: two_gpu_head
+    "tests/test_rehearsal.py",
+    "tests/test_supervise.py",  # its unit: zero_gpu_head
     "tests/test_plan.py",
     "tests/test_admission.py",
 ]
 
 
-# The rehearsal's tests each start a stack's worth of Ray nodes: more than two at once on two cores and
-# `ray start` itself times out (Ray's own node-info deadline, seen at -n 8). Two units, each run in turn.
-REHEARSAL_UNITS = {"test_each_stack_trains_saves_and_merges_in_its_own_layout": "rehearsal: each stack"}
-
-
 def unit(nodeid: str) -> str:
-    """The work unit of a test: its module, or the test itself in a SPLIT module (the rehearsal: one of two)."""
+    """The work unit of a test: its module, the modules on its shared head, or the test itself (SPLIT)."""
     module = nodeid.split("::", 1)[0]
-    if os.path.basename(module) in SHARED_HEAD:
-        return SHARED_HEAD_UNIT
-    if os.path.basename(module) == "test_rehearsal.py":
-        name = nodeid.split("::", 1)[-1].split("[", 1)[0]
-        return f"{module}::{REHEARSAL_UNITS.get(name, 'rehearsal: the others')}"
-    return nodeid if os.path.basename(module) in SPLIT else module
+    name = os.path.basename(module)
+    head = next((head for head, (modules, _) in SHARED_HEADS.items() if name in modules), None)
+    if head:
+        return f"tests/: the modules on the shared Ray head {head}"
+    return nodeid if name in SPLIT else module
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest refuses it as unknown when xdist is not loaded
@@ -114,12 +109,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [i for u in [*first, *rest] for i in u]
 
 
-@pytest.fixture(scope="session")
-def zero_gpu_head():
-    """The Ray head of the SHARED_HEAD modules, started by the first test that asks (in this worker)."""
+def _shared_head(name: str):
     from tests.ray_fixtures import head_node
 
-    yield from head_node(gpus=0, timeout=180)
+    yield from head_node(gpus=SHARED_HEADS[name][1], timeout=180)
+
+
+@pytest.fixture(scope="session")
+def zero_gpu_head():
+    """The Ray head of the zero_gpu_head modules (SHARED_HEADS), started by the first test that asks."""
+    yield from _shared_head("zero_gpu_head")
+
+
+@pytest.fixture(scope="session")
+def two_gpu_head():
+    """The Ray head of the two_gpu_head modules (SHARED_HEADS), started by the first test that asks."""
+    yield from _shared_head("two_gpu_head")
 
 
 _modules_at_freeze = 0

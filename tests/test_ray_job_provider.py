@@ -34,16 +34,15 @@ from tests.ray_fixtures import (
     b64_pem,
     delete_job,
     gpus_on,
-    head_node,
     jobs_on,
     make_ca,
     pem,
     point_ray_env_nowhere,
     refused_address,
+    shared_head_for_module,
     wait_status,
 )
 
-HEAD_GPUS = 2
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 # Tests that wait for a readiness deadline to pass and then read what the last answered poll found: one poll
 # of a head that is already up (gcs_healthz, then the state API's node list) must answer within it. It does in
@@ -78,8 +77,8 @@ def new_id(tag: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def head():
-    yield from head_node(gpus=HEAD_GPUS)
+def head(two_gpu_head):
+    yield from shared_head_for_module(two_gpu_head)
 
 
 @pytest.fixture(autouse=True)
