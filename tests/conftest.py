@@ -48,7 +48,8 @@ SPLIT = {
 # one unit, so one worker runs them one after another on one head (a head costs ~8 CPU-seconds and 5-10 s to
 # start here). Isolation between them is not what they test: each module stops the jobs it left running
 # (ray_fixtures.shared_head_for_module) and the worker nodes it started, and a test that counts GPUs first
-# waits for the GPU workers of earlier tests to leave. Their job ids differ by a prefix of each module's own.
+# waits for the GPU workers of earlier tests to leave (or counts relative to what it found). A module's fixed
+# submission ids must not be another's: the job provider adopts a job of the same id.
 SHARED_HEADS = {
     "zero_gpu_head": ({"test_gpu_release.py", "test_supervise.py", "test_watch.py"}, 0),  # a KubeRay head
     "two_gpu_head": ({"test_ray_job_provider.py", "test_ray_presence.py"}, 2),  # GPUs there from the start
@@ -110,9 +111,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _shared_head(name: str):
-    from tests.ray_fixtures import head_node
+    """A head as KubeRay runs it: in a pod, with the image's environment."""
+    from tests.ray_fixtures import head_node, image_env
 
-    yield from head_node(gpus=SHARED_HEADS[name][1], timeout=180)
+    yield from head_node(gpus=SHARED_HEADS[name][1], timeout=240, env=image_env())
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import base64
 import datetime
 import http.server
 import ipaddress
+import os
 import shutil
 import socket
 import ssl
@@ -21,11 +22,24 @@ import requests
 
 from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
-__all__ = ["BOGUS_RAY_ADDRESS", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy", "b64_pem",
+__all__ = ["BOGUS_RAY_ADDRESS", "IMAGE_LIBRARY_PATH", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy",
+           "b64_pem", "image_env",
            "delete_job", "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
            "point_ray_env_nowhere", "refused_address", "shared_head_for_module", "stop_running_jobs", "wait_for",
-           "wait_for_no_gpu_workers", "wait_status"]
+           "wait_for_line", "wait_for_no_gpu_workers", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
+
+
+# The library path an image sets for its container (NGC images: cuda/compat and torch's lib), so the Ray
+# nodes that stand in for pods start with one, as KubeRay's do.
+IMAGE_LIBRARY_PATH = "/image/cuda/compat:/image/torch/lib"
+
+
+def image_env(library_path: str = IMAGE_LIBRARY_PATH) -> dict[str, str]:
+    """The environment a node standing in for a pod adds: the image's LD_LIBRARY_PATH, ahead of this host's
+    own value where it has one (this host's Python may need it)."""
+    own = os.environ.get("LD_LIBRARY_PATH")
+    return {"LD_LIBRARY_PATH": f"{library_path}:{own}" if own else library_path}
 
 
 def jobs_on(address: str, prefix: str) -> list[dict]:
@@ -50,6 +64,23 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.5)
+
+
+def wait_for_line(address: str, job_id: str, needle: str, timeout: float = 900, every_s: float = 1) -> str:
+    """The job's log once it contains `needle`; fails at once, with the log's tail, if the job ends first."""
+    deadline = time.monotonic() + timeout
+
+    def logs() -> str:
+        return requests.get(f"{address}/api/jobs/{job_id}/logs", timeout=30).json().get("logs", "")
+
+    while needle not in (text := logs()):
+        status = requests.get(f"{address}/api/jobs/{job_id}", timeout=30).json()["status"]
+        if status not in ("PENDING", "RUNNING") and needle not in (text := logs()):
+            raise AssertionError(f"job {job_id} ended {status} before its log said {needle!r}:\n{text[-4000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{needle!r} not in the log of job {job_id} after {timeout}s:\n{text[-4000:]}")
+        time.sleep(every_s)
+    return text
 
 
 def delete_job(address: str, job_id: str, quiet_s: float = 3, timeout: float = 120) -> None:
@@ -304,9 +335,9 @@ def refused_address() -> str:
     return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-def head_node(gpus: int = 0, timeout: float = 240):
+def head_node(gpus: int = 0, timeout: float = 240, env: dict[str, str] | None = None):
     """A started local Ray head, stopped afterwards: the body of a module-scoped `head` fixture."""
-    node = RayNode(gpus=gpus).start(timeout=timeout)
+    node = RayNode(gpus=gpus, env=env).start(timeout=timeout)
     try:
         yield node
     finally:

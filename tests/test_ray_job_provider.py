@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from tests.ray_fixtures import (
     b64_pem,
     delete_job,
     gpus_on,
+    image_env,
     jobs_on,
     make_ca,
     pem,
@@ -49,6 +51,11 @@ READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-
 # well under a second on an idle machine, but took more than 8 s while the other xdist workers loaded the 2 cores
 # with Ray heads of their own (7860419). So the deadline starts short and doubles only when no poll answered.
 DEADLINE_LADDER_S = (4, 8, 16, 32)
+# What wait_until_ready says when no poll of the health check and the node list answered before the deadline
+# (components/ray_client.py): nothing was asked yet, or the deadline cut one of those calls short.
+NO_POLL_ANSWERED = re.compile(r"not ready after \d+s: (nothing polled yet|dashboard not ready; last error: "
+                              r"GET \S+/api/(gcs_healthz|v0/nodes)\S* -> (unreachable: .*timed out|answer not "
+                              r"complete at the deadline))")
 
 
 def past_the_deadline(create) -> str:
@@ -58,7 +65,7 @@ def past_the_deadline(create) -> str:
         with pytest.raises(RayJobError) as late:
             create(deadline_s)
         text = str(late.value)
-        if "s: nothing polled yet" not in text:
+        if not NO_POLL_ANSWERED.search(text):
             return text
     raise AssertionError(f"no readiness poll answered within {DEADLINE_LADDER_S[-1]}s: {text}")
 
@@ -354,6 +361,28 @@ def test_ray_job_resource_under_mocks():
 
 
 # ----------------------------------------------------------------------------- against a real head
+
+
+def test_ray_extends_the_nodes_library_path_with_the_runtime_env(head):
+    """What recipe.grpo.library_path_env relies on, against a real Ray node: `${LD_LIBRARY_PATH}` in a
+    runtime-env variable is the node's own value (the image's entries in a pod), not replaced or left literal.
+    The job's driver runs on the head; the rehearsal (tests/test_rehearsal.py) checks the GPU workers."""
+    from catalog.accelerators import ACCELERATORS
+    from catalog.paths import bucket_paths
+    from recipe import grpo
+
+    paths = bucket_paths("b200", "Qwen/Qwen2.5-32B-Instruct", "v0.6.1")
+    rendered = grpo.runtime_env(ACCELERATORS["b200"], paths)["env_vars"]["LD_LIBRARY_PATH"]
+    sid = new_id("ldpath")
+    answer = requests.post(f"{head.address}/api/jobs/", json={
+        "entrypoint": "python3 -c 'import os; print(\"LDPATH=\" + os.environ[\"LD_LIBRARY_PATH\"])'",
+        "submission_id": sid, "runtime_env": {"env_vars": {"LD_LIBRARY_PATH": rendered}}}, timeout=60)
+    assert answer.ok, answer.text
+    assert wait_status(head.address, sid, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
+    out = requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=30).json()["logs"]
+    node_own = image_env()["LD_LIBRARY_PATH"]
+    assert rendered.endswith(":${LD_LIBRARY_PATH}")
+    assert f"LDPATH={rendered.replace('${LD_LIBRARY_PATH}', node_own)}\n" in out, out
 
 
 def test_create_submits_then_adopts(head, provider):

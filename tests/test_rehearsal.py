@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.ray_fixtures import REPO, VENV_BIN, RayNode
+from tests.ray_fixtures import IMAGE_LIBRARY_PATH, REPO, VENV_BIN, RayNode, image_env, wait_for_line
 from tests.stack_helpers import shipped_plan
 from tools import placement
 
@@ -65,15 +65,16 @@ needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESP
 STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
 STANDIN_MERGE = REPO / "tests" / "standins" / "merge.py"
 LOCAL_ONLY = ("/tmp", "/dev/shm")  # emptyDirs on the pod's disk: the host's own /tmp stands in for them
-# The image's own library path (an NGC image sets cuda/compat and torch's lib): every container starts with it.
-IMAGE_LIBRARY_PATH = "/image/cuda/compat:/image/torch/lib"
+# The head pod's library path differs from the workers' only so that what the GPU actors report tells
+# expansion on their own node from a value the driver on the head passed along.
+HEAD_LIBRARY_PATH = f"{IMAGE_LIBRARY_PATH}:/only/in/the/head/pod"
 
 
 class PodNode(RayNode):
     """A Ray node whose processes see only the mounts of one pod, started with the image's environment."""
 
     def __init__(self, script: str, gpus: int, cpus: int, join: RayNode | None = None):
-        super().__init__(gpus, cpus, join, env={"LD_LIBRARY_PATH": IMAGE_LIBRARY_PATH})
+        super().__init__(gpus, cpus, join, env=image_env(IMAGE_LIBRARY_PATH if join else HEAD_LIBRARY_PATH))
         self.script = script
 
     def command(self) -> list[str]:
@@ -416,7 +417,7 @@ def assert_library_path(run: Run, logs: str) -> None:
     job = next(r["inputs"] for r in run.plan["resources"] if r["type"].endswith(":RayJob"))
     rendered = job["runtime_env"]["env_vars"].get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}")
     assert rendered.endswith(":${LD_LIBRARY_PATH}") or rendered == "${LD_LIBRARY_PATH}", rendered
-    seen = rendered.replace("${LD_LIBRARY_PATH}", IMAGE_LIBRARY_PATH)
+    seen = rendered.replace("${LD_LIBRARY_PATH}", image_env()["LD_LIBRARY_PATH"])
     assert f"LD_LIBRARY_PATH on the GPU nodes: {seen}\n" in logs, logs[-4000:]
 
 
@@ -510,9 +511,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
             time.sleep(1)
         run.stop(workers[0])  # a spot preemption: the node and everything on it are gone
         # The replacement pod comes after the loss was seen: the supervisor says so, then waits for GPUs.
-        while "recovery 1 of 2" not in job_logs(run, job):
-            assert time.monotonic() < deadline, "the supervisor never saw the node gone"
-            time.sleep(0.5)
+        wait_for_line(run.head.address, job, "recovery 1 of 2", timeout=max(0, deadline - time.monotonic()))
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
         status, logs = wait_done(run, job, timeout=1500)
         assert status == "SUCCEEDED", logs[-4000:]

@@ -37,7 +37,7 @@ def test_runtime_env_keeps_bytecode_and_the_datasets_cache_off_the_bucket(acc):
 def test_library_path_is_extended_not_replaced(acc):
     a = ACCELERATORS[acc]
     env = grpo.runtime_env(a, PATHS)["env_vars"]
-    # Ray expands it from the node's own env: the rehearsal's GPU actors report it (tests/test_rehearsal.py).
+    # Ray expands it from the node's own env: test_ray_job_provider (the driver) and the rehearsal (the GPU actors).
     assert env["LD_LIBRARY_PATH"].endswith(":${LD_LIBRARY_PATH}")
     assert env["LD_LIBRARY_PATH"].startswith("/usr/local/nvidia/lib64:/usr/local/gib/lib64")
     assert "LD_LIBRARY_PATH" not in nccl_env(a)  # so the pod's env never replaces the image's value

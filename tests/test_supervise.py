@@ -25,6 +25,7 @@ from tests.ray_fixtures import (
     shared_head_for_module,
     stop_running_jobs,
     wait_for,
+    wait_for_line,
     wait_for_no_gpu_workers,
     wait_status,
 )
@@ -119,7 +120,7 @@ def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_pat
     wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
     worker[0].stop()  # the spot VM is gone, and its GPUs with it
     # KubeRay's replacement comes after the loss was seen: the supervisor says so, then waits for GPUs.
-    wait_for(lambda: "recovery 1 of 3" in logs(head, job), JOB_TIMEOUT_S, "the supervisor to see the node gone")
+    wait_for_line(head.address, job, "recovery 1 of 3", JOB_TIMEOUT_S)
     worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
     # `pulumi refresh` (while it runs, or just after: the resumed run is short): the recovery shows in the
     # outputs (jobRecoveries, jobMessage).
