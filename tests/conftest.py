@@ -44,7 +44,7 @@ SPLIT = {
     "test_cli_loader.py",
 }
 
-# Modules whose tests share one Ray head (the session fixture named here, with its GPUs declared on the head):
+# Modules whose tests share one Ray head (the fixture named here, with its GPUs declared on the head):
 # one unit, so one worker runs them one after another on one head (a head costs ~8 CPU-seconds and 5-10 s to
 # start here). Isolation between them is not what they test: each module stops the jobs it left running
 # (ray_fixtures.shared_head_for_module) and the worker nodes it started, and a test that counts GPUs first
@@ -110,23 +110,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [i for u in [*first, *rest] for i in u]
 
 
+_running_heads: dict = {}  # name in SHARED_HEADS -> its started RayNode
+
+
 def _shared_head(name: str):
-    """A head as KubeRay runs it: in a pod, with the image's environment."""
-    from tests.ray_fixtures import head_node, image_env
+    """The running head `name`, started on first use as KubeRay runs it: in a pod, with the image's environment.
+    Module-scoped fixtures: a head that failed to start fails that module, and the next one tries again."""
+    if name not in _running_heads:
+        from tests.ray_fixtures import image_env
+        from tools.local_ray import RayNode
 
-    yield from head_node(gpus=SHARED_HEADS[name][1], timeout=240, env=image_env())
+        _running_heads[name] = RayNode(gpus=SHARED_HEADS[name][1], env=image_env()).start(timeout=240)
+    return _running_heads[name]
 
 
-@pytest.fixture(scope="session")
+def _head_of(item: pytest.Item | None) -> str | None:
+    name = os.path.basename(str(item.path)) if item is not None else None
+    return next((head for head, (modules, _) in SHARED_HEADS.items() if name in modules), None)
+
+
+@pytest.fixture(scope="module")
 def zero_gpu_head():
-    """The Ray head of the zero_gpu_head modules (SHARED_HEADS), started by the first test that asks."""
-    yield from _shared_head("zero_gpu_head")
+    """The Ray head of the zero_gpu_head modules (SHARED_HEADS)."""
+    return _shared_head("zero_gpu_head")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def two_gpu_head():
-    """The Ray head of the two_gpu_head modules (SHARED_HEADS), started by the first test that asks."""
-    yield from _shared_head("two_gpu_head")
+    """The Ray head of the two_gpu_head modules (SHARED_HEADS)."""
+    return _shared_head("two_gpu_head")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After the fixtures' teardown (a module's jobs stopped), stop each shared head the next test does not
+    use: its group's modules are one unit under xdist, so the head stops after its group's last test instead
+    of idling (~4 CPU-seconds a minute) to the end of the worker's session."""
+    try:
+        return (yield)
+    finally:
+        keep = _head_of(nextitem)
+        for name in [n for n in _running_heads if n != keep]:
+            _running_heads.pop(name).stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for name in list(_running_heads):  # an interrupted run
+        _running_heads.pop(name).stop()
 
 
 _modules_at_freeze = 0
