@@ -129,6 +129,15 @@ def _head_of(item: pytest.Item | None) -> str | None:
     return next((head for head, (modules, _) in SHARED_HEADS.items() if name in modules), None)
 
 
+@pytest.fixture
+def bogus_ray_address(monkeypatch):
+    """RAY_ADDRESS and RAY_API_SERVER_ADDRESS at an address nothing serves, for the modules that mark themselves
+    with it: a job provider call that read them instead of its inputs would fail, not find a local head."""
+    from tests.ray_fixtures import point_ray_env_nowhere
+
+    point_ray_env_nowhere(monkeypatch)
+
+
 @pytest.fixture(scope="module")
 def zero_gpu_head():
     """The Ray head of the zero_gpu_head modules (SHARED_HEADS)."""

@@ -39,7 +39,6 @@ from tests.ray_fixtures import (
     jobs_on,
     make_ca,
     pem,
-    point_ray_env_nowhere,
     refused_address,
     shared_head_for_module,
     wait_status,
@@ -83,14 +82,12 @@ def new_id(tag: str) -> str:
     return f"t-{tag}-{uuid.uuid4().hex[:8]}"
 
 
+pytestmark = pytest.mark.usefixtures("bogus_ray_address")
+
+
 @pytest.fixture(scope="module")
 def head(two_gpu_head):
     yield from shared_head_for_module(two_gpu_head)
-
-
-@pytest.fixture(autouse=True)
-def bogus_ray_address(monkeypatch):
-    point_ray_env_nowhere(monkeypatch)
 
 
 @pytest.fixture

@@ -32,10 +32,13 @@ from components.ray_presence import UNREACHABLE_IS_GONE_ENV
 from tests.fault_front import FaultFront
 from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
-from tests.ray_fixtures import REPO, point_ray_env_nowhere, refused_address, shared_head_for_module, wait_status
+from tests.ray_fixtures import REPO, refused_address, shared_head_for_module, wait_status
 
 WINDOW_S = 3  # probe window for the "unknown" cases: a few polls, then a clear failure
 READY_S = 180
+
+
+pytestmark = pytest.mark.usefixtures("bogus_ray_address")
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +50,6 @@ def head(two_gpu_head):
 def server():
     with ProviderServer(env={"CLOUDSDK_AUTH_ACCESS_TOKEN": "tok"}) as srv:
         yield srv
-
-
-@pytest.fixture(autouse=True)
-def bogus_ray_address(monkeypatch):
-    point_ray_env_nowhere(monkeypatch)
 
 
 @pytest.fixture

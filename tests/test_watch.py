@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.ray_fixtures import RayNode, ServiceProxy, point_ray_env_nowhere, shared_head_for_module, wait_status
+from tests.ray_fixtures import RayNode, ServiceProxy, shared_head_for_module, wait_status
 from tools import watch
 
 DATA = Path(__file__).parent / "data"
@@ -25,14 +25,12 @@ JOB_SCRIPT = DATA / "verl_metrics_job.py"
 VAL = "val-core/openai/gsm8k/reward/mean@1"
 
 
+pytestmark = pytest.mark.usefixtures("bogus_ray_address")
+
+
 @pytest.fixture(scope="module")
 def head(zero_gpu_head):
     yield from shared_head_for_module(zero_gpu_head)
-
-
-@pytest.fixture(autouse=True)
-def bogus_ray_address(monkeypatch):
-    point_ray_env_nowhere(monkeypatch)
 
 
 def submit(head: RayNode, steps: int, total: int, hold: float, code: int = 0, job_id: str | None = None) -> str:
