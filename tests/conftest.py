@@ -29,8 +29,12 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tools.local_ray import RayNode
 
 # Long modules of independent tests with no module-scoped fixture or cache (the slowest compose a stack per
 # test): one unit per test. Any other module is one unit.
@@ -47,7 +51,7 @@ SPLIT = {
 # Modules whose tests share one Ray head (the fixture named here, with its GPUs declared on the head):
 # one unit, so one worker runs them one after another on one head (a head costs ~8 CPU-seconds and 5-10 s to
 # start here). Isolation between them is not what they test: each module stops the jobs it left running
-# (ray_fixtures.shared_head_for_module) and the worker nodes it started, and a test that counts GPUs first
+# (`_shared_head`) and the worker nodes it started, and a test that counts GPUs first
 # waits for the GPU workers of earlier tests to leave (or counts relative to what it found). A module's fixed
 # submission ids must not be another's: the job provider adopts a job of the same id.
 SHARED_HEADS = {
@@ -70,11 +74,16 @@ UNITS = [
 def unit(nodeid: str) -> str:
     """The work unit of a test: its module, the modules on its shared head, or the test itself (SPLIT)."""
     module = nodeid.split("::", 1)[0]
-    name = os.path.basename(module)
-    head = next((head for head, (modules, _) in SHARED_HEADS.items() if name in modules), None)
+    head = _shared_head_of(module)
     if head:
         return f"tests/: the modules on the shared Ray head {head}"
-    return nodeid if name in SPLIT else module
+    return nodeid if os.path.basename(module) in SPLIT else module
+
+
+def _shared_head_of(path: str) -> str | None:
+    """The name of the shared head (SHARED_HEADS) the tests in module `path` use, if any."""
+    name = os.path.basename(path)
+    return next((head for head, (modules, _) in SHARED_HEADS.items() if name in modules), None)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest refuses it as unknown when xdist is not loaded
@@ -110,23 +119,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [i for u in [*first, *rest] for i in u]
 
 
-_running_heads: dict = {}  # name in SHARED_HEADS -> its started RayNode
+_running_heads: dict[str, RayNode] = {}  # name in SHARED_HEADS -> its started node
 
 
 def _shared_head(name: str):
-    """The running head `name`, started on first use as KubeRay runs it: in a pod, with the image's environment.
-    Module-scoped fixtures: a head that failed to start fails that module, and the next one tries again."""
+    """A module's view of the running head `name`, started on first use as KubeRay runs it: in a pod, with the
+    image's environment. The jobs the module left running are stopped when it ends (each module stops the
+    worker nodes it started itself). Module-scoped: a head that failed to start fails that module, and the
+    next one tries again."""
+    from tests.ray_fixtures import image_env, stop_running_jobs
+    from tools.local_ray import RayNode
+
     if name not in _running_heads:
-        from tests.ray_fixtures import image_env
-        from tools.local_ray import RayNode
-
         _running_heads[name] = RayNode(gpus=SHARED_HEADS[name][1], env=image_env()).start(timeout=240)
-    return _running_heads[name]
-
-
-def _head_of(item: pytest.Item | None) -> str | None:
-    name = os.path.basename(str(item.path)) if item is not None else None
-    return next((head for head, (modules, _) in SHARED_HEADS.items() if name in modules), None)
+    head = _running_heads[name]
+    yield head
+    stop_running_jobs(head.address)
 
 
 @pytest.fixture
@@ -141,13 +149,13 @@ def bogus_ray_address(monkeypatch):
 @pytest.fixture(scope="module")
 def zero_gpu_head():
     """The Ray head of the zero_gpu_head modules (SHARED_HEADS)."""
-    return _shared_head("zero_gpu_head")
+    yield from _shared_head("zero_gpu_head")
 
 
 @pytest.fixture(scope="module")
 def two_gpu_head():
     """The Ray head of the two_gpu_head modules (SHARED_HEADS)."""
-    return _shared_head("two_gpu_head")
+    yield from _shared_head("two_gpu_head")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -158,7 +166,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     try:
         return (yield)
     finally:
-        keep = _head_of(nextitem)
+        keep = _shared_head_of(str(nextitem.path)) if nextitem is not None else None
         for name in [n for n in _running_heads if n != keep]:
             _running_heads.pop(name).stop()
 

@@ -23,9 +23,8 @@ import requests
 from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "IMAGE_LIBRARY_PATH", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy",
-           "b64_pem", "image_env",
-           "delete_job", "free_port", "gpus_on", "head_node", "jobs_on", "make_ca", "make_server_cert", "pem",
-           "point_ray_env_nowhere", "refused_address", "shared_head_for_module", "stop_running_jobs", "wait_for",
+           "b64_pem", "delete_job", "free_port", "gpus_on", "image_env", "job_logs", "jobs_on", "make_ca",
+           "make_server_cert", "pem", "point_ray_env_nowhere", "refused_address", "stop_running_jobs", "wait_for",
            "wait_for_line", "wait_for_no_gpu_workers", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,16 +65,17 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def job_logs(address: str, job_id: str, timeout: float = 30) -> str:
+    """What the job's driver printed so far (the Jobs API's logs)."""
+    return requests.get(f"{address}/api/jobs/{job_id}/logs", timeout=timeout).json()["logs"]
+
+
 def wait_for_line(address: str, job_id: str, needle: str, timeout: float = 900, every_s: float = 1) -> str:
     """The job's log once it contains `needle`; fails at once, with the log's tail, if the job ends first."""
     deadline = time.monotonic() + timeout
-
-    def logs() -> str:
-        return requests.get(f"{address}/api/jobs/{job_id}/logs", timeout=30).json().get("logs", "")
-
-    while needle not in (text := logs()):
-        status = requests.get(f"{address}/api/jobs/{job_id}", timeout=30).json()["status"]
-        if status not in ("PENDING", "RUNNING") and needle not in (text := logs()):
+    while needle not in (text := job_logs(address, job_id, timeout=10)):
+        status = requests.get(f"{address}/api/jobs/{job_id}", timeout=10).json()["status"]
+        if status not in ("PENDING", "RUNNING") and needle not in (text := job_logs(address, job_id, timeout=10)):
             raise AssertionError(f"job {job_id} ended {status} before its log said {needle!r}:\n{text[-4000:]}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{needle!r} not in the log of job {job_id} after {timeout}s:\n{text[-4000:]}")
@@ -335,15 +335,6 @@ def refused_address() -> str:
     return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-def head_node(gpus: int = 0, timeout: float = 240, env: dict[str, str] | None = None):
-    """A started local Ray head, stopped afterwards: the body of a module-scoped `head` fixture."""
-    node = RayNode(gpus=gpus, env=env).start(timeout=timeout)
-    try:
-        yield node
-    finally:
-        node.stop()
-
-
 def stop_running_jobs(address: str) -> bool:
     """Stop every submitted job still PENDING or RUNNING on the head and wait for each to end: a job a test
     left running would hold its GPUs (and a CPU) in the next test on the same head. False if that failed."""
@@ -356,14 +347,6 @@ def stop_running_jobs(address: str) -> bool:
         return True
     except (requests.RequestException, AssertionError):
         return False
-
-
-def shared_head_for_module(head: RayNode):
-    """A module's view of a head that other modules use too (tests/conftest.py: `zero_gpu_head`): the body of
-    its module-scoped `head` fixture. The jobs it left running are stopped when it ends; each module stops
-    the worker nodes it started itself."""
-    yield head
-    stop_running_jobs(head.address)
 
 
 def point_ray_env_nowhere(monkeypatch) -> None:

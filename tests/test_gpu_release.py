@@ -14,7 +14,7 @@ import pytest
 
 from components.ray_job_provider import RayJobProvider
 from tests.kuberay_fixture import FakeKubeRay
-from tests.ray_fixtures import gpus_on, pem, shared_head_for_module, wait_for, wait_status
+from tests.ray_fixtures import gpus_on, pem, wait_for, wait_status
 from tests.test_supervise import SUPERVISE, TRAINER, logs, submit
 
 GPUS = 2
@@ -24,7 +24,7 @@ GROUP = "gpu-group"
 
 @pytest.fixture(scope="module")
 def head(zero_gpu_head):
-    yield from shared_head_for_module(zero_gpu_head)
+    return zero_gpu_head
 
 
 def service_account_dir(tmp_path, kube: FakeKubeRay):

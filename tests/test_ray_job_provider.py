@@ -36,11 +36,11 @@ from tests.ray_fixtures import (
     delete_job,
     gpus_on,
     image_env,
+    job_logs,
     jobs_on,
     make_ca,
     pem,
     refused_address,
-    shared_head_for_module,
     wait_status,
 )
 
@@ -87,7 +87,7 @@ pytestmark = pytest.mark.usefixtures("bogus_ray_address")
 
 @pytest.fixture(scope="module")
 def head(two_gpu_head):
-    yield from shared_head_for_module(two_gpu_head)
+    return two_gpu_head
 
 
 @pytest.fixture
@@ -376,7 +376,7 @@ def test_ray_extends_the_nodes_library_path_with_the_runtime_env(head):
         "submission_id": sid, "runtime_env": {"env_vars": {"LD_LIBRARY_PATH": rendered}}}, timeout=60)
     assert answer.ok, answer.text
     assert wait_status(head.address, sid, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
-    out = requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=30).json()["logs"]
+    out = job_logs(head.address, sid)
     node_own = image_env()["LD_LIBRARY_PATH"]
     assert rendered.endswith(":${LD_LIBRARY_PATH}")
     assert f"LDPATH={rendered.replace('${LD_LIBRARY_PATH}', node_own)}\n" in out, out
@@ -401,7 +401,7 @@ def test_create_submits_then_adopts(head, provider):
     second = provider.create({**p, "wait_for_completion": True})
     assert second.id == sid and second.outs["status"] == "SUCCEEDED"
     assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [sid]
-    logs = requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=10).json()["logs"]
+    logs = job_logs(head.address, sid, timeout=10)
     assert "hello from-runtime-env" in logs
     assert provider.read(sid, second.outs).outs["status"] == "SUCCEEDED"
 
@@ -760,11 +760,11 @@ def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provid
     sid = p["submission_id"]
     first = provider.create(p)
     wait_status(head.address, sid, {"FAILED"})
-    assert "attempt=1 used=0 of 1" in requests.get(f"{head.address}/api/jobs/{sid}/logs", timeout=10).json()["logs"]
+    assert "attempt=1 used=0 of 1" in job_logs(head.address, sid, timeout=10)
     second = provider.create(p)  # `pulumi up --refresh` after the failure: the one recovery allowed
     assert (second.id, second.outs["recoveries"]) == (f"{sid}-r2", 1)
     wait_status(head.address, f"{sid}-r2", {"FAILED"})
-    logs = requests.get(f"{head.address}/api/jobs/{sid}-r2/logs", timeout=10).json()["logs"]
+    logs = job_logs(head.address, f"{sid}-r2", timeout=10)
     assert "attempt=2 used=1 of 1" in logs
     refreshed = provider.read(second.id, second.outs).outs
     assert refreshed["recoveries"] == 1 and refreshed["status"] == "FAILED"

@@ -32,7 +32,7 @@ from components.ray_presence import UNREACHABLE_IS_GONE_ENV
 from tests.fault_front import FaultFront
 from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
-from tests.ray_fixtures import REPO, refused_address, shared_head_for_module, wait_status
+from tests.ray_fixtures import REPO, refused_address, wait_status
 
 WINDOW_S = 3  # probe window for the "unknown" cases: a few polls, then a clear failure
 READY_S = 180
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.usefixtures("bogus_ray_address")
 
 @pytest.fixture(scope="module")
 def head(two_gpu_head):
-    yield from shared_head_for_module(two_gpu_head)
+    return two_gpu_head
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.ray_fixtures import IMAGE_LIBRARY_PATH, REPO, VENV_BIN, RayNode, image_env, wait_for_line
+from tests.ray_fixtures import IMAGE_LIBRARY_PATH, REPO, VENV_BIN, RayNode, image_env, job_logs, wait_for_line
 from tests.stack_helpers import shipped_plan
 from tools import placement
 
@@ -359,16 +359,12 @@ def submit(run: Run, steps: int, step_s: float = 0.5) -> str:
     return run.jobs[-1]
 
 
-def job_logs(run: Run, job_id: str) -> str:
-    return requests.get(f"{run.head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
-
-
 def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = requests.get(f"{run.head.address}/api/jobs/{job_id}", timeout=30).json()["status"]
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return status, job_logs(run, job_id)
+            return status, job_logs(run.head.address, job_id)
         time.sleep(0.5)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s")
 

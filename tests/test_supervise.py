@@ -22,7 +22,7 @@ from tests.ray_fixtures import (
     REPO,
     RayNode,
     gpus_on,
-    shared_head_for_module,
+    job_logs,
     stop_running_jobs,
     wait_for,
     wait_for_line,
@@ -40,7 +40,7 @@ JOB_TIMEOUT_S = 900
 
 @pytest.fixture(scope="module")
 def head(zero_gpu_head):
-    yield from shared_head_for_module(zero_gpu_head)
+    return zero_gpu_head
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def submit(head: RayNode, entrypoint: str) -> str:
 
 
 def logs(head: RayNode, job_id: str) -> str:
-    return requests.get(f"{head.address}/api/jobs/{job_id}/logs", timeout=30).json()["logs"]
+    return job_logs(head.address, job_id)
 
 
 def steps_run(tmp: Path) -> list[int]:

@@ -10,14 +10,13 @@ import json
 import os
 import stat
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.ray_fixtures import RayNode, ServiceProxy, shared_head_for_module, wait_status
+from tests.ray_fixtures import RayNode, ServiceProxy, wait_for_line, wait_status
 from tools import watch
 
 DATA = Path(__file__).parent / "data"
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("bogus_ray_address")
 
 @pytest.fixture(scope="module")
 def head(zero_gpu_head):
-    yield from shared_head_for_module(zero_gpu_head)
+    return zero_gpu_head
 
 
 def submit(head: RayNode, steps: int, total: int, hold: float, code: int = 0, job_id: str | None = None) -> str:
@@ -38,16 +37,6 @@ def submit(head: RayNode, steps: int, total: int, hold: float, code: int = 0, jo
     body = {"entrypoint": f"{sys.executable} {JOB_SCRIPT} {steps} {total} {hold} {code}", "submission_id": job_id}
     requests.post(f"{head.address}/api/jobs/", json=body, timeout=30).raise_for_status()
     return job_id
-
-
-def wait_for_log(head: RayNode, job_id: str, needle: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        logs = requests.get(f"{head.address}/api/jobs/{job_id}/logs", timeout=10).json().get("logs", "")
-        if needle in logs:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{needle!r} never appeared in the log of {job_id}")
 
 
 def stop(head: RayNode, job_id: str) -> None:
@@ -96,7 +85,7 @@ def test_attempts():
 def test_watch_once_on_a_running_job_and_its_png(head, tmp_path, capsys):
     job_id = submit(head, steps=6, total=10, hold=600)
     try:
-        wait_for_log(head, job_id, "step:6 ")
+        wait_for_line(head.address, job_id, "step:6 ", timeout=120)
         png = tmp_path / "scores.png"
         code = watch.main(["--address", head.address, "--job", job_id, "--once", "--png", str(png)])
         out = capsys.readouterr().out
