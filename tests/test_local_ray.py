@@ -54,3 +54,36 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_ports_given_to_ray_cannot_be_taken_by_an_outgoing_connection():
+    """Every port a node is told to listen on lies below the ephemeral range (where connect() picks source
+    ports), is handed out once, and the ports Ray can pick itself are left to it (0)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [local_ray.free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(20000 <= p < low for p in ports), ports
+    head = local_ray.RayNode(gpus=0)
+    worker = local_ray.RayNode(gpus=1, join=head)
+    for node in (head, worker):
+        flags = dict(a.split("=", 1) for a in node.command() if a.startswith("--") and "=" in a)
+        assert flags["--dashboard-agent-listen-port"] == flags["--min-worker-port"] == flags["--max-worker-port"] == "0"
+        chosen = [int(v) for k, v in flags.items() if k.endswith("port") and v != "0"]
+        assert all(20000 <= p < low for p in chosen), flags
+        os.rmdir(node.temp_dir)
+
+
+def test_a_head_that_never_turns_healthy_says_what_it_last_saw(tmp_path, monkeypatch):
+    fake = tmp_path / "ray"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(local_ray, "RAY", str(fake))
+    node = local_ray.RayNode(gpus=0)
+    logs = Path(node.temp_dir, "session_latest", "logs")
+    logs.mkdir(parents=True)
+    (logs / "dashboard_agent.log").write_text("Failed to start HTTP server with exception: address in use\n")
+    with pytest.raises(RuntimeError) as failed:
+        node._start(timeout=1, attempts=1)
+    assert "did not become healthy in 1s; last: ConnectionError" in str(failed.value)
+    assert "--- dashboard_agent.log\nFailed to start HTTP server" in str(failed.value)
+    node.stop()

@@ -7,6 +7,7 @@ own: `ray stop` would stop every head on the machine.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -22,10 +23,39 @@ VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 
 
+# Below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default) and above Ray's
+# default worker ports (10002-19999).
+_LOWEST_PORT = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port to give a Ray process to listen on, free now and outside the ephemeral range. A free port from
+    the ephemeral range (bind to port 0) can be taken in the seconds before Ray binds it, as the source port of
+    any outgoing connection on the machine (a test's HTTP poll, a Ray gRPC call): a dashboard agent that
+    then fails to bind its HTTP port stays alive without it, and its node never serves jobs (ray-project/ray,
+    python/ray/dashboard/agent.py, `DashboardAgent.run`, tag ray-2.60.0). Ports are never handed out twice by
+    one process."""
+    high = max(_ephemeral_low(), _LOWEST_PORT + 1000)
+    for _ in range(200):
+        port = random.randrange(_LOWEST_PORT, high)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_LOWEST_PORT}-{high - 1}")
 
 
 def ray_env() -> dict[str, str]:
@@ -65,8 +95,13 @@ class RayNode:
             "--node-ip-address=127.0.0.1",
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
+            # Ports each process binds itself (0: any free one), so no other process can take them first.
+            # The agent and the metrics exporter publish theirs in the GCS; workers bind any port, as Ray's
+            # own multi-node test clusters do (python/ray/cluster_utils.py, `Cluster.add_node`, ray-2.60.0):
+            # the default range hands the same ports out on every node of this machine.
+            "--dashboard-agent-listen-port=0",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
             # No log monitor: it forwards what remote workers print to the drivers (a Python process per
             # node, ~1 CPU-second each on this machine); nothing here reads a remote worker's print, and
             # the job logs are the driver's own output (the supervisor's lines, a task's returned text).
@@ -119,15 +154,37 @@ class RayNode:
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        last = "nothing asked yet"
         while time.monotonic() < deadline:
             try:
-                if requests.get(f"{self.address}/api/gcs_healthz", timeout=2).ok and self._agent_serves():
-                    if requests.get(f"{self.address}/api/jobs/", timeout=5).ok:
-                        return
-            except requests.RequestException:
-                pass
+                if not requests.get(f"{self.address}/api/gcs_healthz", timeout=2).ok:
+                    last = "gcs_healthz not ok"
+                elif not self._agent_serves():
+                    last = "the head's dashboard agent does not serve"
+                elif not requests.get(f"{self.address}/api/jobs/", timeout=5).ok:
+                    last = "the job list not ok"
+                else:
+                    return
+            except (requests.RequestException, ValueError, KeyError) as err:
+                last = f"{type(err).__name__}: {err}"
             time.sleep(0.2)
-        raise RuntimeError(f"Ray head at {self.address} did not become healthy in {timeout}s")
+        raise RuntimeError(f"Ray head at {self.address} did not become healthy in {timeout}s; last: {last}\n"
+                           f"{self.log_tails()}")
+
+    def log_tails(self, lines: int = 12) -> str:
+        """The last lines of the node's own logs (the dashboard, its agent, the raylet, the GCS): what a
+        failed start left to read before stop() removes the temp dir."""
+        logs = Path(self.temp_dir) / "session_latest" / "logs"
+        parts = []
+        for name in ("dashboard.log", "dashboard.err", "dashboard_agent.log", "dashboard_agent.err", "raylet.out",
+                     "raylet.err", "gcs_server.err", "runtime_env_agent.log"):
+            try:
+                text = (logs / name).read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            if text:
+                parts.append(f"--- {name}\n" + "\n".join(text))
+        return "\n".join(parts) or f"(no logs under {logs})"
 
     def _agent_serves(self) -> bool:
         """The head's dashboard agent (which runs submitted jobs) is registered and answers: until then

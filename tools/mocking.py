@@ -378,6 +378,11 @@ def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_
     `pulumi preview` on a project where only the resource types in `existing` are already in state.
     """
     result = result if result is not None else Run()
+    # Pulumi's own Python host turns asyncio's logger off (pulumi/pulumi, sdk/python/cmd/
+    # pulumi-language-python-exec, at 061aba8f117c80e30c05ffdba9eba1da11e44f1f): a failed apply leaves every output
+    # downstream of it unobserved, and asyncio would log each one, traceback formatted, when the collector
+    # reaches it (~800 for one preflight failure of a stack).
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     gcp_project = config.get("gcp:project", "mock-project")
     set_all_config(dict(config), list(secret_keys or []))
     psettings.ROOT.set(None)
