@@ -342,11 +342,13 @@ class _Recorder(logging.Handler):
 
 
 def _recording_logger(result: Run) -> logging.Logger:
-    """The logger pulumi's MockEngine writes the program's pulumi.log messages to: into `result.logs` only."""
+    """The logger pulumi's MockEngine writes the program's pulumi.log messages to: into `result.logs` only.
+    Info and above, what `pulumi up` shows without --debug: the SDK logs a few hundred debug lines per stack
+    (each registration's steps), which nothing here reads."""
     logger = logging.getLogger(f"{__name__}.program")
     logger.handlers = [_Recorder(result)]
     logger.propagate = False
-    logger.setLevel(logging.DEBUG)
+    logger.setLevel(logging.INFO)
     return logger
 
 

@@ -17,9 +17,10 @@ import time
 import ray
 
 
-@ray.remote(num_cpus=0, num_gpus=1)
+@ray.remote(num_cpus=0)
 class Worker:
-    """One per GPU, like verl's FSDP/vLLM worker group: a node lost is an actor died."""
+    """The ranks of one GPU node, holding all its GPUs: a node lost is an actor died, as with verl's worker
+    group of one process per GPU, at one interpreter start per node instead of one per GPU."""
 
     def step(self, step: int, seconds: float) -> int:
         time.sleep(seconds)
@@ -46,7 +47,7 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=1.0)
     p.add_argument("--resumed-step-s", type=float, default=None)
     p.add_argument("--fail-at-step", type=int, default=0)
-    p.add_argument("--gpus", type=int, default=2)
+    p.add_argument("--gpus", type=int, default=2, help="the GPUs of the node it trains on")
     args = p.parse_args()
     os.makedirs(args.ckpt, exist_ok=True)
     try:
@@ -57,7 +58,7 @@ def main() -> int:
     step_s = args.step_s if start == 1 or args.resumed_step_s is None else args.resumed_step_s
     print(f"standin: starting at step {start}", flush=True)
     ray.init()
-    workers = [Worker.remote() for _ in range(args.gpus)]
+    workers = [Worker.options(num_gpus=args.gpus).remote()]
     for step in range(start, args.steps + 1):
         if step == args.fail_at_step:
             print(f"standin: deterministic failure at step {step}", flush=True)
