@@ -59,18 +59,32 @@ def _alive(pid: int) -> bool:
 def test_ports_given_to_ray_cannot_be_taken_by_an_outgoing_connection():
     """Every port a node is told to listen on lies below the ephemeral range (where connect() picks source
     ports), is handed out once, and the ports Ray can pick itself are left to it (0)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     ports = [local_ray.free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports)
-    assert all(20000 <= p < low for p in ports), ports
+    assert all(p < low or p > high for p in ports), ports
     head = local_ray.RayNode(gpus=0)
     worker = local_ray.RayNode(gpus=1, join=head)
     for node in (head, worker):
         flags = dict(a.split("=", 1) for a in node.command() if a.startswith("--") and "=" in a)
         assert flags["--dashboard-agent-listen-port"] == flags["--min-worker-port"] == flags["--max-worker-port"] == "0"
         chosen = [int(v) for k, v in flags.items() if k.endswith("port") and v != "0"]
-        assert all(20000 <= p < low for p in chosen), flags
+        assert all(p < low or p > high for p in chosen), flags
         os.rmdir(node.temp_dir)
+
+
+def test_each_test_worker_draws_ports_from_a_slice_of_its_own(monkeypatch):
+    """Three xdist workers pick at random in the same range: disjoint slices, so two never pick the same port in
+    the seconds before Ray binds it."""
+    slices = []
+    for worker in ("gw0", "gw1", "gw2", None):
+        if worker:
+            monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        else:
+            monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+        slices.append(set(local_ray._port_range()))
+    assert all(len(a) > 1000 for a in slices)
+    assert all(not (a & b) for i, a in enumerate(slices) for b in slices[i + 1:])
 
 
 def test_a_head_that_never_turns_healthy_says_what_it_last_saw(tmp_path, monkeypatch):
@@ -81,9 +95,12 @@ def test_a_head_that_never_turns_healthy_says_what_it_last_saw(tmp_path, monkeyp
     node = local_ray.RayNode(gpus=0)
     logs = Path(node.temp_dir, "session_latest", "logs")
     logs.mkdir(parents=True)
-    (logs / "dashboard_agent.log").write_text("Failed to start HTTP server with exception: address in use\n")
+    (logs / "dashboard_agent.log").write_text("Failed to start HTTP server with exception: address in use\n"
+                                              + "".join(f"routine line {i}\n" for i in range(40)))
     with pytest.raises(RuntimeError) as failed:
         node._start(timeout=1, attempts=1)
     assert "did not become healthy in 1s; last: ConnectionError" in str(failed.value)
+    # the early bind failure is shown ahead of the tail it has scrolled out of
     assert "--- dashboard_agent.log\nFailed to start HTTP server" in str(failed.value)
+    assert "routine line 39" in str(failed.value) and "routine line 20" not in str(failed.value)
     node.stop()

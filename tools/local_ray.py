@@ -23,39 +23,54 @@ VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 
 
-# Below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default) and above Ray's
-# default worker ports (10002-19999).
+# Ports we choose lie outside the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
+# default), from which it hands out every port-0 bind and every outgoing connection's source port, and above
+# Ray's default worker ports (10002-19999). Each pytest-xdist worker draws from its own slice.
 _LOWEST_PORT = 20000
+_SLICES = 8
 _handed_out: set[int] = set()
+_random = random.SystemRandom()  # a random.seed() elsewhere must not make the workers draw the same ports
 
 
-def _ephemeral_low() -> int:
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _port_range() -> range:
+    """This process's slice of the ports outside the ephemeral range (below it, or above it where it starts low)."""
+    low, high = _ephemeral_range()
+    below, above = range(_LOWEST_PORT, low), range(high + 1, 65536)
+    # A machine whose ephemeral range leaves too little room outside gets the old race, not a failure.
+    whole = next((r for r in (below, above) if len(r) >= 8000), range(_LOWEST_PORT, 65536))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) % (_SLICES - 1) if worker[2:].isdigit() else _SLICES - 1  # the last: no xdist
+    size = len(whole) // _SLICES
+    return range(whole.start + index * size, whole.start + (index + 1) * size)
 
 
 def free_port() -> int:
-    """A port to give a Ray process to listen on, free now and outside the ephemeral range. A free port from
-    the ephemeral range (bind to port 0) can be taken in the seconds before Ray binds it, as the source port of
-    any outgoing connection on the machine (a test's HTTP poll, a Ray gRPC call): a dashboard agent that
-    then fails to bind its HTTP port stays alive without it, and its node never serves jobs (ray-project/ray,
-    python/ray/dashboard/agent.py, `DashboardAgent.run`, tag ray-2.60.0). Ports are never handed out twice by
-    one process."""
-    high = max(_ephemeral_low(), _LOWEST_PORT + 1000)
+    """A port to give a Ray process to listen on: free on every address now, outside the ephemeral range, never
+    handed out before by this process. A port from the ephemeral range could be taken by any other process's
+    port-0 bind or outgoing connection in the seconds before Ray binds it; a dashboard agent whose HTTP port
+    was taken stays alive without it, and its node never serves jobs (ray-project/ray, tag ray-2.60.0,
+    python/ray/dashboard/agent.py, `DashboardAgent.run`)."""
+    ports = _port_range()
     for _ in range(200):
-        port = random.randrange(_LOWEST_PORT, high)
+        port = _random.choice(ports)
         if port in _handed_out:
             continue
         with socket.socket() as sock:
             try:
-                sock.bind(("127.0.0.1", port))
+                sock.bind(("", port))
             except OSError:
                 continue
         _handed_out.add(port)
         return port
-    raise RuntimeError(f"no free port in {_LOWEST_PORT}-{high - 1}")
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def ray_env() -> dict[str, str]:
@@ -165,7 +180,7 @@ class RayNode:
                     last = "the job list not ok"
                 else:
                     return
-            except (requests.RequestException, ValueError, KeyError) as err:
+            except Exception as err:  # noqa: BLE001 - a refused, slow or malformed answer: ask again
                 last = f"{type(err).__name__}: {err}"
             time.sleep(0.2)
         raise RuntimeError(f"Ray head at {self.address} did not become healthy in {timeout}s; last: {last}\n"
@@ -176,14 +191,17 @@ class RayNode:
         failed start left to read before stop() removes the temp dir."""
         logs = Path(self.temp_dir) / "session_latest" / "logs"
         parts = []
-        for name in ("dashboard.log", "dashboard.err", "dashboard_agent.log", "dashboard_agent.err", "raylet.out",
-                     "raylet.err", "gcs_server.err", "runtime_env_agent.log"):
+        for path in [Path(self.temp_dir) / "ray-start.log", *(logs / name for name in (
+                "dashboard.log", "dashboard.err", "dashboard_agent.log", "dashboard_agent.out", "dashboard_agent.err",
+                "raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "runtime_env_agent.log"))]:
             try:
-                text = (logs / name).read_text(errors="replace").splitlines()[-lines:]
+                text = path.read_text(errors="replace").splitlines()
             except OSError:
                 continue
+            # A port the agent could not bind is logged once, early: long scrolled out of the tail.
+            early = [line for line in text[:-lines] if "Failed to bind" in line or "Failed to start HTTP" in line]
             if text:
-                parts.append(f"--- {name}\n" + "\n".join(text))
+                parts.append(f"--- {path.name}\n" + "\n".join([*early[-3:], *text[-lines:]]))
         return "\n".join(parts) or f"(no logs under {logs})"
 
     def _agent_serves(self) -> bool:
