@@ -27,6 +27,7 @@ xdist's own `xdist_group` mark is not used: under pytest 9.2 a node keeps its id
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -117,6 +118,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = [*long[:workers], *short]
     rest = [u for u in ordered if all(u is not f for f in first)]
     items[:] = [i for u in [*first, *rest] for i in u]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every composition turns asyncio's logger off, as Pulumi's Python host does (tools.mocking.run): off from
+    # the start, so what a test sees of asyncio's log does not depend on whether a composition ran before it.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
 _running_heads: dict[str, RayNode] = {}  # name in SHARED_HEADS -> its started node

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import gc
 import io
 import logging
 import subprocess
@@ -72,10 +71,6 @@ def plan_in_process(*args: str) -> subprocess.CompletedProcess:
     lands in stderr here too: log records (Python's last-resort handler prints WARNING and above) and
     warnings. A test about the process boundary (the exit code, no traceback) runs the real command: an
     uncaught exception here fails the test instead of printing a traceback."""
-    # Finalize earlier tests' garbage first: a Pulumi output future of an earlier composition that failed
-    # logs "Future exception was never retrieved" (a traceback) when the collector reaches it, which would
-    # land in this run's stderr.
-    gc.collect()
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)
     handler.setLevel(logging.WARNING)

@@ -117,8 +117,8 @@ class Run:
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
     invokes: list[Invoke] = field(default_factory=list)
-    # What the program logged (pulumi.log): (level, message). Recorded, not printed: the plan prints the
-    # config's warnings itself, once.
+    # What the program logged (pulumi.log), info and up: (level, message). Recorded, not printed: the plan
+    # prints the config's warnings itself, once.
     logs: list[tuple[str, str]] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[Registration]:
