@@ -57,8 +57,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_ports_given_to_ray_cannot_be_taken_by_an_outgoing_connection():
-    """Every port a node is told to listen on lies below the ephemeral range (where connect() picks source
-    ports), is handed out once, and the ports Ray can pick itself are left to it (0)."""
+    """Every port a node is told to listen on lies outside the ephemeral range (where the kernel picks every
+    port-0 bind and outgoing source port), is handed out once, and the ports Ray can pick itself are left to it
+    (0)."""
     low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     ports = [local_ray.free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports)

@@ -111,7 +111,8 @@ class RayNode:
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
             # Ports each process binds itself (0: any free one), so no other process can take them first.
-            # The agent and the metrics exporter publish theirs in the GCS; workers bind any port, as Ray's
+            # The agent publishes its port in the GCS, as does the metrics exporter (no flag: 0 by default,
+            # python/ray/_private/node.py, ray-2.60.0); workers bind any port, as Ray's
             # own multi-node test clusters do (python/ray/cluster_utils.py, `Cluster.add_node`, ray-2.60.0):
             # the default range hands the same ports out on every node of this machine.
             "--dashboard-agent-listen-port=0",
@@ -198,10 +199,11 @@ class RayNode:
                 text = path.read_text(errors="replace").splitlines()
             except OSError:
                 continue
+            if not text:
+                continue
             # A port the agent could not bind is logged once, early: long scrolled out of the tail.
             early = [line for line in text[:-lines] if "Failed to bind" in line or "Failed to start HTTP" in line]
-            if text:
-                parts.append(f"--- {path.name}\n" + "\n".join([*early[-3:], *text[-lines:]]))
+            parts.append(f"--- {path.name}\n" + "\n".join([*early[-3:], *text[-lines:]]))
         return "\n".join(parts) or f"(no logs under {logs})"
 
     def _agent_serves(self) -> bool:
