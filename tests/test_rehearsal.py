@@ -16,7 +16,7 @@ recovery state on the bucket; on every other shipped stack a shorter run through
 own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint mount on the
 head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
 start), and a run takes the worker pods of its shape an earlier run left, as KubeRay keeps a cluster's
-pods across its jobs: the module starts 5 Ray nodes where it started 9, about 100 CPU-seconds instead
+pods across its jobs: the module starts 7 Ray nodes where it started 10, about 98 CPU-seconds instead
 of 111 (serially, back to back, on this 2-core machine).
 """
 

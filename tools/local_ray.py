@@ -81,6 +81,10 @@ def ray_env() -> dict[str, str]:
     # its tasks; every job's driver here starts an actor or two at most, so those processes (~0.4
     # CPU-seconds each) are mostly never used.
     env["RAY_prestart_worker_first_driver"] = "0"
+    # No metrics: every Ray process would export to its node's agent, which nothing here reads
+    # (`enable_metrics_collection`, src/ray/common/ray_config_def.h, ray-2.60.0). Measured with a head and a
+    # worker: their start 8.3 -> 7.1 CPU-seconds, idle 3.9 -> 3.3 CPU-seconds a minute.
+    env["RAY_enable_metrics_collection"] = "0"
     return env
 
 
