@@ -567,7 +567,7 @@ def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
     assert outs["status"] == GONE and outs["job_id"] == created.id and "is gone" in outs["message"]
     provider.delete(created.id, created.outs)
     # nothing listens at the address any more: no answer is not "gone" (tests/test_ray_presence.py)
-    dead = {**created.outs, "address": refused_address(), "probe_window_s": 2}
+    dead = {**created.outs, "address": refused_address(), "probe_window_s": 1}  # refused at once: one window of tries
     with pytest.raises(RayJobError, match="no definite answer"):
         provider.read(created.id, dead)
     with pytest.raises(RayJobError, match="no definite answer"):
