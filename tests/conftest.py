@@ -45,7 +45,6 @@ SPLIT = {
     "test_stage_task.py",
     "test_stage_data.py",
     "test_gke_version.py",
-    "test_layers.py",
     "test_cli_loader.py",
 }
 

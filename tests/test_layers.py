@@ -97,11 +97,13 @@ COMPONENT_MODULES = sorted(m for m in MODULES if m.startswith("components.") and
 # process of its own would, without an interpreter and the SDKs' imports per component (~0.4 CPU-seconds each).
 _IMPORT_EACH = """
 import importlib, json, sys, traceback
-ours = set(sys.argv[1].split(","))
+ours, path = set(sys.argv[1].split(",")), list(sys.path)
 seen = {}
 for module in sys.argv[2:]:
+    print("importing", module, file=sys.stderr, flush=True)  # names the culprit of a crash or a hang
     for name in [m for m in sys.modules if m.split(".")[0] in ours]:
         del sys.modules[name]
+    sys.path[:] = path  # components.scripts.supervise puts its own folder first
     try:
         importlib.import_module(module)
         seen[module] = sorted(m for m in sys.modules if m.split(".")[0] in ("stacks", "tools"))

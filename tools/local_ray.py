@@ -115,8 +115,8 @@ class RayNode:
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
             # Ports each process binds itself (0: any free one), so no other process can take them first.
-            # The agent publishes its port in the GCS, as does the metrics exporter (no flag: 0 by default,
-            # python/ray/_private/node.py, ray-2.60.0); workers bind any port, as Ray's
+            # The agent publishes its port in the GCS (the metrics exporter, which would too, is off:
+            # ray_env); workers bind any port, as Ray's
             # own multi-node test clusters do (python/ray/cluster_utils.py, `Cluster.add_node`, ray-2.60.0):
             # the default range hands the same ports out on every node of this machine.
             "--dashboard-agent-listen-port=0",
@@ -235,6 +235,18 @@ class RayNode:
             if ppid in raylets and cmd.startswith(b"ray::DashboardAgent"):
                 return pid
         raise RuntimeError(f"no dashboard agent process for the node in {self.temp_dir}")
+
+    def running(self) -> bool:
+        """Whether this node's raylet still runs (a node whose raylet died is gone from the cluster)."""
+        needle = self.temp_dir.encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and b"raylet/raylet" in (cmd := (proc / "cmdline").read_bytes()) \
+                        and needle in cmd:
+                    return True
+            except OSError:
+                continue
+        return False
 
     def stop(self) -> None:
         if self.pgid is not None:
