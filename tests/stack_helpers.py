@@ -6,6 +6,7 @@ import contextlib
 import copy
 import functools
 import io
+import json
 import logging
 import subprocess
 import sys
@@ -40,6 +41,29 @@ def run_stack_file(path: Path) -> mocking.Run:
     raw, secret_keys = plan.read_stack_file(path)
     raw["gcp:project"] = BASE["gcp:project"]  # the files ship a placeholder that `pulumi up` rejects
     return mocking.run(program, raw, path.stem.split(".", 1)[1], secret_keys)
+
+
+def composed(overrides: dict[str, object] | None = None, secret_keys: list[str] | None = None) -> mocking.Run:
+    """run_config(overrides, secret_keys=...), composed once per test process for each distinct config and
+    shared (each call returns a copy of its own): within one worker the same few configs were composed again
+    and again by modules that only read them. Not for a test that patches anything the composition depends
+    on (a function, an environment variable): the copy would come from before the patch. Use run_config."""
+    return copy.deepcopy(_composed(json.dumps(overrides or {}, sort_keys=True), tuple(secret_keys or ())))
+
+
+@functools.cache
+def _composed(overrides: str, secret_keys: tuple[str, ...]) -> mocking.Run:
+    return run_config(json.loads(overrides), secret_keys=list(secret_keys) or None)
+
+
+def composed_file(path: Path) -> mocking.Run:
+    """run_stack_file(path), composed once per test process and shared as `composed` is (same caveat)."""
+    return copy.deepcopy(_composed_file(Path(path).resolve()))
+
+
+@functools.cache
+def _composed_file(path: Path) -> mocking.Run:
+    return run_stack_file(path)
 
 
 def shipped_plan(stack: str, other_mode: bool = False) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from catalog.gke import NODE_OAUTH_SCOPES
 from components.node_identity import NodeServiceAccount
-from tests.stack_helpers import run_config
+from tests.stack_helpers import composed
 from tools import mocking
 
 CLUSTER = "gcp:container/cluster:Cluster"
@@ -27,7 +27,7 @@ def _email(run: mocking.Run) -> str:
 
 @pytest.mark.parametrize("mode", ["standard", "autopilot"])
 def test_a_dedicated_account_holds_only_the_documented_roles(mode):
-    run = run_config({"clusterMode": mode, "namePrefix": "verl-x"})
+    run = composed({"clusterMode": mode, "namePrefix": "verl-x"})
     assert run.one(ACCOUNT).inputs["accountId"] == "verl-x-nodes"
     grants = run.of_type(MEMBER)
     roles = sorted(g.inputs["role"] for g in grants)
@@ -46,7 +46,7 @@ def test_a_dedicated_account_holds_only_the_documented_roles(mode):
 
 
 def test_standard_pools_run_as_the_account_after_its_grants():
-    run = run_config({"clusterMode": "standard"})
+    run = composed({"clusterMode": "standard"})
     grants = {g.urn for g in run.of_type(MEMBER)}
     cluster = run.one(CLUSTER)
     # The default pool lives only during creation; it too runs as the account.
@@ -61,7 +61,7 @@ def test_standard_pools_run_as_the_account_after_its_grants():
 
 
 def test_autopilot_nodes_run_as_the_account_after_its_grants():
-    run = run_config({"clusterMode": "autopilot"})
+    run = composed({"clusterMode": "autopilot"})
     cluster = run.one(CLUSTER)
     defaults = cluster.inputs["clusterAutoscaling"]["autoProvisioningDefaults"]
     assert defaults == {"serviceAccount": _email(run), "oauthScopes": [DOC["recommended_scope"]]}
@@ -71,7 +71,7 @@ def test_autopilot_nodes_run_as_the_account_after_its_grants():
 
 
 def test_the_account_waits_for_the_apis_its_parent_waits_for():
-    run = run_config()
+    run = composed()
     apis = {r.urn for r in run.of_type("gcp:projects/service:Service")}
     assert apis <= set(run.one(ACCOUNT).depends_on)
     assert "cloudresourcemanager.googleapis.com" in {r.inputs["service"] for r in
@@ -90,14 +90,14 @@ def test_bad_account_id_creates_nothing():
 
 
 def test_empty_authorized_networks_keeps_the_endpoint_open():
-    cluster = run_config().one(CLUSTER).inputs
+    cluster = composed().one(CLUSTER).inputs
     assert "masterAuthorizedNetworksConfig" not in cluster
 
 
 @pytest.mark.parametrize("mode", ["standard", "autopilot"])
 def test_authorized_networks_restrict_the_endpoint(mode):
     cidrs = ["203.0.113.0/24", "198.51.100.7/32"]
-    cluster = run_config({"clusterMode": mode, "masterAuthorizedNetworks": cidrs}).one(CLUSTER).inputs
+    cluster = composed({"clusterMode": mode, "masterAuthorizedNetworks": cidrs}).one(CLUSTER).inputs
     blocks = cluster["masterAuthorizedNetworksConfig"]["cidrBlocks"]
     assert [b["cidrBlock"] for b in blocks] == cidrs
     assert all(b["displayName"] for b in blocks)
@@ -107,6 +107,6 @@ def test_authorized_networks_from_a_stack_file_string():
     # The CLI hands a list value to the program as a JSON string (pulumi/pulumi @1b5949891b3c
     # sdk/go/common/resource/config/object.go, object.MarshalString):
     # run_config passes the YAML list through the CLI loader, which turns it into that string.
-    run = run_config({"masterAuthorizedNetworks": ["10.1.0.0/16"]})
+    run = composed({"masterAuthorizedNetworks": ["10.1.0.0/16"]})
     assert run.one(CLUSTER).inputs["masterAuthorizedNetworksConfig"]["cidrBlocks"][0]["cidrBlock"] == "10.1.0.0/16"
 

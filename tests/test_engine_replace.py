@@ -24,7 +24,7 @@ from pulumi.runtime import rpc
 from components.stack_guard import kept_message, refusals
 from stacks import keys
 from tests.provider_grpc import ProviderServer
-from tests.stack_helpers import run_config
+from tests.stack_helpers import composed
 
 JOB = "pulumi-python:dynamic/verl-gke:RayJob"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
@@ -36,7 +36,7 @@ KEEPER = "pulumi-python:dynamic/verl-gke:BucketKeeper"
 
 @pytest.fixture(scope="module")
 def run():
-    return run_config({"accelerator": "l4", "clusterMode": "standard", "zonalCluster": True, "gpuNodes": 2,
+    return composed({"accelerator": "l4", "clusterMode": "standard", "zonalCluster": True, "gpuNodes": 2,
                        "model": "Qwen/Qwen2.5-0.5B-Instruct"})
 
 
@@ -62,7 +62,7 @@ def test_the_bucket_keeps_its_name_or_adopts_a_named_one(run):
     assert own.import_id == "" and own.retain_on_delete
     suffix = run.one("random:index/randomId:RandomId")
     assert suffix.parent == own.parent  # the suffix lives in state: an existing stack keeps its name
-    adopted = run_config({"accelerator": "l4", "clusterMode": "standard", "zonalCluster": True, "gpuNodes": 2,
+    adopted = composed({"accelerator": "l4", "clusterMode": "standard", "zonalCluster": True, "gpuNodes": 2,
                           "model": "Qwen/Qwen2.5-0.5B-Instruct", "bucketName": "verl-data-0a1b2c3d"})
     bucket = adopted.one(BUCKET)
     assert bucket.import_id == "verl-data-0a1b2c3d" and bucket.inputs["name"] == "verl-data-0a1b2c3d"

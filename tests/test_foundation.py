@@ -10,7 +10,7 @@ import pytest
 from catalog.accelerators import ACCELERATORS, installer_url
 from catalog.versions import GIB_INSTALLER_REVISION
 from stacks import config
-from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
+from tests.stack_helpers import STACK_FILES, composed, composed_file
 from tools import engine_versions, mocking, schema
 
 NETWORK = "gcp:compute/network:Network"
@@ -25,7 +25,7 @@ def test_stack_files_exist():
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
 def test_every_stack_file_composes(path):
-    run = run_stack_file(path)
+    run = composed_file(path)
     cfg_acc = {"b200": ("a4-highgpu-8g", 8), "h200": ("a3-ultragpu-8g", 8), "l4": ("g2-standard-24", 2)}
     machine, per_node = cfg_acc[run.outputs["accelerator"]]
     cluster = run.one(CLUSTER)
@@ -91,7 +91,7 @@ def test_cli_injected_defaults_change_no_verdict(stack):
 @pytest.mark.parametrize("mode", ["autopilot", "standard"])
 @pytest.mark.parametrize("acc", ["b200", "h200"])
 def test_modes_and_accelerators(mode, acc):
-    run = run_config({"accelerator": acc, "clusterMode": mode})
+    run = composed({"accelerator": acc, "clusterMode": mode})
     a = ACCELERATORS[acc]
     cluster = run.one(CLUSTER).inputs
     assert cluster["enableMultiNetworking"] is True
@@ -147,7 +147,7 @@ def test_modes_and_accelerators(mode, acc):
 
 
 def test_rdma_networks():
-    run = run_config({"accelerator": "h200"})
+    run = composed({"accelerator": "h200"})
     nets = {r.inputs["name"]: r.inputs for r in run.of_type(NETWORK)}
     assert nets["verl-rdma-net"]["networkProfile"] == (
         "projects/test-project-1/global/networkProfiles/us-central1-b-vpc-roce")
@@ -177,7 +177,7 @@ def test_rdma_networks():
 ])
 def test_capacity_types(capacity, expect):
     extra = {"reservation": "my-a4-res"} if capacity == "reservation" else {}
-    node_pool = run_config({"capacity": capacity, **extra}).one(POOL, "gke-gpu-pool").inputs
+    node_pool = composed({"capacity": capacity, **extra}).one(POOL, "gke-gpu-pool").inputs
     assert node_pool.get("placementPolicy") == expect["placement"]
     assert node_pool["nodeConfig"].get("spot") == expect["spot"]
     for key in ("reservationAffinity", "flexStart"):
@@ -186,7 +186,7 @@ def test_capacity_types(capacity, expect):
 
 
 def test_kubernetes_resources_use_the_cluster_provider():
-    run = run_config()
+    run = composed()
     provider = run.one("pulumi:providers:kubernetes")
     k8s = [r for r in run.resources if r.type.startswith("kubernetes:")]
     assert k8s, "the stack registers Kubernetes resources"

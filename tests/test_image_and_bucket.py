@@ -7,7 +7,7 @@ import pytest
 
 from catalog.images import mirrored
 from stacks import config
-from tests.stack_helpers import BASE, run_config
+from tests.stack_helpers import BASE, composed
 
 DIGEST = "verlai/verl@sha256:" + "a" * 64
 REPO = "kubernetes:ray.io/v1:RayCluster"
@@ -26,7 +26,7 @@ def test_mirrored_reference(image, expected):
 
 @pytest.mark.parametrize("mode", ["standard", "autopilot"])
 def test_pods_pull_through_the_regional_remote_repository(mode):
-    run = run_config({"clusterMode": mode, "image": DIGEST})
+    run = composed({"clusterMode": mode, "image": DIGEST})
     repo = run.one("gcp:artifactregistry/repository:Repository").inputs
     assert repo["mode"] == "REMOTE_REPOSITORY" and repo["format"] == "DOCKER"
     assert repo["remoteRepositoryConfig"]["dockerRepository"]["publicRepository"] == "DOCKER_HUB"
@@ -45,16 +45,16 @@ def test_pods_pull_through_the_regional_remote_repository(mode):
 
 
 def test_no_mirror_keeps_the_image_as_given():
-    run = run_config({"imageMirror": False, "image": DIGEST})
+    run = composed({"imageMirror": False, "image": DIGEST})
     assert run.of_type("gcp:artifactregistry/repository:Repository") == []
     job = run.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]["containers"][0]
     assert job["image"] == DIGEST
 
 
 def test_soft_delete_is_off_by_default_and_a_short_retention_is_a_key():
-    bucket = run_config({}).one("gcp:storage/bucket:Bucket").inputs
+    bucket = composed({}).one("gcp:storage/bucket:Bucket").inputs
     assert bucket["softDeletePolicy"] == {"retentionDurationSeconds": 0}
-    bucket = run_config({"bucketSoftDeleteDays": 7}).one("gcp:storage/bucket:Bucket").inputs
+    bucket = composed({"bucketSoftDeleteDays": 7}).one("gcp:storage/bucket:Bucket").inputs
     assert bucket["softDeletePolicy"] == {"retentionDurationSeconds": 7 * 86400}
 
 

@@ -19,7 +19,7 @@ from catalog.models import model_spec
 from recipe import grpo
 from stacks import config, cost
 from stacks import quotas as quota_check
-from tests.stack_helpers import ROOT, run_stack_file
+from tests.stack_helpers import ROOT, composed_file
 from tools import mocking, plan
 
 CLUSTER, POOL = "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool"
@@ -33,7 +33,7 @@ L4 = ACCELERATORS["l4"]
 
 @functools.cache
 def stack(name: str) -> mocking.Run:
-    return run_stack_file(ROOT / f"Pulumi.{name}.yaml")
+    return composed_file(ROOT / f"Pulumi.{name}.yaml")
 
 
 def dev_config() -> config.StackConfig:

@@ -214,9 +214,9 @@ def test_the_private_cluster_migration_keeps_the_cluster_gke_filled_the_endpoint
     program never sets it. The bridged provider diffs the program's block against that state: the
     field is ForceNew and not Computed, and its diff is suppressed only with master_ipv4_cidr_block
     (resource_container_cluster.go @e03b7622), so it must stay ignored once the migration is named."""
-    from tests.stack_helpers import run_config
+    from tests.stack_helpers import composed
 
-    cluster = run_config({"clusterMode": "standard", "migrations": ["private-cluster"]}).one(
+    cluster = composed({"clusterMode": "standard", "migrations": ["private-cluster"]}).one(
         "gcp:container/cluster:Cluster")
     # Computed fields GKE also returns (masterIpv4CidrBlock, privateEndpoint...) diff nothing when unset
     # in the program, so the state here carries only what the program sets and the non-Computed one.

@@ -12,7 +12,7 @@ import pytest
 
 from catalog.paths import MOUNT, bucket_paths
 from stacks import config
-from tests.stack_helpers import BASE, ROOT, STACK_FILES, run_config, run_stack_file
+from tests.stack_helpers import BASE, ROOT, STACK_FILES, composed, composed_file
 from tools import mocking, plan
 
 AWAIT = json.loads((Path(__file__).parent / "data" / "pulumi_k8s_await.json").read_text())
@@ -53,12 +53,12 @@ def _waits(value: str) -> list[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def b200():
-    return run_stack_file(ROOT / "Pulumi.b200.yaml")
+    return composed_file(ROOT / "Pulumi.b200.yaml")
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
 def test_raycluster_awaits_the_head_in_pulumi_kubernetes_syntax(path):
-    run = run_stack_file(path)
+    run = composed_file(path)
     annotations = run.one(RAYCLUSTER).inputs["metadata"]["annotations"]
     # What every KubeRay v1 sets once the head Pod has an address, and keeps with the GPU workers at
     # zero; a wait on a field (no value) holds once the field is present.
@@ -98,7 +98,7 @@ def test_in_place_updates_leave_the_generation_the_wait_is_gated_on(b200):
 
 
 def test_await_timeout_follows_job_ready_timeout_minutes():
-    run = run_config({"jobReadyTimeoutMinutes": 25})
+    run = composed({"jobReadyTimeoutMinutes": 25})
     assert run.one(RAYCLUSTER).inputs["metadata"]["annotations"][AWAIT["timeout_annotation"]] == "1500"
     assert run.one("pulumi-python:dynamic/verl-gke:RayJob").inputs["ready_timeout_s"] == 1500
 
@@ -158,7 +158,7 @@ def test_wandb_needs_its_key():
 
 
 def test_wandb_key_reaches_the_workers_only_through_a_secret():
-    run = run_config({"grpoLogger": ["console", "wandb"], "wandbApiKey": WANDB_KEY},
+    run = composed({"grpoLogger": ["console", "wandb"], "wandbApiKey": WANDB_KEY},
                      secret_keys=["verl-gke:wandbApiKey"])
     secrets = {r.name: r for r in run.of_type(SECRET)}
     assert set(secrets) == {"storage-wandb-key"}
@@ -174,7 +174,7 @@ def test_wandb_key_reaches_the_workers_only_through_a_secret():
     everything = json.dumps([r.raw_inputs for r in run.resources if r.type != SECRET], default=str)
     assert WANDB_KEY not in everything and WANDB_KEY not in json.dumps(run.outputs, default=str)
     # Without the key nothing W&B is created.
-    assert not run_config().of_type(SECRET)
+    assert not composed().of_type(SECRET)
 
 
 PASTE_ONLY = {"logsCommand"}
@@ -182,7 +182,7 @@ PASTE_ONLY = {"logsCommand"}
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.name)
 def test_command_outputs_paste_into_a_shell(path):
-    outputs = run_stack_file(path).outputs
+    outputs = composed_file(path).outputs
     commands = {k: v for k, v in outputs.items() if k.endswith("Command") or k == "getCredentials"}
     assert {"dashboardCommand", "tensorboardCommand", "watchCommand", "jobLogsCommand"} <= set(commands)
     for name, command in commands.items():

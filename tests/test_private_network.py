@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from catalog import egress
-from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
+from tests.stack_helpers import STACK_FILES, composed, composed_file
 
 CLUSTER = "gcp:container/cluster:Cluster"
 POOL = "gcp:container/nodePool:NodePool"
@@ -16,7 +16,7 @@ ROUTER = "gcp:compute/router:Router"
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=[p.stem for p in STACK_FILES])
 def test_no_shipped_stack_has_a_public_node_or_an_open_ip_endpoint(path):
-    run = run_stack_file(path)
+    run = composed_file(path)
     cluster = run.one(CLUSTER).inputs
     assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}  # Autopilot's nodes, new pools
     for pool in run.of_type(POOL):
@@ -28,7 +28,7 @@ def test_no_shipped_stack_has_a_public_node_or_an_open_ip_endpoint(path):
 
 
 def test_authorized_networks_turn_the_ip_endpoint_on_for_them_only():
-    cluster = run_config({"masterAuthorizedNetworks": ["203.0.113.0/24"]}).one(CLUSTER).inputs
+    cluster = composed({"masterAuthorizedNetworks": ["203.0.113.0/24"]}).one(CLUSTER).inputs
     assert cluster["controlPlaneEndpointsConfig"]["ipEndpointsConfig"] == {"enabled": True}
     assert [b["cidrBlock"] for b in cluster["masterAuthorizedNetworksConfig"]["cidrBlocks"]] == ["203.0.113.0/24"]
 
@@ -45,7 +45,7 @@ def _nat_of(run):
     ({"grpoLogger": ["console", "wandb"], "wandbApiKey": "k"}, {egress.HUGGING_FACE, "github.com", egress.WANDB}),
 ])
 def test_every_destination_outside_google_goes_through_the_regions_nat(overrides, needs):
-    run = run_config(overrides, secret_keys=["verl-gke:wandbApiKey"] if "wandbApiKey" in overrides else None)
+    run = composed(overrides, secret_keys=["verl-gke:wandbApiKey"] if "wandbApiKey" in overrides else None)
     nat, router = _nat_of(run)
     routes = run.outputs["egress"]
     assert {host for host, via in routes.items() if via == f"Cloud NAT {nat.inputs['name']}"} == needs
@@ -62,7 +62,7 @@ def test_every_destination_outside_google_goes_through_the_regions_nat(overrides
 def test_staging_waits_for_the_nat():
     """The staging Job downloads at once (Hugging Face, git clone): it waits for the NAT. The Ray pods
     start after the cluster and its pools (minutes after the NAT) and pull images with kubelet retries."""
-    run = run_config({"clusterMode": "standard"})
+    run = composed({"clusterMode": "standard"})
     nat, _ = _nat_of(run)
     by_urn = run.by_urn()
 
@@ -83,8 +83,8 @@ def test_staging_waits_for_the_nat():
 def test_a_named_migration_applies_to_the_live_resources_and_an_unknown_one_is_refused():
     from stacks import config
 
-    kept = run_config({"clusterMode": "standard"})
-    applied = run_config({"clusterMode": "standard",
+    kept = composed({"clusterMode": "standard"})
+    applied = composed({"clusterMode": "standard",
                           "migrations": ["private-nodes", "no-compact-placement", "private-cluster", "primary-mtu"]})
     for run, present in ((kept, True), (applied, False)):
         gpu = run.one(POOL, "gke-gpu-pool")
@@ -106,5 +106,5 @@ def test_authorized_networks_leave_out_every_other_google_cloud_vm():
     external traffic ... except traffic from the given CIDR blocks, Google Compute Engine Public IPs
     and Google Prod IPs"): any VM of any project would reach the IP endpoint. cluster-toolkit
     gke-cluster sends false by default (variables.tf gcp_public_cidrs_access_enabled @1047080)."""
-    cluster = run_config({"masterAuthorizedNetworks": ["203.0.113.0/24"]}).one(CLUSTER).inputs
+    cluster = composed({"masterAuthorizedNetworks": ["203.0.113.0/24"]}).one(CLUSTER).inputs
     assert cluster["masterAuthorizedNetworksConfig"]["gcpPublicCidrsAccessEnabled"] is False

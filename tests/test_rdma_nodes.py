@@ -17,7 +17,7 @@ import yaml
 
 from catalog.accelerators import ACCELERATORS
 from stacks import config
-from tests.stack_helpers import BASE, run_config
+from tests.stack_helpers import BASE, composed, run_config
 from tools import mocking
 
 REFERENCE = yaml.safe_load((Path(__file__).parent / "data" / "reference" / "gke_rdma_references.yaml").read_text())
@@ -30,7 +30,7 @@ ACCS = ["b200", "h200"]
 
 @functools.cache
 def stack(acc: str, mode: str, capacity: str = "spot") -> mocking.Run:
-    return run_config({"accelerator": acc, "clusterMode": mode, "capacity": capacity})
+    return composed({"accelerator": acc, "clusterMode": mode, "capacity": capacity})
 
 
 def worker_spec(run: mocking.Run) -> dict:
@@ -71,7 +71,7 @@ def test_2_autopilot_workers_are_pinned_to_the_roce_zone(acc):
 
 def test_2_autopilot_reservation_selects_it_explicitly():
     """Autopilot consumes specific reservations only, selected by name (GKE 'Consuming reserved zonal resources')."""
-    run = run_config({"clusterMode": "autopilot", "capacity": "reservation", "reservation": "my-a4-res"})
+    run = composed({"clusterMode": "autopilot", "capacity": "reservation", "reservation": "my-a4-res"})
     selector = worker_spec(run)["nodeSelector"]
     assert selector["cloud.google.com/reservation-name"] == "my-a4-res"
     assert selector["cloud.google.com/reservation-affinity"] == "specific"

@@ -11,7 +11,7 @@ import pytest
 from catalog.paths import COMPLETE_MARKER
 from stacks import config
 from stacks.derived import run_paths
-from tests.stack_helpers import STACK_FILES, run_config, run_stack_file
+from tests.stack_helpers import STACK_FILES, composed, composed_file
 
 TOKEN = "hf_GRAPHtestTOKENvalue0123456789"
 JOB = "pulumi-python:dynamic/verl-gke:RayJob"
@@ -36,7 +36,7 @@ def _container(job_inputs):
 @pytest.fixture(scope="module", params=STACK_FILES, ids=lambda p: p.name)
 def stack(request):
     path = request.param
-    run = run_stack_file(path)
+    run = composed_file(path)
     raw = {**__import__("tools.plan", fromlist=["x"]).read_stack_file(path)[0], "gcp:project": "test-project-1"}
     return run, config.load(raw, path.stem.split(".", 1)[1])
 
@@ -137,7 +137,7 @@ def _reaches(run, start, target_pred):
 
 
 def test_dependency_edges():
-    run = run_config({"clusterMode": "standard"})
+    run = composed({"clusterMode": "standard"})
     job, data_job, ray = _job(run), run.one(DATA_JOB), run.one(RAYCLUSTER)
     is_gpu_pool = lambda r: r.name == "gke-gpu-pool"  # noqa: E731
     is_cpu_pool = lambda r: r.name == "gke-cpu-pool"  # noqa: E731
@@ -160,7 +160,7 @@ def test_dependency_edges():
 
 
 def test_no_secret_in_plain_text_anywhere():
-    run = run_config({"hfToken": TOKEN}, secret_keys=["verl-gke:hfToken"])
+    run = composed({"hfToken": TOKEN}, secret_keys=["verl-gke:hfToken"])
     secret = run.one("kubernetes:core/v1:Secret")
     assert TOKEN in json.dumps(secret.raw_inputs), "the token reaches the Kubernetes Secret"
     for r in run.resources:
@@ -174,6 +174,6 @@ def test_no_secret_in_plain_text_anywhere():
 
 
 def test_submit_job_false_registers_no_job():
-    run = run_config({"submitJob": "false"})
+    run = composed({"submitJob": "false"})
     assert not run.of_type(JOB)
     assert "jobId" not in run.outputs
