@@ -47,8 +47,13 @@ def composed(overrides: dict[str, object] | None = None, secret_keys: list[str] 
     """run_config(overrides, secret_keys=...), composed once per test process for each distinct config and
     shared (each call returns a copy of its own): within one worker the same few configs were composed again
     and again by modules that only read them. Not for a test that patches anything the composition depends
-    on (a function, an environment variable): the copy would come from before the patch. Use run_config."""
-    return copy.deepcopy(_composed(json.dumps(overrides or {}, sort_keys=True), tuple(secret_keys or ())))
+    on (a function, an environment variable), nor one that reads the runtime's state after composing (Pulumi's
+    settings, config, mocks): the copy may come from before the patch, and that state from another config.
+    Use run_config. The overrides are JSON data (a tuple would arrive as a list and be accepted)."""
+    key = json.dumps(overrides or {}, sort_keys=True)
+    if json.loads(key) != (overrides or {}):
+        raise TypeError(f"composed() takes JSON data only (use run_config), not {overrides}")
+    return copy.deepcopy(_composed(key, tuple(secret_keys or ())))
 
 
 @functools.cache
@@ -58,7 +63,7 @@ def _composed(overrides: str, secret_keys: tuple[str, ...]) -> mocking.Run:
 
 def composed_file(path: Path) -> mocking.Run:
     """run_stack_file(path), composed once per test process and shared as `composed` is (same caveat)."""
-    return copy.deepcopy(_composed_file(Path(path).resolve()))
+    return copy.deepcopy(_composed_file(Path(path).absolute()))  # not resolve(): the stack name is the file's
 
 
 @functools.cache
