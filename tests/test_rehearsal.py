@@ -304,8 +304,9 @@ class Cluster:
         self.nodes.remove(node)
 
     def close(self) -> None:
-        for node in reversed(self.nodes):
-            node.stop()
+        # Side by side: a node's stop is mostly waiting out its processes' SIGTERM grace (~1 s each).
+        with ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
+            list(pool.map(RayNode.stop, self.nodes))
         self.nodes.clear()
         self.idle.clear()
         self.mount_points.release()
