@@ -218,19 +218,14 @@ class RayNode:
         return head is not None and requests.get(
             f"{self.address}/api/v0/logs?node_id={head}&glob=dashboard_agent*&timeout=5", timeout=10).ok
 
+    def _raylets(self, procs: dict[int, tuple[int, bytes]]) -> set[int]:
+        """The pids of this node's raylet among `procs` (_processes())."""
+        return {pid for pid, (_, cmd) in procs.items() if b"raylet/raylet" in cmd and self.temp_dir.encode() in cmd}
+
     def agent_pid(self) -> int:
         """The pid of this node's dashboard agent: the raylet's child titled ray::DashboardAgent."""
-        procs = {}
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            procs[int(proc.name)] = (ppid, cmdline)
-        raylets = {pid for pid, (_, cmd) in procs.items() if b"raylet/raylet" in cmd and self.temp_dir.encode() in cmd}
+        procs = _processes()
+        raylets = self._raylets(procs)
         for pid, (ppid, cmd) in procs.items():
             if ppid in raylets and cmd.startswith(b"ray::DashboardAgent"):
                 return pid
@@ -238,15 +233,7 @@ class RayNode:
 
     def running(self) -> bool:
         """Whether this node's raylet still runs (a node whose raylet died is gone from the cluster)."""
-        needle = self.temp_dir.encode()
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and b"raylet/raylet" in (cmd := (proc / "cmdline").read_bytes()) \
-                        and needle in cmd:
-                    return True
-            except OSError:
-                continue
-        return False
+        return bool(self._raylets(_processes()))
 
     def stop(self) -> None:
         if self.pgid is not None:
@@ -275,15 +262,28 @@ def _kill_group(pgid: int, grace: float = 1.0) -> None:
             time.sleep(0.1)
 
 
-def _kill_matching(needle: str) -> None:
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every process that can be read now."""
+    procs = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+        if not proc.name.isdigit():
             continue
         try:
-            if needle.encode() in (proc / "cmdline").read_bytes():
-                os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
+            cmdline = (proc / "cmdline").read_bytes()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
+        procs[int(proc.name)] = (ppid, cmdline)
+    return procs
+
+
+def _kill_matching(needle: str) -> None:
+    for pid, (_, cmdline) in _processes().items():
+        if pid != os.getpid() and needle.encode() in cmdline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # gone meanwhile, or not ours to kill
+                continue
 
 
 def gpus_on(address: str) -> float:
