@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from components.ray_client import TERMINAL
 from tests.ray_fixtures import IMAGE_LIBRARY_PATH, REPO, VENV_BIN, RayNode, image_env, job_logs, wait_for_line
 from tests.stack_helpers import shipped_plan
 from tools import placement
@@ -260,7 +261,7 @@ class Cluster:
         self.pods, self.bucket = pods, tmp / "bucket"
         self.bucket_mounts = {m.path for pod in pods.values() for m in pod.mounts if m.kind == "csi"}
         self.nodes: list[RayNode] = []
-        self.idle: dict[tuple[str, int, int], list[RayNode]] = {}  # (role, gpus, CPUs) -> pods no run holds
+        self.idle: list[PodNode] = []  # pods no run holds
         self.mount_points = HostMountPoints(self.bucket_mounts, state)
         self.head: RayNode | None = None
         try:
@@ -273,31 +274,30 @@ class Cluster:
             self.close()
             raise
 
-    def start(self, role: str, gpus: int, cpus: int) -> RayNode:
-        node = PodNode(mount_script(self.pods[role], self.bucket, self.bucket_mounts), gpus, cpus, join=self.head)
+    def start(self, role: str, gpus: int, cpus: int) -> PodNode:
+        node = PodNode(self.script(role), gpus, cpus, join=self.head)
         self.nodes.append(node)
         return node.start()
 
-    def take(self, role: str, gpus: int, cpus: int, count: int) -> list[RayNode]:
-        """`count` pods of this shape: those an earlier run left (as KubeRay keeps a cluster's worker pods
-        across its jobs; every pod of one role mounts alike here, one cluster per layout) whose raylet still
-        runs, the rest started side by side as KubeRay starts them (a node start is mostly waiting). Every
-        other idle pod is stopped: Ray places by resources, so a pod left joined would serve this run too."""
-        taken: list[RayNode] = []
-        for node in self.idle.pop((role, gpus, cpus), []):
-            if len(taken) < count and node.running():
+    def script(self, role: str) -> str:
+        return mount_script(self.pods[role], self.bucket, self.bucket_mounts)
+
+    def take(self, role: str, gpus: int, cpus: int, count: int) -> list[PodNode]:
+        """`count` pods of this role and shape: those an earlier run left (as KubeRay keeps a cluster's worker
+        pods across its jobs) whose raylet still runs, the rest started side by side as KubeRay starts them (a
+        node start is mostly waiting). Every other idle pod is stopped: Ray places by resources, so a pod left
+        joined would serve this run too."""
+        taken: list[PodNode] = []
+        script = self.script(role)
+        for node in self.idle:
+            if len(taken) < count and (node.script, node.gpus, node.cpus) == (script, gpus, cpus) and node.running():
                 taken.append(node)
             else:
                 self.stop(node)
-        for node in [n for nodes in self.idle.values() for n in nodes]:
-            self.stop(node)
         self.idle.clear()
         with ThreadPoolExecutor(max_workers=max(1, count - len(taken))) as pool:
             started = list(pool.map(lambda _: self.start(role, gpus, cpus), range(count - len(taken))))
         return taken + started
-
-    def give_back(self, role: str, node: RayNode) -> None:
-        self.idle.setdefault((role, node.gpus, node.cpus), []).append(node)
 
     def stop(self, node: RayNode) -> None:
         node.stop()
@@ -321,25 +321,25 @@ class Run:
         assert layout(self.pods) == layout(cluster.pods)
         self.bucket = cluster.bucket
         self.head = cluster.head
-        self.workers: dict[RayNode, str] = {}  # node -> its pod's role
+        self.workers: list[PodNode] = []
         self.jobs: list[str] = []
         stage(p, self.bucket, self.pods)
 
     def start(self, role: str, gpus: int, cpus: int) -> RayNode:
         """A new pod (a replacement KubeRay starts after a loss, never one already in the cluster)."""
         node = self.cluster.start(role, gpus, cpus)
-        self.workers[node] = role
+        self.workers.append(node)
         return node
 
     def start_workers(self, pods: int, gpus: int) -> list[RayNode]:
         """The GPU worker pods (Cluster.take): the cluster then holds this run's pods and no others."""
         nodes = self.cluster.take(placement.WORKERS, gpus=gpus, cpus=2, count=pods)
-        self.workers.update((node, placement.WORKERS) for node in nodes)
+        self.workers.extend(nodes)
         return nodes
 
     def stop(self, node: RayNode) -> None:
         self.cluster.stop(node)
-        del self.workers[node]
+        self.workers.remove(node)
 
     def host(self, role: str, path: str) -> Path:
         return in_bucket(self.bucket, placement.serving(self.pods[role], path), path)
@@ -350,7 +350,7 @@ class Run:
         try:
             for job in self.jobs:
                 answer = requests.get(f"{self.head.address}/api/jobs/{job}", timeout=30)
-                if answer.status_code != 404 and answer.json()["status"] not in ("SUCCEEDED", "FAILED", "STOPPED"):
+                if answer.status_code != 404 and answer.json()["status"] not in TERMINAL:
                     return False
             return True
         except (requests.RequestException, ValueError, KeyError):
@@ -360,8 +360,7 @@ class Run:
         """The pods go back to the cluster for the next run once every job has ended; after a job that is
         still running (a failed test) they are stopped, so nothing of it holds the next run's GPUs."""
         if self.ended():
-            for node, role in self.workers.items():
-                self.cluster.give_back(role, node)
+            self.cluster.idle.extend(self.workers)
             self.workers.clear()
             return
         for job in self.jobs:
@@ -369,7 +368,7 @@ class Run:
                 requests.post(f"{self.head.address}/api/jobs/{job}/stop", timeout=30)
             except requests.RequestException:
                 pass
-        for node in reversed(list(self.workers)):
+        for node in reversed(self.workers):
             self.cluster.stop(node)
         self.workers.clear()
 
@@ -408,7 +407,7 @@ def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = requests.get(f"{run.head.address}/api/jobs/{job_id}", timeout=30).json()["status"]
-        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+        if status in TERMINAL:
             return status, job_logs(run.head.address, job_id)
         time.sleep(0.5)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s")
