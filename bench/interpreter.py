@@ -3,17 +3,17 @@
     python3.11 -m venv /tmp/other && /tmp/other/bin/pip install -r requirements-dev.txt
     venv/bin/python bench/interpreter.py /tmp/other/bin/python [--runs 5]
 
-.ci/run builds its venv on the distribution's CPython where the machine has one (Debian's links the
-interpreter into the executable; pyenv's default build loads it from libpython3.11.so, whose calls go
-through the PLT). This measures what that choice is worth on the work the suite's processes do:
+.ci/run builds its venv on the distribution's CPython where the machine has one (Debian's is built with
+PGO and LTO and links the interpreter into the executable; pyenv's default build has neither and loads
+libpython3.11.so). This measures what that choice is worth on the work the suite's processes do:
 
 - `import ray`: every Ray process here (a node's agents, each job's supervisor, each worker) starts with it,
   a worker twice (Ray's setup_worker.py, then default_worker.py);
 - one offline plan of the b200 stack: the Pulumi compositions under mocks that most tests run.
 
-Each sample is a fresh process; the two interpreters run in turn and each pair gives a ratio, so a machine
-whose speed drifts skews both sides alike. CPU time (user + sys of the child) is what the suite, CPU-bound
-on two cores, pays. It measures and prints; it judges nothing.
+Each sample is a fresh process; the two interpreters run in turn (which goes first alternates) and each
+pair gives a ratio, so a machine whose speed drifts skews both sides alike. CPU time (user + sys of the
+child) is what the suite, CPU-bound on two cores, pays. It measures and prints; it judges nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,16 +60,28 @@ def describe(python: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("other", help="the other venv's python (B)")
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="pairs per workload (at least 1)")
     args = parser.parse_args(argv)
-    a, b = sys.executable, args.other
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    a, b = sys.executable, os.path.abspath(args.other)  # the runs start in the repository root
     print(f"A: {describe(a)}\nB: {describe(b)}")
-    for label, work in workloads(Path(tempfile.mkdtemp()) / "plan").items():
-        cpu_seconds(a, work), cpu_seconds(b, work)  # untimed: bytecode and the file cache
-        pairs = [(cpu_seconds(a, work), cpu_seconds(b, work)) for _ in range(args.runs)]
-        ratio = statistics.median(x / y for x, y in pairs)
-        print(f"{label:<20} CPU median A {statistics.median(x for x, _ in pairs):5.2f} s, "
-              f"B {statistics.median(y for _, y in pairs):5.2f} s; A/B {ratio:.2f} (median of {len(pairs)} pairs)")
+    scratch = Path(tempfile.mkdtemp())
+    try:
+        for label, work in workloads(scratch / "plan").items():
+            cpu_seconds(a, work), cpu_seconds(b, work)  # untimed: bytecode and the file cache
+            pairs = []
+            for i in range(args.runs):
+                if i % 2:
+                    y, x = cpu_seconds(b, work), cpu_seconds(a, work)
+                else:
+                    x, y = cpu_seconds(a, work), cpu_seconds(b, work)
+                pairs.append((x, y))
+            ratio = statistics.median(x / y for x, y in pairs)
+            print(f"{label:<20} CPU median A {statistics.median(x for x, _ in pairs):5.2f} s, "
+                  f"B {statistics.median(y for _, y in pairs):5.2f} s; A/B {ratio:.2f} (median of {len(pairs)} pairs)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
