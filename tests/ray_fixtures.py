@@ -46,7 +46,7 @@ def jobs_on(address: str, prefix: str) -> list[dict]:
     return [j for j in jobs if (j.get("submission_id") or "").startswith(prefix)]
 
 
-def wait_status(address: str, job_id: str, wanted: set[str], timeout: float = 60) -> str:
+def wait_status(address: str, job_id: str, wanted: set[str] | frozenset[str], timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     status = None
     while time.monotonic() < deadline:

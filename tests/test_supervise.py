@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from components.ray_client import TERMINAL
 from components.ray_job_provider import RayJobProvider
 from tests.ray_fixtures import (
     REPO,
@@ -125,7 +126,7 @@ def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_pat
     # `pulumi refresh` (while it runs, or just after: the resumed run is short): the recovery shows in the
     # outputs (jobRecoveries, jobMessage).
     wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
-    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
     text = logs(head, job)
     assert status == "SUCCEEDED", text[-4000:]
     refreshed = provider.read(job, created.outs).outs
@@ -154,7 +155,7 @@ def test_deterministic_failure_is_not_retried(head, worker, tmp_path):
     cmd = supervise_cmd(head, tmp_path, "run-b", ["--steps", "5", "--step-s", "0.5", "--fail-at-step", "3"],
                         settle_s=3)
     job = submit(head, cmd)
-    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
     text = logs(head, job)
     assert status == "FAILED", text[-4000:]
     assert text.count("starting the trainer") == 1, text[-4000:]
@@ -166,7 +167,7 @@ def test_deterministic_failure_is_not_retried(head, worker, tmp_path):
 
 def test_failed_merge_fails_the_job_with_the_reason(head, worker, tmp_path):
     job = submit(head, supervise_cmd(head, tmp_path, "run-c", ["--steps", "2", "--step-s", "0.2"], merge_fail=True))
-    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
     text = logs(head, job)
     assert status == "FAILED", text[-4000:]
     assert "model merge of global_step_2 failed" in text and "CUDA out of memory" in text
@@ -180,7 +181,7 @@ def test_budget_spent_by_earlier_attempts_stops_at_once(head, worker, tmp_path):
     state.write_text(json.dumps({"run": "run-d", "attempts": {"1": {"restarts": [{}, {}]}, "2": {"restarts": []}}}))
     cmd = supervise_cmd(head, tmp_path, "run-d", ["--steps", "2"], extra=("--attempt", "3"))
     job = submit(head, cmd)
-    status = wait_status(head.address, job, {"SUCCEEDED", "FAILED", "STOPPED"}, timeout=JOB_TIMEOUT_S)
+    status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
     text = logs(head, job)
     assert status == "FAILED" and "recovery budget spent (recoveries used 4 of 3)" in text, text[-3000:]
     assert "starting the trainer" not in text
