@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -28,10 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-# Bytecode as CI leaves it (.ci/run compiles the repository once): the children may write it, the first run
-# of each command is not counted.
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# One timed run of a command as plan_speed takes it: from the repository root, its output dropped, in an
+# environment that lets the children write bytecode (the first run of each command is not counted).
+from bench.plan_speed import timed  # noqa: E402
 
 
 def workloads(out: Path) -> dict[str, list[str]]:
@@ -42,11 +41,7 @@ def workloads(out: Path) -> dict[str, list[str]]:
 
 
 def cpu_seconds(python: str, args: list[str]) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([python, *args], cwd=ROOT, env=ENV, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return timed([python, *args])[1]
 
 
 def describe(python: str) -> str:
