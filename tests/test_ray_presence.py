@@ -34,7 +34,7 @@ from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
 from tests.ray_fixtures import REPO, refused_address, wait_status
 
-WINDOW_S = 3  # probe window for the "unknown" cases: a few polls, then a clear failure
+WINDOW_S = 2  # probe window for the "unknown" cases: a few polls (0.25, 0.5, 1 s apart), then a clear failure
 READY_S = 180
 
 
@@ -286,11 +286,11 @@ def scale(kube: Kube, replicas: int = 1) -> dict:
 
 def test_a_create_that_times_out_scales_the_gpus_back_to_zero(head, server):
     with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
-        p = props(None, "allornothing", gke=kube.gke(), scale=scale(kube), expected_gpus=1000, ready_timeout_s=4)
+        p = props(None, "allornothing", gke=kube.gke(), scale=scale(kube), expected_gpus=1000, ready_timeout_s=2)
         with pytest.raises(ProviderCallError) as failed:
             server.create(p)
         text = str(failed.value)
-        assert "not ready after 4s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
+        assert "not ready after 2s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
         replicas = [op["value"] for patch in kube.patches for op in patch if op["path"].endswith("/replicas")]
         assert replicas == [1, 0] and kube.replicas == 0
 
@@ -342,7 +342,7 @@ def test_an_old_state_without_the_cluster_uid_does_not_replace_the_job(server):
 def test_progress_lines_reach_the_providers_stderr(head, front, server):
     before = len(server.stderr_lines)
     with pytest.raises(ProviderCallError):
-        server.create(props(front.address, "progress", expected_gpus=1000, ready_timeout_s=5, progress_every_s=1))
+        server.create(props(front.address, "progress", expected_gpus=1000, ready_timeout_s=3, progress_every_s=1))
     time.sleep(0.5)  # the stderr reader thread
     lines = [ln for ln in server.stderr_lines[before:] if ln.startswith("[verl-gke] waiting for Ray job")]
     assert lines and any("of 1000 GPUs" in ln for ln in lines), server.stderr_lines[before:]
