@@ -29,10 +29,14 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.session_files import SHARED_ENV
 
 if TYPE_CHECKING:
     from tools.local_ray import RayNode
@@ -123,6 +127,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every composition turns asyncio's logger off, as Pulumi's Python host does (tools.mocking.run): off from
     # the start, so what a test sees of asyncio's log does not depend on whether a composition ran before it.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    if not hasattr(config, "workerinput") and SHARED_ENV not in os.environ:
+        # The session's folder of compositions (tests/stack_helpers.py): made before the xdist workers start, so
+        # they inherit its name and each shipped plan or shared config is composed once in the whole session.
+        os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="verl-gke-compositions-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(SHARED_ENV), ignore_errors=True))
 
 
 _running_heads: dict[str, RayNode] = {}  # name in SHARED_HEADS -> its started node

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import functools
+import hashlib
 import io
 import json
 import logging
+import os
+import pickle
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from stacks import compose, config
+from tests.session_files import SHARED_ENV
 from tools import cli_loader, mocking, plan, stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,12 +51,13 @@ def run_stack_file(path: Path) -> mocking.Run:
 
 
 def composed(overrides: dict[str, object] | None = None, secret_keys: list[str] | None = None) -> mocking.Run:
-    """run_config(overrides, secret_keys=...), composed once per test process for each distinct config and
-    shared (each call returns a copy of its own): within one worker the same few configs were composed again
-    and again by modules that only read them. Not for a test that patches anything the composition depends
-    on (a function, an environment variable), nor one that reads the runtime's state after composing (Pulumi's
-    settings, config, mocks): the copy may come from before the patch, and that state from another config.
-    Use run_config. The overrides are JSON data (a tuple would arrive as a list and be accepted)."""
+    """run_config(overrides, secret_keys=...), composed once per test session for each distinct config and
+    shared by every module and xdist worker (each call returns a copy of its own): the same few configs were
+    composed again and again by modules that only read them. Not for a test that patches anything the
+    composition depends on (a function, an environment variable), nor one that reads the runtime's state after
+    composing (Pulumi's settings, config, mocks): the copy may come from before the patch, from another
+    process, and that state from another config. Use run_config. The overrides are JSON data (a tuple would
+    arrive as a list and be accepted)."""
     key = json.dumps(overrides or {}, sort_keys=True)
     if json.loads(key) != (overrides or {}):
         raise TypeError(f"composed() takes JSON data only (use run_config), not {overrides}")
@@ -58,32 +66,59 @@ def composed(overrides: dict[str, object] | None = None, secret_keys: list[str] 
 
 @functools.cache
 def _composed(overrides: str, secret_keys: tuple[str, ...]) -> mocking.Run:
-    return run_config(json.loads(overrides), secret_keys=list(secret_keys) or None)
+    return session_shared(f"composed {overrides} {secret_keys}", lambda: run_config(
+        json.loads(overrides), secret_keys=list(secret_keys) or None))
 
 
 def composed_file(path: Path) -> mocking.Run:
-    """run_stack_file(path), composed once per test process and shared as `composed` is (same caveat)."""
+    """run_stack_file(path), composed once per test session and shared as `composed` is (same caveat)."""
     return copy.deepcopy(_composed_file(Path(path).absolute()))  # not resolve(): the stack name is the file's
 
 
 @functools.cache
 def _composed_file(path: Path) -> mocking.Run:
-    return run_stack_file(path)
+    return session_shared(f"composed_file {path}", lambda: run_stack_file(path))
 
 
 def shipped_plan(stack: str, other_mode: bool = False) -> dict:
     """`tools.plan`'s plan of a shipped stack (Pulumi.<stack>.yaml), or of the same stack in the other
-    cluster mode: composed once per test process and shared by every module that only reads it (each call
-    returns a copy of its own). Not for a test that patches anything the plan depends on: compose itself."""
+    cluster mode: rendered once per test session and shared as `composed` is (same caveat; each call returns a
+    copy of its own)."""
     return copy.deepcopy(_shipped_plan(stack, other_mode))
 
 
 @functools.cache
 def _shipped_plan(stack: str, other_mode: bool) -> dict:
+    return session_shared(f"shipped_plan {stack} {other_mode}", lambda: _render_shipped_plan(stack, other_mode))
+
+
+def _render_shipped_plan(stack: str, other_mode: bool) -> dict:
     raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
     if other_mode:
         raw = plan.other_mode(raw, _shipped_plan(stack, False)["outputs"]["clusterMode"])
     return plan.build_plan(stack, raw, secret_keys)
+
+
+T = TypeVar("T")
+
+
+def session_shared(key: str, make: Callable[[], T]) -> T:
+    """make(), made by the first test process of the session that asks for `key` and read back by the others
+    from the session's folder (tests/conftest.py); a process asking while another makes it waits for its file.
+    Without that folder (a test process started on its own): made here."""
+    folder = os.environ.get(SHARED_ENV)
+    if not folder:
+        return make()
+    path = Path(folder) / hashlib.sha256(key.encode()).hexdigest()[:32]
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held until this process has read or written the value
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = make()
+        scratch = path.with_suffix(".part")
+        scratch.write_bytes(pickle.dumps(value))
+        scratch.replace(path)
+        return value
 
 
 def plan_command(*args: str) -> subprocess.CompletedProcess:

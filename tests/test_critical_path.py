@@ -76,9 +76,7 @@ def test_no_existing_cluster_is_replaced(stack):
     """Getting within the bound must not replace the cluster: against the branch base's inputs, after its
     ignoreChanges, no field the provider replaces on changes (tools.replace_check; issue 24 changes the
     control-plane endpoints in place)."""
-    raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
-    p = plan.build_plan(stack, raw, secret_keys)
-    (cluster,) = [r for r in p["resources"] if r["type"] == cp.CLUSTER]
+    (cluster,) = [r for r in shipped_plan(stack)["resources"] if r["type"] == cp.CLUSTER]
     base = MAIN_CLUSTERS["stacks"][stack]
     after = replace_check.apply_ignore_changes(base, cluster["inputs"], cluster.get("ignoreChanges", []))
     assert replace_check.replacing(cp.CLUSTER, base, after) == []

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from components.ray_job_provider import diff_inputs
+from tests.stack_helpers import shipped_plan
 from tools import replace_check, snapshot
 
 DATA = Path(__file__).parent / "data"
@@ -34,7 +35,7 @@ ANNOUNCED_JOB_REPLACES = {"entrypoint", "submission_id", "runtime_env"}
 @functools.cache
 def states(stack: str) -> tuple[dict, dict]:
     old = {r["urn"]: r for r in json.loads((LIVE / f"{stack}.json").read_text())["resources"]}
-    new = {r["urn"]: r for r in json.loads(snapshot.render(stack))["resources"]}
+    new = {r["urn"]: r for r in json.loads(snapshot.render(stack, shipped_plan(stack)))["resources"]}
     return old, new
 
 

@@ -24,11 +24,14 @@ def shipped_stacks() -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
 
 
-def render(stack: str) -> str:
+def render(stack: str, data: dict | None = None) -> str:
+    """The snapshot text of a shipped stack: from `data`, its plan (tools.plan.build_plan of its stack file) where
+    the caller has it already, else rendered here."""
     from tools import plan
 
-    raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
-    data = plan.build_plan(stack, raw, secret_keys)
+    if data is None:
+        raw, secret_keys = plan.read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
+        data = plan.build_plan(stack, raw, secret_keys)
     resources = []
     for r in data["resources"]:
         entry = {k: v for k, v in r.items() if k != "name"}
@@ -38,11 +41,11 @@ def render(stack: str) -> str:
                       indent=1, sort_keys=True) + "\n"
 
 
-def diff(stack: str) -> str:
-    """Unified diff between the checked-in snapshot and the current code ('' when equal)."""
+def diff(stack: str, data: dict | None = None) -> str:
+    """Unified diff between the checked-in snapshot and the current code ('' when equal); `data` as for render."""
     path = SNAPSHOT_DIR / f"{stack}.json"
     old = path.read_text() if path.exists() else ""
-    new = render(stack)
+    new = render(stack, data)
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                         f"{path.name} (checked in)", f"{path.name} (current code)", n=2))
 
