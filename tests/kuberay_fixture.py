@@ -18,10 +18,14 @@ from tests.ray_fixtures import RayNode, ServiceProxy, wait_for_no_gpu_workers
 
 
 class FakeKubeRay(ServiceProxy):
+    """`idle`: worker nodes joined to the head that no RayCluster holds (an earlier test's), taken before a new
+    one is started and given the nodes still running at exit; whoever passes it stops what is left. Without
+    it every node is started here and stopped at exit."""
+
     def __init__(self, head: RayNode, token: str, name: str, group: str, replicas: int, gpus_per_worker: int,
-                 namespace: str = "ray"):
+                 namespace: str = "ray", idle: list[RayNode] | None = None):
         super().__init__(head.address, token, namespace=namespace, service=f"{name}-head-svc")
-        self.head, self.name, self.gpus_per_worker = head, name, gpus_per_worker
+        self.head, self.name, self.gpus_per_worker, self.idle = head, name, gpus_per_worker, idle
         self.path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
         self.obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
                     "metadata": {"name": name, "namespace": namespace},
@@ -40,7 +44,8 @@ class FakeKubeRay(ServiceProxy):
             return self.obj["spec"]["workerGroupSpecs"][0]["replicas"]
 
     def __enter__(self) -> FakeKubeRay:
-        wait_for_no_gpu_workers(self.head)  # an earlier test's workers on this head are gone
+        # An earlier test's workers on this head are gone, but for the idle ones this one may take.
+        wait_for_no_gpu_workers(self.head, also=sum(node.gpus for node in self.idle or []))
         super().__enter__()
         self._reconciler.start()
         return self
@@ -49,14 +54,25 @@ class FakeKubeRay(ServiceProxy):
         self._stop.set()
         self._reconciler.join(timeout=300)
         for node in self.workers:
-            node.stop()
+            if self.idle is not None and node.running():
+                self.idle.append(node)
+            else:
+                node.stop()
         super().__exit__(*exc)
+
+    def _take_idle(self) -> RayNode | None:
+        for node in list(self.idle or []):
+            if node.gpus == self.gpus_per_worker and node.running():
+                self.idle.remove(node)
+                return node
+        return None
 
     def _reconcile_loop(self) -> None:
         while not self._stop.is_set():
             want = self.replicas
             if len(self.workers) < want:
-                self.workers.append(RayNode(gpus=self.gpus_per_worker, cpus=1, join=self.head).start(timeout=180))
+                self.workers.append(self._take_idle()
+                                    or RayNode(gpus=self.gpus_per_worker, cpus=1, join=self.head).start(timeout=180))
             elif len(self.workers) > want:
                 self.workers.pop().stop()
             else:

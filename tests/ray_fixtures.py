@@ -101,12 +101,12 @@ def delete_job(address: str, job_id: str, quiet_s: float = 3, timeout: float = 1
             raise AssertionError(f"job {job_id} came back after each delete for {timeout}s")
 
 
-def wait_for_no_gpu_workers(head: RayNode, timeout: float = 180) -> None:
-    """Until the head reports no GPUs but its own (no ALIVE GPU worker): a test that adds GPU workers to a
-    head an earlier test used starts only once that test's workers are gone. A worker killed before its
-    raylet said goodbye stays ALIVE until Ray's health checks fail, and the next run would take its
-    disappearance for a lost node (or count its GPUs)."""
-    wait_for(lambda: gpus_on(head.address) <= head.gpus, timeout,
+def wait_for_no_gpu_workers(head: RayNode, timeout: float = 180, also: float = 0) -> None:
+    """Until the head reports no GPUs but its own and `also` (those of running workers the caller keeps) (no
+    other ALIVE GPU worker): a test that adds GPU workers to a head an earlier test used starts only once that
+    test's workers are gone. A worker killed before its raylet said goodbye stays ALIVE until Ray's health
+    checks fail, and the next run would take its disappearance for a lost node (or count its GPUs)."""
+    wait_for(lambda: gpus_on(head.address) <= head.gpus + also, timeout,
              f"the GPU workers of earlier tests to leave {head.address}")
 
 

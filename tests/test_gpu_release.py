@@ -27,6 +27,16 @@ def head(zero_gpu_head):
     return zero_gpu_head
 
 
+@pytest.fixture(scope="module")
+def idle(head):
+    """GPU worker nodes a test's RayCluster left running, for the next test's to take (a node start costs
+    seconds and ~4 CPU-seconds here); stopped with the module."""
+    nodes: list = []
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
 def service_account_dir(tmp_path, kube: FakeKubeRay):
     """What Kubernetes mounts into the head pod at /var/run/secrets/kubernetes.io/serviceaccount."""
     sa = tmp_path / "sa"
@@ -48,8 +58,8 @@ def released_run(head, kube: FakeKubeRay, tmp_path, run: str, gpus: int, steps: 
             f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps {steps} --step-s {step_s}")
 
 
-def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head, tmp_path, monkeypatch):
-    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
+def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head, idle, tmp_path, monkeypatch):
+    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=1, gpus_per_worker=GPUS, idle=idle) as kube:
         wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
         job = submit(head, released_run(head, kube, tmp_path, "run-r", GPUS, steps=2, step_s=0.2))
         assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=600) == "SUCCEEDED", \
@@ -71,8 +81,9 @@ def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head
         assert wait_status(head.address, created.id, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
 
 
-def test_a_group_that_moved_is_not_scaled_by_position(head, tmp_path, monkeypatch):
-    with FakeKubeRay(head, TOKEN, name="rc2", group="other-group", replicas=0, gpus_per_worker=GPUS) as kube:
+def test_a_group_that_moved_is_not_scaled_by_position(head, idle, tmp_path, monkeypatch):
+    with FakeKubeRay(head, TOKEN, name="rc2", group="other-group", replicas=0, gpus_per_worker=GPUS,
+                     idle=idle) as kube:
         monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
         props = {"submission_id": "never", "entrypoint": "echo", "expected_gpus": GPUS, "ready_timeout_s": 30,
                  "gke": kube.gke(), "scale": {"namespace": kube.namespace, "name": "rc2", "group": GROUP,
@@ -82,9 +93,9 @@ def test_a_group_that_moved_is_not_scaled_by_position(head, tmp_path, monkeypatc
         assert "422" in str(err.value) and kube.replicas == 0 and json.dumps(kube.patches) == "[]"
 
 
-def test_a_stopped_run_releases_the_gpus_too(head, tmp_path):
+def test_a_stopped_run_releases_the_gpus_too(head, idle, tmp_path):
     """`ray job stop`, as the provider's delete does when `pulumi up` replaces or stops the run."""
-    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=1, gpus_per_worker=GPUS) as kube:
+    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=1, gpus_per_worker=GPUS, idle=idle) as kube:
         wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
         cmd = released_run(head, kube, tmp_path, "run-s", GPUS, steps=500, step_s=1)
         ckpt = tmp_path / "ckpt"
@@ -98,9 +109,9 @@ def test_a_stopped_run_releases_the_gpus_too(head, tmp_path):
         assert state["attempts"]["1"]["outcome"] == "STOPPED"
 
 
-def test_the_merge_runs_on_one_node_after_the_others_are_released(head, tmp_path):
+def test_the_merge_runs_on_one_node_after_the_others_are_released(head, idle, tmp_path):
     """Issue 22: after training, every GPU node but one is released before the merge, which runs there."""
-    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=2, gpus_per_worker=GPUS) as kube:
+    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=2, gpus_per_worker=GPUS, idle=idle) as kube:
         wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
         merger = SUPERVISE.parent.parent.parent / "tests" / "standins" / "merge.py"
         merge = (f"--settle-s 120 --merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
