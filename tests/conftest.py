@@ -127,11 +127,21 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every composition turns asyncio's logger off, as Pulumi's Python host does (tools.mocking.run): off from
     # the start, so what a test sees of asyncio's log does not depend on whether a composition ran before it.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    if not hasattr(config, "workerinput") and SHARED_ENV not in os.environ:
+    if not hasattr(config, "workerinput"):
         # The session's folder of compositions (tests/stack_helpers.py): made before the xdist workers start, so
         # they inherit its name and each shipped plan or shared config is composed once in the whole session.
-        os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="verl-gke-compositions-")
-        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(SHARED_ENV), ignore_errors=True))
+        # Always a new one: a value from the environment may name another checkout's, or a removed folder.
+        before, folder = os.environ.get(SHARED_ENV), tempfile.mkdtemp(prefix="verl-gke-compositions-")
+        os.environ[SHARED_ENV] = folder
+
+        def cleanup() -> None:
+            shutil.rmtree(folder, ignore_errors=True)
+            if before is None:
+                os.environ.pop(SHARED_ENV, None)
+            else:
+                os.environ[SHARED_ENV] = before
+
+        config.add_cleanup(cleanup)
 
 
 _running_heads: dict[str, RayNode] = {}  # name in SHARED_HEADS -> its started node

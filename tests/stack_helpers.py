@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
 import functools
-import hashlib
 import io
 import json
 import logging
-import os
-import pickle
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from stacks import compose, config
-from tests.session_files import SHARED_ENV
+from tests.session_files import session_shared
 from tools import cli_loader, mocking, plan, stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,28 +91,6 @@ def _render_shipped_plan(stack: str, other_mode: bool) -> dict:
     if other_mode:
         raw = plan.other_mode(raw, _shipped_plan(stack, False)["outputs"]["clusterMode"])
     return plan.build_plan(stack, raw, secret_keys)
-
-
-T = TypeVar("T")
-
-
-def session_shared(key: str, make: Callable[[], T]) -> T:
-    """make(), made by the first test process of the session that asks for `key` and read back by the others
-    from the session's folder (tests/conftest.py); a process asking while another makes it waits for its file.
-    Without that folder (a test process started on its own): made here."""
-    folder = os.environ.get(SHARED_ENV)
-    if not folder:
-        return make()
-    path = Path(folder) / hashlib.sha256(key.encode()).hexdigest()[:32]
-    with open(f"{path}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # held until this process has read or written the value
-        if path.exists():
-            return pickle.loads(path.read_bytes())
-        value = make()
-        scratch = path.with_suffix(".part")
-        scratch.write_bytes(pickle.dumps(value))
-        scratch.replace(path)
-        return value
 
 
 def plan_command(*args: str) -> subprocess.CompletedProcess:
