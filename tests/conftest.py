@@ -26,17 +26,20 @@ xdist's own `xdist_group` mark is not used: under pytest 9.2 a node keeps its id
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import shutil
 import sys
 import tempfile
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.session_files import SHARED_ENV
+from tests.session_files import SHARED_ENV, SHARED_PREFIX
 
 if TYPE_CHECKING:
     from tools.local_ray import RayNode
@@ -64,8 +67,8 @@ SHARED_HEADS = {
 }
 
 # The longest units, longest first: a node id prefix (a test of a SPLIT module) or a module. The rehearsal is
-# one unit: each of its tests starts a stack's worth of Ray nodes, and more than two at once on two cores made
-# `ray start` itself time out (Ray's own node-info deadline, seen at -n 8).
+# one unit: its tests share its Ray nodes, and more than two rehearsals at once on two cores made `ray start`
+# itself time out (Ray's own node-info deadline, seen at -n 8).
 UNITS = [
     "tests/test_ray_job_provider.py",  # its unit: two_gpu_head
     "tests/test_rehearsal.py",
@@ -130,8 +133,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         # The session's folder of compositions (tests/stack_helpers.py): made before the xdist workers start, so
         # they inherit its name and each shipped plan or shared config is composed once in the whole session.
-        # Always a new one: a value from the environment may name another checkout's, or a removed folder.
-        before, folder = os.environ.get(SHARED_ENV), tempfile.mkdtemp(prefix="verl-gke-compositions-")
+        # Always a new one: a value from the environment may name another checkout's, or a removed folder. A
+        # session killed outright (a CI timeout) left its folder behind: those older than a day go now.
+        for old in Path(tempfile.gettempdir()).glob(f"{SHARED_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                if time.time() - old.stat().st_mtime > 86400:
+                    shutil.rmtree(old, ignore_errors=True)
+        before, folder = os.environ.get(SHARED_ENV), tempfile.mkdtemp(prefix=SHARED_PREFIX)
         os.environ[SHARED_ENV] = folder
 
         def cleanup() -> None:

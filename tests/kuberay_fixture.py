@@ -45,7 +45,7 @@ class FakeKubeRay(ServiceProxy):
 
     def __enter__(self) -> FakeKubeRay:
         # An earlier test's workers on this head are gone, but for the idle ones this one may take.
-        wait_for_no_gpu_workers(self.head, also=sum(node.gpus for node in self.idle or []))
+        wait_for_no_gpu_workers(self.head, also=sum(node.gpus for node in self.idle or [] if node.running()))
         super().__enter__()
         self._reconciler.start()
         return self
@@ -54,7 +54,8 @@ class FakeKubeRay(ServiceProxy):
         self._stop.set()
         self._reconciler.join(timeout=300)
         for node in self.workers:
-            if self.idle is not None and node.running():
+            # After a failed test its run may still hold the node's GPUs: only a passing test's nodes are kept.
+            if self.idle is not None and exc[0] is None and node.running():
                 self.idle.append(node)
             else:
                 node.stop()

@@ -14,6 +14,7 @@ from typing import TypeVar
 # The environment variable naming the session's folder: made by tests/conftest.py before the xdist workers
 # start, so they inherit it.
 SHARED_ENV = "VERL_GKE_TEST_COMPOSITIONS"
+SHARED_PREFIX = "verl-gke-compositions-"  # the folder's name, in the system's temporary folder
 
 T = TypeVar("T")
 
@@ -23,7 +24,7 @@ def session_shared(key: str, make: Callable[[], T]) -> T:
     from the session's folder; a process asking while another makes it waits for its file. Without that folder
     (a test process started on its own): made here. The value must pickle."""
     folder = os.environ.get(SHARED_ENV)
-    if not folder:
+    if not folder or not os.path.isdir(folder):  # inherited by a process that outlived its session, say
         return make()
     path = Path(folder) / hashlib.sha256(key.encode()).hexdigest()[:32]
     with open(f"{path}.lock", "a") as lock:

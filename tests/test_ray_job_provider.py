@@ -441,7 +441,7 @@ def test_deadline_says_what_is_missing_and_where(head, provider):
     assert "Kubernetes" not in text  # a plain address has no API server behind it: the message is the count alone
     dead = refused_address()
     with pytest.raises(RayJobError) as unreachable:
-        provider.create(props(dead, "nohead", ready_timeout_s=1))
+        provider.create(props(dead, "nohead", ready_timeout_s=2))
     text = str(unreachable.value)
     assert dead in text and "unreachable" in text and "not ready" in text
 

@@ -34,7 +34,8 @@ from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
 from tests.ray_fixtures import REPO, refused_address, wait_status
 
-WINDOW_S = 2  # probe window for the "unknown" cases: a few polls (0.25, 0.5, 1 s apart), then a clear failure
+WINDOW_S = 2  # probe window of a call that must end "unknown": a few polls (0.25, 0.5, 1 s apart), then a clear failure
+ANSWER_WINDOW_S = 30  # every other call's: it ends at Ray's first answer, however loaded the machine
 READY_S = 180
 
 
@@ -64,8 +65,13 @@ def new_id(tag: str) -> str:
 
 def props(address: str | None, tag: str, **overrides) -> dict:
     return {"submission_id": new_id(tag), "entrypoint": "sleep 600", "expected_gpus": 1,
-            "ready_timeout_s": READY_S, "address": address, "probe_window_s": WINDOW_S, "stop_timeout_s": 60,
+            "ready_timeout_s": READY_S, "address": address, "probe_window_s": ANSWER_WINDOW_S, "stop_timeout_s": 60,
             **overrides}
+
+
+def short(state: dict) -> dict:
+    """The stored state with the short probe window, for a call that must end with no definite answer."""
+    return {**state, "probe_window_s": WINDOW_S}
 
 
 def status_on(head, job_id: str) -> str:
@@ -117,7 +123,7 @@ def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, server
     front, (job_id, outs) = refreshed_run
     front.mode(fault, delay_s=WINDOW_S + 3)
     with pytest.raises(ProviderCallError) as failed:
-        server.read(job_id, outs)
+        server.read(job_id, short(outs))
     text = str(failed.value)
     assert "no definite answer" in text and front.address in text and UNREACHABLE_IS_GONE_ENV in text
     # ... and the next `up` sees the old state, not GONE: nothing to replace
@@ -132,7 +138,7 @@ def test_a_trickling_answer_never_holds_a_refresh_past_its_window(server, refres
     the window and the refresh returns what it knows instead of hanging (gRPC limit: a bound, not a speed)."""
     front, (job_id, outs) = refreshed_run
     front.mode("drip", only="/logs", delay_s=0.5, pad=600)
-    _, refreshed, _ = server.read(job_id, outs, timeout=120)
+    _, refreshed, _ = server.read(job_id, short(outs), timeout=120)
     assert refreshed["status"] == "RUNNING"
     assert ("GET", f"/api/jobs/{job_id}/logs", "drip") in front.seen
 
@@ -153,12 +159,12 @@ def test_rays_own_404_on_a_healthy_dashboard_is_gone(head, front, server):
     # the dashboard's 404 alone is not enough: the same 404 with its health endpoint failing is unknown
     front.mode("503", only="gcs_healthz")
     with pytest.raises(ProviderCallError, match="no definite answer"):
-        server.read(never["submission_id"], {**never, "job_id": never["submission_id"]})
+        server.read(never["submission_id"], short({**never, "job_id": never["submission_id"]}))
 
 
 def test_escape_hatch_takes_an_unreachable_job_as_gone():
     dead = refused_address()
-    p = props(dead, "hatch")
+    p = short(props(dead, "hatch"))
     state = {**p, "job_id": p["submission_id"], "status": "RUNNING"}
     with ProviderServer(env={UNREACHABLE_IS_GONE_ENV: "true"}) as hatch:
         assert hatch.read(p["submission_id"], state)[1]["status"] == GONE
@@ -176,7 +182,7 @@ def test_delete_never_forgets_a_running_job(head, front, server, running):
     for fault in ("503", "404", "refused"):
         front.mode(fault)
         with pytest.raises(ProviderCallError, match="no definite answer") as failed:
-            server.delete(job_id, outs)
+            server.delete(job_id, short(outs))
         assert "stays in the state" in str(failed.value), fault
         assert status_on(head, job_id) == "RUNNING", fault
     front.mode("pass")
@@ -243,9 +249,9 @@ def test_raycluster_gone_per_the_api_server_is_gone_and_present_is_unknown(head,
         job_id, outs = server.create(p)
         kube.service_down = True  # the head is being recreated: no endpoints behind the service
         with pytest.raises(ProviderCallError, match="no definite answer"):
-            server.read(job_id, outs)
+            server.read(job_id, short(outs))
         with pytest.raises(ProviderCallError, match="no definite answer"):
-            server.delete(job_id, outs)
+            server.delete(job_id, short(outs))
         kube.raycluster_deleted = True
         _, refreshed, _ = server.read(job_id, outs)
         assert refreshed["status"] == GONE and "API server says RayCluster" in refreshed["message"]
@@ -256,7 +262,7 @@ def test_raycluster_gone_per_the_api_server_is_gone_and_present_is_unknown(head,
 def test_a_stray_404_from_the_api_server_is_not_a_deleted_raycluster(head, server):
     with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
         # another RayCluster's service: the API server's 404s for it are generic, not a NotFound naming it
-        p = props(None, "stray", gke=kube.gke(service="rc-elsewhere-head-svc"))
+        p = short(props(None, "stray", gke=kube.gke(service="rc-elsewhere-head-svc")))
         with pytest.raises(ProviderCallError, match="no definite answer"):
             server.read(p["submission_id"], {**p, "job_id": p["submission_id"]})
 
@@ -286,11 +292,11 @@ def scale(kube: Kube, replicas: int = 1) -> dict:
 
 def test_a_create_that_times_out_scales_the_gpus_back_to_zero(head, server):
     with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
-        p = props(None, "allornothing", gke=kube.gke(), scale=scale(kube), expected_gpus=1000, ready_timeout_s=2)
+        p = props(None, "allornothing", gke=kube.gke(), scale=scale(kube), expected_gpus=1000, ready_timeout_s=4)
         with pytest.raises(ProviderCallError) as failed:
             server.create(p)
         text = str(failed.value)
-        assert "not ready after 2s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
+        assert "not ready after 4s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
         replicas = [op["value"] for patch in kube.patches for op in patch if op["path"].endswith("/replicas")]
         assert replicas == [1, 0] and kube.replicas == 0
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.session_files import SHARED_ENV, session_shared
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,8 +44,12 @@ def test_processes_of_one_session_make_a_value_once(tmp_path):
     assert ask_at_once(tmp_path, {**os.environ, SHARED_ENV: str(folder)}) == ["made"]
 
 
-def test_a_process_on_its_own_makes_its_own(tmp_path):
+@pytest.mark.parametrize("folder", [None, "gone"])
+def test_a_process_on_its_own_makes_its_own(tmp_path, folder):
+    """No session folder named, or one that is gone (a process that outlived its session)."""
     env = {k: v for k, v in os.environ.items() if k != SHARED_ENV}
+    if folder:
+        env[SHARED_ENV] = str(tmp_path / folder)
     assert ask_at_once(tmp_path, env) == ["made"] * 3
 
 
