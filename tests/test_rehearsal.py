@@ -321,7 +321,7 @@ class Cluster:
         underneath is untouched."""
         head = self.pods[placement.HEAD]
         assert any(m.path == path and m.kind == "csi" for m in head.mounts), path
-        namespace = f"--mount=/proc/{_a_process_of(self.head)}/ns/mnt"
+        namespace = f"--mount=/proc/{self.head.raylet_pid()}/ns/mnt"
         cover = ["nsenter", namespace, "mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", path]
         subprocess.run(cover, check=True, capture_output=True, timeout=60)
         own, kept = self.pods, [m for m in head.mounts if m.path != path]
@@ -336,18 +336,6 @@ class Cluster:
                                   timeout=60)
             if done.returncode and sys.exc_info()[0] is None:
                 raise AssertionError(f"could not uncover {path} in the head pod: {done.stderr.strip()}")
-
-
-def _a_process_of(node: RayNode) -> int:
-    """A live process of the node (`ray start` itself has exited; its daemons keep its process group)."""
-    for proc in Path("/proc").iterdir():
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        if proc.name.isdigit() and int(stat[stat.rindex(")") + 2:].split()[2]) == node.pgid:
-            return int(proc.name)
-    raise AssertionError(f"no process of the node started as {node.pgid} is left")
 
 
 class Run:
