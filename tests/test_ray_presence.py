@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -191,15 +194,36 @@ def test_delete_never_forgets_a_running_job(head, front, server, running):
 
 
 def test_a_stop_not_finished_by_the_deadline_fails_the_delete(head, front, server):
-    """Half done: the stop was accepted, the job is not seen stopped in time. It ignores SIGTERM, so Ray
-    kills it only after its stop grace period (ray-project/ray job_manager: SIGTERM, then SIGKILL)."""
-    job_id, outs = server.create(props(front.address, "stubborn", entrypoint="trap '' TERM; sleep 600"))
+    """Half done: the stop was accepted, the job is not seen stopped in time. It ignores SIGTERM, and Ray would
+    kill it only after its stop grace period (RAY_JOB_STOP_WAIT_TIME_S, read by the job's supervisor actor, which
+    runs with the job's env vars: ray-project/ray, python/ray/dashboard/modules/job/job_supervisor.py, ray-2.60.0),
+    here longer than the test: the delete's deadline, not the machine's speed, decides. Once the test kills the job
+    as Ray would, the next delete sees it stopped. (A deadline shorter than the stop request's own answer takes,
+    0.5 s before, failed on a loaded machine as "after trying to stop it".)"""
+    marker = f"sleep 600.{uuid.uuid4().int % 10**6}"  # finds this job's process
+    job_id, outs = server.create(props(front.address, "stubborn", entrypoint=f"trap '' TERM; {marker}",
+                                       runtime_env={"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "600"}}))
     wait_status(head.address, job_id, {"RUNNING"})
     with pytest.raises(ProviderCallError, match="after the stop request") as failed:
-        server.delete(job_id, {**outs, "stop_timeout_s": 0.5})
+        server.delete(job_id, {**outs, "stop_timeout_s": 5})
     assert "stays in the state" in str(failed.value)
+    assert status_on(head, job_id) == "RUNNING"  # Ray's Jobs API has no "stopping": running to the end
+    for pid in pids_of(marker):
+        os.kill(pid, signal.SIGKILL)  # what Ray does once its grace period is over
     server.delete(job_id, outs)  # the next destroy sees it stopped
     assert status_on(head, job_id) == "STOPPED"
+
+
+def pids_of(cmdline: str) -> list[int]:
+    """The processes whose command line is `cmdline` (a test's own job process, by a unique argument)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").strip() \
+                    == cmdline.encode():
+                found.append(int(entry))
+    assert found, f"no process runs {cmdline!r}"
+    return found
 
 
 # ----------------------------------------------------------------------------- the API server's word
