@@ -10,9 +10,10 @@ job runs the real supervisor (components/scripts/supervise.py, shipped to the bu
 would) around a stand-in trainer with verl's process layout and checkpoint files
 (tests/standins/verl_trainer.py) and the stand-in merger (tests/standins/merge.py).
 
-Covered: on b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last
-checkpoint, pruning to the keep limit after the restart, the merge on a GPU node with its marker, the
-recovery state on the bucket; on every other shipped stack a shorter run through the same path in its
+Each run is submitted by the job provider with the rendered job's inputs, as `pulumi up` does. Covered: on
+b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning to
+the keep limit after the restart, the merge on a GPU node with its marker, the recovery state on the
+bucket, the recovery in the provider's refresh; on every other shipped stack a shorter run through the same path in its
 own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint mount on the
 head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
 start), and a run takes the worker pods of its shape the run before it left, as KubeRay keeps a cluster's
@@ -42,7 +43,16 @@ import pytest
 import requests
 
 from components.ray_client import TERMINAL
-from tests.ray_fixtures import IMAGE_LIBRARY_PATH, REPO, VENV_BIN, RayNode, image_env, job_logs, wait_for_line
+from components.ray_job_provider import RayJobProvider
+from tests.ray_fixtures import (
+    IMAGE_LIBRARY_PATH,
+    REPO,
+    VENV_BIN,
+    RayNode,
+    image_env,
+    job_logs,
+    wait_for_line,
+)
 from tests.stack_helpers import shipped_plan
 from tools import placement
 
@@ -136,10 +146,15 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
         shipped.write_text(scripts[os.path.basename(src)])
 
 
+def rendered_job(p: dict) -> dict:
+    """The RayJob's inputs as the stack renders them."""
+    return next(r["inputs"] for r in p["resources"] if r["type"].endswith(":RayJob"))
+
+
 def job_inputs(p: dict, head: RayNode, steps: int, step_s: float) -> tuple[str, dict]:
     """The rendered entrypoint with the stand-ins for verl, a short run and this head's dashboard. A run
     resumed from a checkpoint steps at 0.2 s: only the first run must last long enough to lose a node in."""
-    job = next(r["inputs"] for r in p["resources"] if r["type"].endswith(":RayJob"))
+    job = rendered_job(p)
     words = shlex.split(job["entrypoint"])
     cut = words.index("--")
     supervisor, trainer = words[:cut], words[cut + 1:]
@@ -151,9 +166,7 @@ def job_inputs(p: dict, head: RayNode, steps: int, step_s: float) -> tuple[str, 
     overrides = [w for w in trainer[3:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
     trainer = [py, str(STANDIN_TRAINER), *overrides, f"trainer.total_training_steps={steps}",
                "trainer.save_freq=1", f"+standin.step_s={step_s}", "+standin.resumed_step_s=0.2"]
-    env = dict(job["runtime_env"]["env_vars"])
-    env.update({"VERL_GKE_RUN": "rehearsal", "VERL_GKE_MAX_RECOVERIES": "2", "VERL_GKE_ATTEMPT": "1"})
-    return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": env}
+    return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": dict(job["runtime_env"]["env_vars"])}
 
 
 def mounted_somewhere(path: Path) -> bool:
@@ -349,6 +362,8 @@ class Run:
         self.head = cluster.head
         self.workers: list[PodNode] = []
         self.jobs: list[str] = []
+        self.provider = RayJobProvider()
+        self.outs: dict[str, dict] = {}  # each job's outputs as its create returned them
         stage(p, self.bucket, self.pods)
 
     def start(self, role: str, gpus: int, cpus: int) -> RayNode:
@@ -420,13 +435,23 @@ def clusters(tmp_path_factory):
                 c.close()
 
 
+# The rendered job's inputs the rehearsal does not take: the API server's address and the GPU group's scale (no
+# Kubernetes here: the head's own address instead), the RayCluster's uid (asked of that API server), the readiness
+# deadline of a real cluster's start.
+NOT_HERE = ("gke", "scale", "cluster_uid", "ready_timeout_s", "__provider")
+
+
 def submit(run: Run, steps: int, step_s: float = 0.5) -> str:
+    """The run submitted by the job provider, as `pulumi up` does (the run id, the attempt and the recovery budget
+    reach the supervisor in the attempt's env vars), with the rendered job's inputs (NOT_HERE aside), the stand-ins'
+    entrypoint and this head's address."""
     entrypoint, runtime_env = job_inputs(run.plan, run.head, steps, step_s)
-    run.jobs.append(f"rehearsal-{run.stack}")  # before the POST: a head may take a job whose answer is lost
-    answer = requests.post(f"{run.head.address}/api/jobs/", json={
-        "entrypoint": entrypoint, "runtime_env": runtime_env, "submission_id": run.jobs[-1]}, timeout=60)
-    assert answer.ok, answer.text
-    return run.jobs[-1]
+    job = {k: v for k, v in rendered_job(run.plan).items() if k not in NOT_HERE}
+    run.jobs.append(f"rehearsal-{run.stack}")  # before the create: a head may take a job whose answer is lost
+    created = run.provider.create({**job, "submission_id": run.jobs[-1], "entrypoint": entrypoint,
+                                   "runtime_env": runtime_env, "address": run.head.address, "ready_timeout_s": 300})
+    run.outs[created.id] = created.outs
+    return created.id
 
 
 def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
@@ -577,11 +602,20 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
             time.sleep(1)
         run.stop(workers[0])  # a spot preemption: the node and everything on it are gone
         # The replacement pod comes after the loss was seen: the supervisor says so, then waits for GPUs.
-        wait_for_line(run.head.address, job, "recovery 1 of 2", timeout=max(0, deadline - time.monotonic()))
+        budget = rendered_job(p)["max_recoveries"]
+        recovery = f"recovery 1 of {budget}"
+        wait_for_line(run.head.address, job, recovery, timeout=max(0, deadline - time.monotonic()))
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
         status, logs = wait_done(run, job, timeout=1500)
         assert status == "SUCCEEDED", logs[-4000:]
-        assert "recovery 1 of 2" in logs
+        assert recovery in logs and f"SUCCEEDED, recoveries used 1 of {budget}" in logs
+        # `pulumi refresh`: the recovery shows in the outputs (jobRecoveries, jobMessage).
+        refreshed = run.provider.read(job, run.outs[job]).outs
+        assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
+        # jobMessage: the supervisor's last note, then Ray's (the note here: the GPU release was skipped, as the
+        # head pod has no service account token; tests/test_gpu_release.py has one)
+        note, ray_says = refreshed["message"].rsplit(" | ", 1)
+        assert note.startswith("GPU release skipped") and ray_says == "Job finished successfully.", refreshed
         steps = [int(s) for s in (ckpt / "steps.log").read_text().split()]
         assert sorted(set(steps)) == [1, 2, 3, 4, 5, 6] and steps[-1] == 6
         # The restarted trainer resumed from a checkpoint the first one saved, read through the head's mount.
@@ -591,7 +625,9 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         assert sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) == \
             ["global_step_5", "global_step_6"]
         state = assert_completed(run, ckpt, merged, steps=6, world=pods * gpus)
-        assert len(state["attempts"]["1"]["restarts"]) == 1
+        restarts = state["attempts"]["1"]["restarts"]
+        assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"] and state["used"] == 1, state
+        assert "merging" in logs and "on a GPU node" in logs  # the merge ran on a GPU node (the head has no GPUs)
         assert_library_path(run, logs)
     finally:
         run.close()
