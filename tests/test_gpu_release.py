@@ -59,18 +59,28 @@ def released_run(head, kube: FakeKubeRay, tmp_path, run: str, gpus: int, steps: 
 
 
 def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head, idle, tmp_path, monkeypatch):
-    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=1, gpus_per_worker=GPUS, idle=idle) as kube:
-        wait_for(lambda: gpus_on(head.address) == GPUS, 300, "the GPU worker to join")
-        job = submit(head, released_run(head, kube, tmp_path, "run-r", GPUS, steps=2, step_s=0.2))
-        assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=600) == "SUCCEEDED", \
+    """Issue 22: after training, every GPU node but one is released before the merge, which runs there; at the
+    run's end the last one too. The next `pulumi up` scales the group back and waits for its GPUs."""
+    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=2, gpus_per_worker=GPUS, idle=idle) as kube:
+        wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
+        merger = SUPERVISE.parent.parent.parent / "tests" / "standins" / "merge.py"
+        merge = (f"--settle-s 120 --merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
+                 f"--merge-cmd '{sys.executable} {merger} merge --backend fsdp' ")
+        job = submit(head, released_run(head, kube, tmp_path, "run-r", 2 * GPUS, steps=2, step_s=0.2, options=merge))
+        assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900) == "SUCCEEDED", \
             logs(head, job)[-3000:]
+        text = logs(head, job)
+        assert text.index("scaled to 1") < text.index("merging") < text.index("scaled to 0")
+        assert [p[-1]["value"] for p in kube.patches] == [1, 0]
+        assert (tmp_path / "merged" / ".verl-gke-merged.json").exists()
         group = kube.obj["spec"]["workerGroupSpecs"][0]
-        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 1)
-        assert "released the GPUs: rc/gpu-group scaled to 0" in logs(head, job)
+        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 2)
+        assert "released the GPUs: rc/gpu-group scaled to 0" in text
         assert "fieldManager=verl-gke-supervisor" in kube.queries  # not Pulumi's: it leaves the field alone
-        wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
+        wait_for(lambda: gpus_on(head.address) == 0, 300, "the released workers to leave")
 
-        # The next `pulumi up` (a changed run, or a resubmission): scale back, wait for the GPUs, submit.
+        # The next `pulumi up` (a changed run, or a resubmission): scale back, wait for the GPUs, submit. One
+        # node here (the scale's `replicas`), which the stopped run's test takes.
         monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
         props = {"submission_id": "next-run", "entrypoint": "echo next", "expected_gpus": GPUS,
                  "ready_timeout_s": 600, "gke": kube.gke(),
@@ -107,19 +117,3 @@ def test_a_stopped_run_releases_the_gpus_too(head, idle, tmp_path):
         wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
         state = json.loads((ckpt / "verl-gke-run.json").read_text())
         assert state["attempts"]["1"]["outcome"] == "STOPPED"
-
-
-def test_the_merge_runs_on_one_node_after_the_others_are_released(head, idle, tmp_path):
-    """Issue 22: after training, every GPU node but one is released before the merge, which runs there."""
-    with FakeKubeRay(head, TOKEN, name="rc3", group=GROUP, replicas=2, gpus_per_worker=GPUS, idle=idle) as kube:
-        wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
-        merger = SUPERVISE.parent.parent.parent / "tests" / "standins" / "merge.py"
-        merge = (f"--settle-s 120 --merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
-                 f"--merge-cmd '{sys.executable} {merger} merge --backend fsdp' ")
-        job = submit(head, released_run(head, kube, tmp_path, "run-m", 2 * GPUS, steps=2, step_s=0.2, options=merge))
-        assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900) == "SUCCEEDED", \
-            logs(head, job)[-3000:]
-        text = logs(head, job)
-        assert text.index("scaled to 1") < text.index("merging") < text.index("scaled to 0")
-        assert [p[-1]["value"] for p in kube.patches] == [1, 0]
-        assert (tmp_path / "merged" / ".verl-gke-merged.json").exists()
