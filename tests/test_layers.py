@@ -8,6 +8,7 @@ imports another in a cycle.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -30,8 +31,10 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(path: Path) -> set[str]:
-    """Project modules a file imports, at module level or inside functions."""
+@functools.cache
+def imports_of(path: Path) -> frozenset[str]:
+    """Project modules a file imports, at module level or inside functions (parsed when a test asks: every
+    xdist worker collects this module, one runs it)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -39,11 +42,16 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names |= {f"{node.module}.{a.name}" for a in node.names}
-    return {n for n in names if n.split(".")[0] in PROJECT_PACKAGES}
+    return frozenset(n for n in names if n.split(".")[0] in PROJECT_PACKAGES)
 
 
 MODULES = modules()
-GRAPH = {m: {i for i in imports_of(p) if i in MODULES} for m, p in MODULES.items()}
+
+
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Each project module's imports of other project modules."""
+    return {m: {i for i in imports_of(p) if i in MODULES} for m, p in MODULES.items()}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -69,14 +77,14 @@ def test_no_import_cycle():
 
     def visit(m: str, trail: list[str]) -> None:
         state[m] = 1
-        for n in sorted(GRAPH[m]):
+        for n in sorted(graph()[m]):
             if state.get(n) == 1:
                 raise AssertionError("import cycle: " + " -> ".join([*trail, m, n]))
             if n not in state:
                 visit(n, [*trail, m])
         state[m] = 2
 
-    for m in sorted(GRAPH):
+    for m in sorted(graph()):
         if m not in state:
             visit(m, [])
 
