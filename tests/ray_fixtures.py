@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import http.server
 import ipaddress
 import os
 import shutil
 import socket
 import ssl
+import subprocess
 import tempfile
 import threading
 import time
@@ -24,8 +26,8 @@ from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "IMAGE_LIBRARY_PATH", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy",
            "b64_pem", "delete_job", "free_port", "gpus_on", "image_env", "job_logs", "jobs_on", "make_ca",
-           "make_server_cert", "pem", "point_ray_env_nowhere", "refused_address", "stop_running_jobs", "wait_for",
-           "wait_for_line", "wait_for_no_gpu_workers", "wait_status"]
+           "make_server_cert", "no_mount_namespace", "pem", "point_ray_env_nowhere", "refused_address",
+           "stop_running_jobs", "wait_for", "wait_for_line", "wait_for_no_gpu_workers", "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -108,6 +110,25 @@ def wait_for_no_gpu_workers(head: RayNode, timeout: float = 180, also: float = 0
     checks fail, and the next run would take its disappearance for a lost node (or count its GPUs)."""
     wait_for(lambda: gpus_on(head.address) <= head.gpus + also, timeout,
              f"the GPU workers of earlier tests to leave {head.address}")
+
+
+@functools.cache
+def no_mount_namespace() -> str | None:
+    """Why this machine cannot give each simulated pod a mount namespace (tests/test_rehearsal.py), or None when
+    it can.
+
+    Root and unshare(1) are not enough: an unprivileged container (root without CAP_SYS_ADMIN) has
+    both and still refuses `unshare --mount`. Probe exactly what the rehearsal does: a private mount
+    namespace with a tmpfs in it."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "needs root and unshare(1) for a mount namespace per pod"
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            done = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs",
+                                   "-o", "size=1m", "tmpfs", d], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"unshare --mount did not run: {err}"
+    return None if done.returncode == 0 else f"unshare --mount refused here: {done.stderr.strip()[:200]}"
 
 
 # ----------------------------------------------------------------------------- TLS and the proxy

@@ -51,30 +51,13 @@ from tests.ray_fixtures import (
     RayNode,
     image_env,
     job_logs,
+    no_mount_namespace,
     wait_for_line,
 )
 from tests.stack_helpers import shipped_plan
 from tools import placement
 
-
-def _no_mount_namespace() -> str | None:
-    """Why this machine cannot give each simulated pod a mount namespace, or None when it can.
-
-    Root and unshare(1) are not enough: an unprivileged container (root without CAP_SYS_ADMIN) has
-    both and still refuses `unshare --mount`. Probe exactly what the rehearsal does: a private mount
-    namespace with a tmpfs in it."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return "needs root and unshare(1) for a mount namespace per pod"
-    with tempfile.TemporaryDirectory() as d:
-        try:
-            done = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs",
-                                   "-o", "size=1m", "tmpfs", d], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return f"unshare --mount did not run: {err}"
-    return None if done.returncode == 0 else f"unshare --mount refused here: {done.stderr.strip()[:200]}"
-
-
-NO_NAMESPACE = _no_mount_namespace()
+NO_NAMESPACE = no_mount_namespace()
 needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESPACE or "")
 
 STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
@@ -160,9 +143,11 @@ def job_inputs(p: dict, head: RayNode, steps: int, step_s: float) -> tuple[str, 
     supervisor, trainer = words[:cut], words[cut + 1:]
     assert trainer[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     py = str(VENV_BIN / "python3")
+    # No service account where the head pod's token would be: the GPU release is skipped, whatever this machine
+    # holds at the default path (a CI runner that is itself a pod has a token there, and a real API server).
     supervisor = [py, supervisor[1], "--dashboard", head.address, "--settle-s", "30", "--backoff-s", "1",
                   "--gpu-wait-s", "300", "--merge-cmd", f"{py} {STANDIN_MERGE} merge --backend fsdp",
-                  *supervisor[2:]]
+                  *supervisor[2:], "--k8s-sa-dir", os.path.join(head.temp_dir, "no-service-account")]
     overrides = [w for w in trainer[3:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
     trainer = [py, str(STANDIN_TRAINER), *overrides, f"trainer.total_training_steps={steps}",
                "trainer.save_freq=1", f"+standin.step_s={step_s}", "+standin.resumed_step_s=0.2"]
@@ -608,7 +593,8 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         run.start(placement.WORKERS, gpus=gpus, cpus=2)
         status, logs = wait_done(run, job, timeout=1500)
         assert status == "SUCCEEDED", logs[-4000:]
-        assert recovery in logs and f"SUCCEEDED, recoveries used 1 of {budget}" in logs
+        # The run id and the attempt the provider passed in the attempt's env vars reached the supervisor.
+        assert recovery in logs and f"run {job} attempt 1: SUCCEEDED, recoveries used 1 of {budget}" in logs
         # `pulumi refresh`: the recovery shows in the outputs (jobRecoveries, jobMessage).
         refreshed = run.provider.read(job, run.outs[job]).outs
         assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
@@ -627,6 +613,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         state = assert_completed(run, ckpt, merged, steps=6, world=pods * gpus)
         restarts = state["attempts"]["1"]["restarts"]
         assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"] and state["used"] == 1, state
+        assert int(resumed[-1]) == restarts[0]["from_step"], (resumed, restarts)  # from the step the restart recorded
         assert "merging" in logs and "on a GPU node" in logs  # the merge ran on a GPU node (the head has no GPUs)
         assert_library_path(run, logs)
     finally:

@@ -2,9 +2,9 @@
 
 A real local Ray head (no GPUs, like the KubeRay head) and a worker node that declares GPUs; the
 stand-in trainer (tests/standins/trainer.py) runs its steps on the worker and checkpoints in verl's
-layout. Here: the runs that end without a recovery (a deterministic failure, a failed merge, a spent
-budget). A lost GPU node recovered from the checkpoint, submitted by the job provider and seen in its
-refresh, is the rehearsal's whole run (tests/test_rehearsal.py), in the pods' own mounts.
+layout. Killing the worker node mid-run is a spot preemption; starting another is KubeRay's replacement
+pod. Where the rehearsal runs (tests/test_rehearsal.py), its lost-node run, submitted by the job provider
+with the rendered job, covers that case in the pods' own mounts, and the one here skips.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ import pytest
 import requests
 
 from components.ray_client import TERMINAL
+from components.ray_job_provider import RayJobProvider
 from tests.ray_fixtures import (
     REPO,
     RayNode,
     gpus_on,
     job_logs,
+    no_mount_namespace,
     stop_running_jobs,
     wait_for,
+    wait_for_line,
     wait_for_no_gpu_workers,
     wait_status,
 )
@@ -56,7 +59,7 @@ def _kept(head):
 @pytest.fixture
 def worker(head, _kept):
     """A list holding one running GPU worker node with GPUS GPUs, the only one on the head. A test may stop
-    it and append its replacement; the running one is kept for the next test."""
+    it and append its replacement (a lost node); the running one is kept for the next test."""
     nodes = list(_kept)  # a kept node is running: only _kept's own teardown stops it
     _kept.clear()
     keep = False
@@ -78,14 +81,14 @@ def worker(head, _kept):
 
 
 def supervise_cmd(head: RayNode, tmp: Path, run_id: str, trainer_args: list[str], *, merge_fail: bool = False,
-                  settle_s: int = 120, extra: tuple[str, ...] = ()) -> str:
+                  settle_s: int = 120, extra: tuple[str, ...] = (), on_worker: bool = False) -> str:
     py = sys.executable
     merge_cmd = f"{py} {MERGER}{' --fail' if merge_fail else ''} merge --backend fsdp"
     sup = [py, str(SUPERVISE), "--run-id", run_id, "--state", str(tmp / "ckpt" / "verl-gke-run.json"),
            "--max-recoveries", "3", "--expected-gpus", str(GPUS), "--dashboard", head.address,
            "--settle-s", str(settle_s), "--backoff-s", "1", "--gpu-wait-s", "600",
            "--checkpoint-dir", str(tmp / "ckpt"), "--merge-to", str(tmp / "merged"),
-           "--merge-cmd", merge_cmd, *extra]
+           "--merge-cmd", merge_cmd, *(["--merge-on-worker"] if on_worker else []), *extra]
     trainer = [py, str(TRAINER), "--ckpt", str(tmp / "ckpt"), "--gpus", str(GPUS), *trainer_args]
     return shlex.join([*sup, "--", *trainer])
 
@@ -105,6 +108,50 @@ def logs(head: RayNode, job_id: str) -> str:
 def steps_run(tmp: Path) -> list[int]:
     path = tmp / "ckpt" / "steps.log"
     return [int(s) for s in path.read_text().split()] if path.exists() else []
+
+
+# Where the rehearsal runs (root and a mount namespace per pod), its lost-node run covers this case through the
+# rendered job (tests/test_rehearsal.py); elsewhere it would skip, and this keeps the lost node's recovery tested.
+@pytest.mark.skipif(no_mount_namespace() is None, reason="the rehearsal's lost-node run covers it here")
+def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
+    # Submitted by the job provider, as `pulumi up` does: the run id and the cap reach the supervisor
+    # through the attempt's runtime env, not its command line.
+    steps = ["--steps", "8", "--step-s", "2", "--resumed-step-s", "0.2"]
+    cmd = supervise_cmd(head, tmp_path, "ignored", steps, on_worker=True)
+    cmd = cmd.replace(" --run-id ignored", "").replace(" --max-recoveries 3", "")
+    provider = RayJobProvider()
+    created = provider.create({"submission_id": "run-a", "entrypoint": cmd, "expected_gpus": GPUS,
+                               "address": head.address, "ready_timeout_s": 300, "max_recoveries": 3})
+    job = created.id
+    wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
+    worker[0].stop()  # the spot VM is gone, and its GPUs with it
+    # KubeRay's replacement comes after the loss was seen: the supervisor says so, then waits for GPUs.
+    wait_for_line(head.address, job, "recovery 1 of 3", JOB_TIMEOUT_S)
+    worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
+    # `pulumi refresh` (while it runs, or just after: the resumed run is short): the recovery shows in the
+    # outputs (jobRecoveries, jobMessage).
+    wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
+    status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
+    text = logs(head, job)
+    assert status == "SUCCEEDED", text[-4000:]
+    refreshed = provider.read(job, created.outs).outs
+    assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
+    assert refreshed["message"].startswith("run run-a attempt 1: SUCCEEDED, recoveries used 1 of 3")
+
+    state = json.loads((tmp_path / "ckpt" / "verl-gke-run.json").read_text())
+    restarts = state["attempts"]["1"]["restarts"]
+    assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"], state
+    assert state["used"] == 1 and state["attempts"]["1"]["outcome"] == "SUCCEEDED"
+    # Resumed: after the kill the trainer continued after the last checkpoint, it did not restart at 1.
+    steps = steps_run(tmp_path)
+    assert steps[-1] == 8 and steps.count(1) == 1, steps
+    resumed_at = restarts[0]["from_step"] + 1
+    assert f"standin: starting at step {resumed_at}" in text
+    assert "recovery 1 of 3" in text and "SUCCEEDED, recoveries used 1 of 3" in text
+    # The model handed over: the last checkpoint merged.
+    assert "on a GPU node" in text and "standin merge: 1 shard(s)" in text
+    marker = json.loads((tmp_path / "merged" / ".verl-gke-merged.json").read_text())
+    assert marker["step"] == 8 and (tmp_path / "merged" / "model.safetensors").read_text() == "weights after step 8\n"
 
 
 def test_deterministic_failure_is_not_retried(head, worker, tmp_path):
