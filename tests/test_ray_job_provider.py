@@ -408,7 +408,7 @@ def test_create_submits_then_adopts(head, provider, monkeypatch):
     # duplicate, and that job is adopted, never a second one.
     monkeypatch.setattr(ray_client.Dashboard, "jobs", lambda _self, deadline=None: [])
     third = provider.create(p)
-    assert (third.id, third.outs["attempt"]) == (sid, 1)
+    assert (third.id, third.outs["attempt"], third.outs["status"]) == (sid, 1, "SUCCEEDED")
     assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [sid]
 
 
@@ -581,7 +581,9 @@ def test_service_proxy_with_bearer_token(head, provider, monkeypatch):
         provider.delete(created.id, wire(created.outs))
         assert requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"] == "STOPPED"
         assert provider.read(created.id, wire(created.outs)).outs["status"] == "STOPPED"
+        asked = len(proxy.seen_paths)
         provider.delete(created.id, wire(created.outs))
+        assert not any("/stop" in path for path in proxy.seen_paths[asked:])  # Ray would answer 200 to one
         # a rejected token fails at once (waiting would not help), naming the status and the URL
         monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "expired")
         with pytest.raises(DashboardError) as denied:
