@@ -15,7 +15,7 @@ import pytest
 from components.ray_job_provider import RayJobProvider
 from tests.kuberay_fixture import FakeKubeRay
 from tests.ray_fixtures import gpus_on, pem, wait_for, wait_status
-from tests.test_supervise import SUPERVISE, TRAINER, logs, submit
+from tests.test_supervise import MERGER, SUPERVISE, TRAINER, logs, submit
 
 GPUS = 2
 TOKEN = "sa-token-for-tests"
@@ -63,9 +63,8 @@ def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head
     run's end the last one too. The next `pulumi up` scales the group back and waits for its GPUs."""
     with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=2, gpus_per_worker=GPUS, idle=idle) as kube:
         wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
-        merger = SUPERVISE.parent.parent.parent / "tests" / "standins" / "merge.py"
         merge = (f"--settle-s 120 --merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
-                 f"--merge-cmd '{sys.executable} {merger} merge --backend fsdp' ")
+                 f"--merge-cmd '{sys.executable} {MERGER} merge --backend fsdp' ")
         job = submit(head, released_run(head, kube, tmp_path, "run-r", 2 * GPUS, steps=2, step_s=0.2, options=merge))
         assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900) == "SUCCEEDED", \
             logs(head, job)[-3000:]

@@ -23,7 +23,6 @@ import os
 import signal
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
@@ -36,6 +35,7 @@ from tests.fault_front import FaultFront
 from tests.kuberay_fixture import FakeKubeRay
 from tests.provider_grpc import ProviderCallError, ProviderServer
 from tests.ray_fixtures import REPO, refused_address, wait_for, wait_status
+from tools.local_ray import processes
 
 WINDOW_S = 2  # probe window of a call that must end "unknown": a few polls (0.25, 0.5, 1 s apart), then a clear failure
 ANSWER_WINDOW_S = 30  # every other call's: it ends at Ray's first answer, however loaded the machine
@@ -219,13 +219,7 @@ def test_a_stop_not_finished_by_the_deadline_fails_the_delete(head, front, serve
 
 def pids_of(cmdline: str) -> list[int]:
     """The processes whose command line is `cmdline` (a test's own job process, by a unique argument)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        with contextlib.suppress(OSError):
-            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").strip() \
-                    == cmdline.encode():
-                found.append(int(entry))
-    return found
+    return [pid for pid, (_, cmd) in processes().items() if cmd.replace(b"\0", b" ").strip() == cmdline.encode()]
 
 
 # ----------------------------------------------------------------------------- the API server's word

@@ -13,9 +13,9 @@ would) around a stand-in trainer with verl's process layout and checkpoint files
 Each run is submitted by the job provider with the rendered job's inputs, as `pulumi up` does. Covered: on
 b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning to
 the keep limit after the restart, the merge on a GPU node with its marker, the recovery state on the
-bucket, the recovery in the provider's refresh; on every other shipped stack a shorter run through the same path in its
-own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint mount on the
-head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
+bucket, the recovery in the provider's refresh; on every other shipped stack a shorter run through the
+same path in its own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint
+mount on the head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
 start), and a run takes the worker pods of its shape the run before it left, as KubeRay keeps a cluster's
 pods across its jobs (the rest are stopped: a run's pods are its own); the layout before issue 22 is the dev
 stack's cluster with the head's checkpoint mount covered. The module starts 5 Ray nodes where it started 10.
@@ -490,8 +490,7 @@ def assert_completed(run: Run, ckpt: Path, merged: Path, steps: int, world: int)
 def assert_library_path(run: Run, logs: str) -> None:
     """The GPU actors see the job's LD_LIBRARY_PATH with `${LD_LIBRARY_PATH}` expanded from their node's own
     value (the image's entries kept after GKE's driver and gIB folders), not replaced and not left literal."""
-    job = next(r["inputs"] for r in run.plan["resources"] if r["type"].endswith(":RayJob"))
-    rendered = job["runtime_env"]["env_vars"].get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}")
+    rendered = rendered_job(run.plan)["runtime_env"]["env_vars"].get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}")
     assert rendered.endswith(":${LD_LIBRARY_PATH}") or rendered == "${LD_LIBRARY_PATH}", rendered
     seen = rendered.replace("${LD_LIBRARY_PATH}", image_env()["LD_LIBRARY_PATH"])
     assert f"LD_LIBRARY_PATH on the GPU nodes: {seen}\n" in logs, logs[-4000:]

@@ -219,12 +219,12 @@ class RayNode:
             f"{self.address}/api/v0/logs?node_id={head}&glob=dashboard_agent*&timeout=5", timeout=10).ok
 
     def _raylets(self, procs: dict[int, tuple[int, bytes]]) -> set[int]:
-        """The pids of this node's raylet among `procs` (_processes())."""
+        """The pids of this node's raylet among `procs` (processes())."""
         return {pid for pid, (_, cmd) in procs.items() if b"raylet/raylet" in cmd and self.temp_dir.encode() in cmd}
 
     def agent_pid(self) -> int:
         """The pid of this node's dashboard agent: the raylet's child titled ray::DashboardAgent."""
-        procs = _processes()
+        procs = processes()
         raylets = self._raylets(procs)
         for pid, (ppid, cmd) in procs.items():
             if ppid in raylets and cmd.startswith(b"ray::DashboardAgent"):
@@ -234,14 +234,14 @@ class RayNode:
     def raylet_pid(self) -> int:
         """The pid of this node's raylet: a process that lives as long as the node (`ray start` itself has
         exited), in whatever mount namespace the node was started in."""
-        raylets = self._raylets(_processes())
+        raylets = self._raylets(processes())
         if not raylets:
             raise RuntimeError(f"no raylet process for the node in {self.temp_dir}")
         return min(raylets)
 
     def running(self) -> bool:
         """Whether this node's raylet still runs (a node whose raylet died is gone from the cluster)."""
-        return bool(self._raylets(_processes()))
+        return bool(self._raylets(processes()))
 
     def stop(self) -> None:
         if self.pgid is not None:
@@ -270,7 +270,7 @@ def _kill_group(pgid: int, grace: float = 1.0) -> None:
             time.sleep(0.1)
 
 
-def _processes() -> dict[int, tuple[int, bytes]]:
+def processes() -> dict[int, tuple[int, bytes]]:
     """pid -> (parent pid, command line) of every process that can be read now."""
     procs = {}
     for proc in Path("/proc").iterdir():
@@ -286,7 +286,7 @@ def _processes() -> dict[int, tuple[int, bytes]]:
 
 
 def _kill_matching(needle: str) -> None:
-    for pid, (_, cmdline) in _processes().items():
+    for pid, (_, cmdline) in processes().items():
         if pid != os.getpid() and needle.encode() in cmdline:
             try:
                 os.kill(pid, signal.SIGKILL)
