@@ -33,10 +33,13 @@ def test_the_readme_runs_the_bench_with_the_venvs_python():
 @pytest.mark.parametrize("ends", ["hangs", "exits 0 and the head never answers"])
 def test_a_node_that_fails_to_start_leaves_no_process_behind(ends, tmp_path, monkeypatch):
     """A `ray start` that hangs past the timeout, or a head that never turns healthy: start() raises
-    before the caller holds the node, so start() itself stops what `ray start` left running."""
+    before the caller holds the node, so start() itself stops what `ray start` left running. The second
+    leaves its process in a session of its own, as Ray starts a job's entrypoint, with nothing of the node in
+    its command line: the node's mark in its environment is what finds it."""
     pids = tmp_path / "pids"
     fake = tmp_path / "ray"
-    fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $! >> {pids}\n" + ("wait\n" if ends == "hangs" else "exit 0\n"))
+    leave = "sleep 300 &" if ends == "hangs" else "setsid sleep 300 &"
+    fake.write_text(f"#!/bin/sh\n{leave}\necho $! >> {pids}\n" + ("wait\n" if ends == "hangs" else "exit 0\n"))
     fake.chmod(0o755)
     monkeypatch.setattr(local_ray, "RAY", str(fake))
     node = local_ray.RayNode(gpus=0)

@@ -73,6 +73,11 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
+# Set in the environment of each node's processes, and so inherited by all they start: which node a process
+# belongs to (its temp dir) when nothing else in it says so.
+NODE_MARK = "VERL_GKE_LOCAL_RAY_NODE"
+
+
 def ray_env() -> dict[str, str]:
     """The environment for `ray start`: without the bogus RAY_ADDRESS the tests set for the provider."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -155,8 +160,9 @@ class RayNode:
         for attempt in range(1, attempts + 1):
             log_path = Path(self.temp_dir) / "ray-start.log"
             with open(log_path, "wb") as log:
-                proc = subprocess.Popen(self.command(), env={**ray_env(), **self.env}, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                env = {**ray_env(), **self.env, NODE_MARK: self.temp_dir}
+                proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
             # The daemons `ray start` leaves behind keep its process group: that is how we stop this node only.
             self.pgid = proc.pid
             if proc.wait(timeout=timeout) == 0:
@@ -248,6 +254,7 @@ class RayNode:
             _kill_group(self.pgid)
             self.pgid = None
         _kill_matching(self.temp_dir)  # workers and drivers that left the group (setsid)
+        _kill_marked(self.temp_dir)  # what those started (a job's entrypoint) and outlived them
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
@@ -283,6 +290,22 @@ def processes() -> dict[int, tuple[int, bytes]]:
             continue
         procs[int(proc.name)] = (ppid, cmdline)
     return procs
+
+
+def _kill_marked(temp_dir: str) -> None:
+    """Kill every process started under the node whose temp dir is `temp_dir` (NODE_MARK in its environment):
+    a job's entrypoint runs in a session of its own (ray-2.60.0, python/ray/dashboard/modules/job/
+    job_supervisor.py, `_exec_entrypoint`), and one that outlived its stop or its supervisor (seen: a
+    `sleep 600` left running after its job read STOPPED) is reparented to init, out of any tree of the node."""
+    mark = f"{NODE_MARK}={temp_dir}\0".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if mark in (proc / "environ").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:  # gone meanwhile, or not ours to read or kill
+            continue
 
 
 def _kill_matching(needle: str) -> None:
