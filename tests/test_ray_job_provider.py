@@ -523,25 +523,6 @@ def test_failing_job_surfaces_its_log_tail(head, provider):
     assert logs.splitlines() == [f"line {i}" for i in range(95, 100)]
 
 
-def test_resubmission_after_failure_is_a_new_attempt(head, provider):
-    p = props(head.address, "resub", entrypoint="exit 1", resubmit_on_failure=True)
-    sid = p["submission_id"]
-    first = provider.create(p)
-    wait_status(head.address, sid, {"FAILED"})
-    refreshed = provider.read(first.id, first.outs).outs
-    assert refreshed["status"] == "FAILED"
-    # `pulumi up --refresh`: diff replaces, delete is a no-op on a finished job, create resubmits
-    assert provider.diff(first.id, refreshed, p).replaces == ["status"]
-    provider.delete(first.id, refreshed)
-    second = provider.create(p)
-    assert (second.id, second.outs["attempt"]) == (f"{sid}-r2", 2)
-    wait_status(head.address, f"{sid}-r2", {"FAILED"})
-    # without resubmission the newest attempt is adopted and reported, not resubmitted
-    adopted = provider.create({**p, "resubmit_on_failure": False})
-    assert (adopted.id, adopted.outs["status"]) == (f"{sid}-r2", "FAILED")
-    assert sorted(j["submission_id"] for j in jobs_on(head.address, sid)) == [sid, f"{sid}-r2"]
-
-
 def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
     never = props(head.address, "never")
     outs = provider.read(never["submission_id"], {**never, "job_id": never["submission_id"]}).outs
@@ -746,14 +727,25 @@ def test_diff_does_not_resubmit_a_run_that_used_its_budget():
 
 
 def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provider):
+    """A failed attempt is resubmitted as the next one while the recovery budget lasts (one here), through
+    `pulumi up --refresh`'s calls; the spent run is adopted, never submitted a third time. One run for both:
+    each attempt costs a job on the head."""
     echo = 'echo "attempt=$VERL_GKE_ATTEMPT used=$VERL_GKE_RECOVERIES_USED of $VERL_GKE_MAX_RECOVERIES"; exit 1'
-    p = props(head.address, "budget", entrypoint=echo, max_recoveries=1)
+    p = props(head.address, "budget", entrypoint=echo, max_recoveries=1, resubmit_on_failure=True)
     sid = p["submission_id"]
     first = provider.create(p)
     wait_status(head.address, sid, {"FAILED"})
     assert "attempt=1 used=0 of 1" in job_logs(head.address, sid, timeout=10)
-    second = provider.create(p)  # `pulumi up --refresh` after the failure: the one recovery allowed
-    assert (second.id, second.outs["recoveries"]) == (f"{sid}-r2", 1)
+    # without resubmission the failed attempt is adopted and reported, not resubmitted (budget left or not)
+    adopted = provider.create({**p, "resubmit_on_failure": False})
+    assert (adopted.id, adopted.outs["status"], adopted.outs["attempt"]) == (sid, "FAILED", 1)
+    refreshed = provider.read(first.id, first.outs).outs
+    assert refreshed["status"] == "FAILED"
+    # `pulumi up --refresh`: diff replaces, delete is a no-op on a finished job, create resubmits
+    assert provider.diff(first.id, refreshed, p).replaces == ["status"]
+    provider.delete(first.id, refreshed)
+    second = provider.create(p)  # the one recovery allowed
+    assert (second.id, second.outs["attempt"], second.outs["recoveries"]) == (f"{sid}-r2", 2, 1)
     wait_status(head.address, f"{sid}-r2", {"FAILED"})
     logs = job_logs(head.address, f"{sid}-r2", timeout=10)
     assert "attempt=2 used=1 of 1" in logs
@@ -763,7 +755,6 @@ def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provid
     again = provider.create(p)  # even a create adopts the spent run instead of submitting attempt 3
     assert again.id == f"{sid}-r2" and "recovery budget spent (1 of 1)" in again.outs["message"]
     assert sorted(j["submission_id"] for j in jobs_on(head.address, sid)) == [sid, f"{sid}-r2"]
-    del first
 
 
 def test_in_run_recoveries_reported_by_the_supervisor_count_too(head, provider):
