@@ -360,34 +360,23 @@ def test_ray_job_resource_under_mocks():
 # ----------------------------------------------------------------------------- against a real head
 
 
-def test_ray_extends_the_nodes_library_path_with_the_runtime_env(head):
-    """What recipe.grpo.library_path_env relies on, against a real Ray node: `${LD_LIBRARY_PATH}` in a
-    runtime-env variable is the node's own value (the image's entries in a pod), not replaced or left literal.
-    The job's driver runs on the head; the rehearsal (tests/test_rehearsal.py) checks the GPU workers."""
+def test_create_submits_then_adopts(head, provider, monkeypatch):
+    """The job also prints its LD_LIBRARY_PATH, set as recipe.grpo.library_path_env renders it: against a real
+    Ray node, `${LD_LIBRARY_PATH}` in a runtime-env variable is the node's own value (the image's entries in a
+    pod), neither replaced nor left literal. Its driver runs on the head; tests/test_rehearsal.py checks the
+    GPU workers."""
     from catalog.accelerators import ACCELERATORS
     from catalog.paths import bucket_paths
     from recipe import grpo
 
     paths = bucket_paths("b200", "Qwen/Qwen2.5-32B-Instruct", "v0.6.1")
     rendered = grpo.runtime_env(ACCELERATORS["b200"], paths)["env_vars"]["LD_LIBRARY_PATH"]
-    sid = new_id("ldpath")
-    answer = requests.post(f"{head.address}/api/jobs/", json={
-        "entrypoint": "python3 -c 'import os; print(\"LDPATH=\" + os.environ[\"LD_LIBRARY_PATH\"])'",
-        "submission_id": sid, "runtime_env": {"env_vars": {"LD_LIBRARY_PATH": rendered}}}, timeout=60)
-    assert answer.ok, answer.text
-    assert wait_status(head.address, sid, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
-    out = job_logs(head.address, sid)
-    node_own = image_env()["LD_LIBRARY_PATH"]
     assert rendered.endswith(":${LD_LIBRARY_PATH}")
-    assert f"LDPATH={rendered.replace('${LD_LIBRARY_PATH}', node_own)}\n" in out, out
-
-
-def test_create_submits_then_adopts(head, provider, monkeypatch):
     p = props(
         head.address,
         "adopt",
-        entrypoint="echo hello $GREETING",
-        runtime_env={"env_vars": {"GREETING": "from-runtime-env"}},
+        entrypoint='echo hello $GREETING; echo "LDPATH=$LD_LIBRARY_PATH"',
+        runtime_env={"env_vars": {"GREETING": "from-runtime-env", "LD_LIBRARY_PATH": rendered}},
         metadata={"stack": "test"},
     )
     first = provider.create(p)
@@ -403,6 +392,8 @@ def test_create_submits_then_adopts(head, provider, monkeypatch):
     assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [sid]
     logs = job_logs(head.address, sid, timeout=10)
     assert "hello from-runtime-env" in logs
+    node_own = image_env()["LD_LIBRARY_PATH"]
+    assert f"LDPATH={rendered.replace('${LD_LIBRARY_PATH}', node_own)}\n" in logs, logs
     assert provider.read(sid, second.outs).outs["status"] == "SUCCEEDED"
     # A concurrent create submitted between our listing of the jobs and our submit: Ray refuses ours as a
     # duplicate, and that job is adopted, never a second one.
