@@ -497,7 +497,10 @@ def test_gone_job_resubmits_as_the_next_attempt(head, provider, provider_server)
 
 
 def test_failing_job_surfaces_its_log_tail(head, provider):
+    """A failure seen by a waiting `pulumi up`: the log's tail, then the command that reads all of it after
+    the pods are gone."""
     script = "import sys; [print(f'line {i}') for i in range(100)]; sys.exit(3)"
+    hint = "gcloud logging read 'resource.type=\"k8s_container\"'"
     p = props(
         head.address,
         "fail",
@@ -505,13 +508,15 @@ def test_failing_job_surfaces_its_log_tail(head, provider):
         wait_for_completion=True,
         completion_timeout_s=READY_S,
         log_tail_lines=5,
+        logs_hint=hint,
     )
     with pytest.raises(RayJobError) as failed:
         provider.create(p)
     text = str(failed.value)
     assert "FAILED" in text and p["submission_id"] in text
-    logs = text.split("--- last 5 log lines ---\n")[1]
+    logs, kept = text.split("--- last 5 log lines ---\n")[1].split("\n--- all logs, also after the pods are gone ---\n")
     assert logs.splitlines() == [f"line {i}" for i in range(95, 100)]
+    assert kept == hint
 
 
 def test_read_and_delete_when_the_job_or_cluster_is_gone(head, provider):
@@ -750,14 +755,11 @@ def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provid
 
 def test_in_run_recoveries_reported_by_the_supervisor_count_too(head, provider):
     line = "[verl-gke] run x attempt 1: FAILED, 1 GPU worker node(s) left; no recovery left (recoveries used 3 of 3)"
-    p = props(head.address, "inrun", entrypoint=f"echo '{line}'; exit 1", max_recoveries=3,
-              logs_hint="gcloud logging read 'resource.type=\"k8s_container\"'")
+    p = props(head.address, "inrun", entrypoint=f"echo '{line}'; exit 1", max_recoveries=3)
     sid = p["submission_id"]
     provider.create(p)
     wait_status(head.address, sid, {"FAILED"})
     adopted = provider.create(p)
     assert adopted.id == sid and adopted.outs["recoveries"] == 3
     assert adopted.outs["message"].startswith("recovery budget spent (3 of 3)")
-    # a failure seen by a waiting `pulumi up` names the command that reads the logs after the pods are gone
-    with pytest.raises(RayJobError, match="also after the pods are gone ---\ngcloud logging read"):
-        provider.create({**p, "submission_id": new_id("inrun2"), "wait_for_completion": True})
+    # the logs hint after a failure seen by a waiting `pulumi up`: test_failing_job_surfaces_its_log_tail
