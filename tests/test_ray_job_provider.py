@@ -514,7 +514,9 @@ def test_failing_job_surfaces_its_log_tail(head, provider):
         provider.create(p)
     text = str(failed.value)
     assert "FAILED" in text and p["submission_id"] in text
-    logs, kept = text.split("--- last 5 log lines ---\n")[1].split("\n--- all logs, also after the pods are gone ---\n")
+    tail = text.split("--- last 5 log lines ---\n")[1]
+    assert "\n--- all logs, also after the pods are gone ---\n" in tail, text
+    logs, kept = tail.split("\n--- all logs, also after the pods are gone ---\n")
     assert logs.splitlines() == [f"line {i}" for i in range(95, 100)]
     assert kept == hint
 
