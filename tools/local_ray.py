@@ -253,8 +253,7 @@ class RayNode:
         if self.pgid is not None:
             _kill_group(self.pgid)
             self.pgid = None
-        _kill_matching(self.temp_dir)  # workers and drivers that left the group (setsid)
-        _kill_marked(self.temp_dir)  # what those started (a job's entrypoint) and outlived them
+        _kill_leftovers(self.temp_dir)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
@@ -292,29 +291,21 @@ def processes() -> dict[int, tuple[int, bytes]]:
     return procs
 
 
-def _kill_marked(temp_dir: str) -> None:
-    """Kill every process started under the node whose temp dir is `temp_dir` (NODE_MARK in its environment):
-    a job's entrypoint runs in a session of its own (ray-2.60.0, python/ray/dashboard/modules/job/
-    job_supervisor.py, `_exec_entrypoint`), and one that outlived its stop or its supervisor (seen: a
-    `sleep 600` left running after its job read STOPPED) is reparented to init, out of any tree of the node."""
-    mark = f"{NODE_MARK}={temp_dir}\0".encode()
+def _kill_leftovers(temp_dir: str) -> None:
+    """Kill every process left of the node whose temp dir is `temp_dir`, in one walk of /proc: workers and
+    drivers that left its process group (setsid) name the temp dir in their command line; what those started
+    carries NODE_MARK in its environment. A job's entrypoint runs in a session of its own (ray-2.60.0,
+    python/ray/dashboard/modules/job/job_supervisor.py, `_exec_entrypoint`), and one that outlived its stop or
+    its supervisor (seen: a `sleep 600` left running after its job read STOPPED) is reparented to init."""
+    needle, mark = temp_dir.encode(), f"{NODE_MARK}={temp_dir}\0".encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if mark in (proc / "environ").read_bytes():
+            if needle in (proc / "cmdline").read_bytes() or mark in (proc / "environ").read_bytes():
                 os.kill(int(proc.name), signal.SIGKILL)
         except OSError:  # gone meanwhile, or not ours to read or kill
             continue
-
-
-def _kill_matching(needle: str) -> None:
-    for pid, (_, cmdline) in processes().items():
-        if pid != os.getpid() and needle.encode() in cmdline:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:  # gone meanwhile, or not ours to kill
-                continue
 
 
 def gpus_on(address: str) -> float:
