@@ -514,9 +514,9 @@ def test_failing_job_surfaces_its_log_tail(head, provider):
         provider.create(p)
     text = str(failed.value)
     assert "FAILED" in text and p["submission_id"] in text
-    tail = text.split("--- last 5 log lines ---\n")[1]
-    assert "\n--- all logs, also after the pods are gone ---\n" in tail, text
-    logs, kept = tail.split("\n--- all logs, also after the pods are gone ---\n")
+    tail, header = text.split("--- last 5 log lines ---\n")[1], "\n--- all logs, also after the pods are gone ---\n"
+    assert header in tail, text
+    logs, kept = tail.split(header)
     assert logs.splitlines() == [f"line {i}" for i in range(95, 100)]
     assert kept == hint
 
@@ -734,7 +734,7 @@ def test_resubmissions_count_against_the_budget_and_stop_when_spent(head, provid
     first = provider.create(p)
     wait_status(head.address, sid, {"FAILED"})
     assert "attempt=1 used=0 of 1" in job_logs(head.address, sid, timeout=10)
-    # without resubmission the failed attempt is adopted and reported, not resubmitted (budget left or not)
+    # without resubmission the failed attempt is adopted and reported, not resubmitted, though budget is left
     adopted = provider.create({**p, "resubmit_on_failure": False})
     assert (adopted.id, adopted.outs["status"], adopted.outs["attempt"]) == (sid, "FAILED", 1)
     refreshed = provider.read(first.id, first.outs).outs
