@@ -14,11 +14,13 @@ Each run is submitted by the job provider with the rendered job's inputs, as `pu
 b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning to
 the keep limit after the restart, the merge on a GPU node with its marker, the recovery state on the
 bucket, the recovery in the provider's refresh; on every other shipped stack a shorter run through the
-same path in its own layout (train, save, merge, state); and the layout before issue 22 (no checkpoint
-mount on the head) failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to
-start), and a run takes the worker pods of its shape the run before it left, as KubeRay keeps a cluster's
-pods across its jobs (the rest are stopped: a run's pods are its own); the layout before issue 22 is the dev
-stack's cluster with the head's checkpoint mount covered. The module starts 5 Ray nodes where it started 10.
+same path in its own layout (train, save, merge, state), unless what its rehearsal would build and submit is
+an earlier stack's with only the stack's name changed (`rehearsal_inputs`: h200's is b200's); and the layout
+before issue 22 (no checkpoint mount on the head) failing as it would. Stacks whose pods mount alike
+share one Ray head (the slowest thing to start), and a run takes the worker pods of its shape the run before
+it left, as KubeRay keeps a cluster's pods across its jobs (the rest are stopped: a run's pods are its own);
+the layout before issue 22 is the dev stack's cluster with the head's checkpoint mount covered. The module
+starts 5 Ray nodes where it started 10.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import requests
@@ -461,10 +464,41 @@ STACKS = [f.stem.split(".", 1)[1] for f in sorted(REPO.glob("Pulumi.*.yaml"))]
 # The costly case (a lost node, the restart, pruning) on the multi-node production stack; every other
 # stack runs the same path through a shorter run of its own layout (train, save, merge, state).
 FULL_STACK = "b200"
+# Largest stacks first (b200's test, then h200, dev-b200, dev): a run takes the pods of its shape the one before
+# it left and stops the rest, so each later, smaller run finds its pods among them. Any order is correct.
+SHORT_RUNS = sorted((s for s in STACKS if s != FULL_STACK), reverse=True)
 
 
 def stack_plan(stack: str) -> dict:
     return shipped_plan(stack)
+
+
+def rehearsal_inputs(p: dict, stack: str) -> str:
+    """Everything a rehearsal of the stack builds its cluster from and submits, with the stack's own name (in its
+    paths, its RayCluster's name) written as <stack>: every pod's bucket mounts, the GPU workers' shape, the
+    staging Job's arguments and shipped files, and the job as submit() sends it. Left out: what the provider
+    never receives here (NOT_HERE), the submission id, and the NCCL settings, which no process here reads (no
+    NCCL runs; the stand-ins read LD_LIBRARY_PATH and the Hugging Face folders). Two stacks with equal inputs
+    run the same rehearsal."""
+    head = SimpleNamespace(address="<head>", temp_dir="<head-temp>")
+    entrypoint, runtime_env = job_inputs(p, head, steps=2, step_s=0.5)
+    job = {k: v for k, v in rendered_job(p).items() if k not in (*NOT_HERE, "submission_id")}
+    job.update(entrypoint=entrypoint,
+               runtime_env={k: v for k, v in runtime_env["env_vars"].items() if not k.startswith("NCCL_")})
+    staging = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
+    shipped = [r["inputs"]["data"] for r in p["resources"] if r["type"] == "kubernetes:core/v1:ConfigMap"
+               and "stage_data.py" in (r["inputs"].get("data") or {})]
+    seen = {"layout": layout(placement.pods(p)), "workers": worker_shape(p), "job": job,
+            "staging": staging["spec"]["template"]["spec"]["containers"][0]["args"], "shipped": shipped}
+    return re.sub(rf"(?<!\w){re.escape(stack)}(?!\w)", "<stack>", json.dumps(seen, sort_keys=True))
+
+
+def rehearsed_as(stack: str) -> str | None:
+    """The stack rehearsed before this one (the full run's, then SHORT_RUNS in order) whose rehearsal this one's
+    would repeat, if any."""
+    mine = rehearsal_inputs(stack_plan(stack), stack)
+    earlier = [FULL_STACK, *SHORT_RUNS[:SHORT_RUNS.index(stack)]]
+    return next((s for s in earlier if rehearsal_inputs(stack_plan(s), s) == mine), None)
 
 
 def output_paths(run: Run) -> tuple[Path, Path]:
@@ -567,6 +601,42 @@ def test_a_mount_point_another_run_still_uses_is_kept(tmp_path):
     assert not point.exists()
 
 
+def test_a_rehearsal_is_repeated_only_for_inputs_that_are_the_same():
+    """What rehearsed_as compares: a change to anything the rehearsal builds or submits makes a stack's inputs
+    its own; its name, its NCCL settings and its submission id do not."""
+    p = stack_plan(FULL_STACK)
+    base = rehearsal_inputs(p, FULL_STACK)
+
+    def changed(edit) -> bool:
+        q = copy.deepcopy(p)
+        rc = next(r["inputs"] for r in q["resources"] if r["inputs"].get("kind") == "RayCluster")
+        edit(rc["spec"], rendered_job(q))
+        return rehearsal_inputs(q, FULL_STACK) != base
+
+    def head_mounts(spec: dict) -> list[dict]:
+        return spec["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+
+    def workers(spec: dict) -> dict:
+        return spec["workerGroupSpecs"][0]
+
+    assert changed(lambda spec, job: head_mounts(spec).remove(
+        next(m for m in head_mounts(spec) if m["mountPath"] == "/checkpoints")))
+    assert changed(lambda spec, job: workers(spec).update(replicas=workers(spec)["replicas"] + 1))
+    assert changed(lambda spec, job: workers(spec)["template"]["spec"]["containers"][0]["resources"]["requests"]
+                   .update({"nvidia.com/gpu": 4}))
+    assert changed(lambda spec, job: job.update(entrypoint=job["entrypoint"].replace("--keep 2", "--keep 3")))
+    assert changed(lambda spec, job: job.update(max_recoveries=job["max_recoveries"] + 1))
+    assert changed(lambda spec, job: job["runtime_env"]["env_vars"].update(LD_LIBRARY_PATH="/elsewhere"))
+    assert changed(lambda spec, job: job["runtime_env"]["env_vars"].update(HF_HOME="/data/elsewhere"))
+    assert not changed(lambda spec, job: job["runtime_env"]["env_vars"].update(NCCL_TUNER_CONFIG_PATH="/x.txtpb"))
+    assert not changed(lambda spec, job: job.update(submission_id="verl-grpo-b200-000000000000"))
+    renamed = json.loads(re.sub(r"(?<!\w)b200(?!\w)", "mine", json.dumps(p)))  # the stack's name, wherever it shows
+    assert rehearsal_inputs(renamed, "mine") == base
+    assert rehearsal_inputs(renamed, FULL_STACK) != base  # only the stack's own name is written as <stack>
+    # Today: h200's rehearsal is b200's (its NCCL tuner file aside); every other stack is rehearsed.
+    assert {s: rehearsed_as(s) for s in SHORT_RUNS} == {"h200": "b200", "dev-b200": None, "dev": None}
+
+
 @needs_namespaces
 def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
     p = stack_plan(FULL_STACK)
@@ -620,12 +690,15 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
 
 
 @needs_namespaces
-# Largest stacks first (b200's test, then h200, dev-b200, dev): a run takes the pods of its shape the one before
-# it left and stops the rest, so each later, smaller run finds its pods among them. Any order is correct.
-@pytest.mark.parametrize("stack", sorted((s for s in STACKS if s != FULL_STACK), reverse=True))
+@pytest.mark.parametrize("stack", SHORT_RUNS)
 def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters):
     """Every other shipped stack's own paths and mounts: the driver on the head finds the tracker and
-    keeps its state on the bucket, the workers write shards and the merged model, nothing else."""
+    keeps its state on the bucket, the workers write shards and the merged model, nothing else. A stack whose
+    rehearsal inputs equal an earlier one's is not run again (h200's are b200's: same mounts, shape and job)."""
+    same = rehearsed_as(stack)
+    if same:
+        pytest.skip(f"{stack}'s rehearsal would repeat {same}'s: the same mounts, worker shape, staging and job, "
+                    "its own name aside (rehearsal_inputs)")
     p = stack_plan(stack)
     run = Run(p, clusters(placement.pods(p)), stack)
     try:
