@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import hashlib
 import json
 import re
@@ -655,4 +656,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # One short process whose objects live to its end (the SDKs' modules, the composed stack): the cyclic
+    # collector's full passes over them free nothing and cost about a quarter of the command's CPU (b200:
+    # 4.3 -> 3.2 CPU-seconds, peak memory 179 MiB either way, measured with farm-bench side by side).
+    gc.disable()
     sys.exit(main())
