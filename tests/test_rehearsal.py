@@ -15,12 +15,12 @@ b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the l
 the keep limit after the restart, the merge on a GPU node with its marker, the recovery state on the
 bucket, the recovery in the provider's refresh; on every other shipped stack a shorter run through the
 same path in its own layout (train, save, merge, state), unless what its rehearsal would build and submit is
-an earlier stack's with only the stack's name changed (`rehearsal_inputs`: h200's is b200's); and the layout
-before issue 22 (no checkpoint mount on the head) failing as it would. Stacks whose pods mount alike
-share one Ray head (the slowest thing to start), and a run takes the worker pods of its shape the run before
-it left, as KubeRay keeps a cluster's pods across its jobs (the rest are stopped: a run's pods are its own);
-the layout before issue 22 is the dev stack's cluster with the head's checkpoint mount covered. The module
-starts 5 Ray nodes where it started 10.
+what an earlier stack's run this session does, the two stack files planned under one name (`rehearsed_as`:
+h200's is b200's, NCCL's settings aside); and the layout before issue 22 (no checkpoint mount on the head)
+failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to start), and a run
+takes the worker pods of its shape the run before it left, as KubeRay keeps a cluster's pods across its jobs
+(the rest are stopped: a run's pods are its own); the layout before issue 22 is the dev stack's cluster with
+the head's checkpoint mount covered. The module starts 5 Ray nodes where it started 10.
 """
 
 from __future__ import annotations
@@ -106,11 +106,27 @@ def mount_script(pod: placement.Pod, bucket: Path, bucket_mounts: set[str]) -> s
     return "\n".join(lines)
 
 
+def raycluster(p: dict) -> dict:
+    """The RayCluster's spec as the stack renders it."""
+    return next(r["inputs"] for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")["spec"]
+
+
+def staging_args(p: dict) -> list[str]:
+    """The staging Job's container arguments as the stack renders them."""
+    job = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
+    return job["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def shipped_files(p: dict) -> dict[str, str]:
+    """The files of the ConfigMap the staging Job ships from (stage_data.py, the supervisor and what it imports)."""
+    return next(r["inputs"]["data"] for r in p["resources"] if r["type"] == "kubernetes:core/v1:ConfigMap"
+                and "stage_data.py" in (r["inputs"].get("data") or {}))
+
+
 def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
     """What the staging Job leaves in the bucket, at the paths its rendered arguments name (stacks of
     one verl tag share the source and dataset folders, as they would in one bucket)."""
-    job = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
-    words = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    words = staging_args(p)
     args = placement._options(words)
     writer = pods[placement.JOB]
 
@@ -126,8 +142,7 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
     for name in ("train.parquet", "test.parquet"):
         (data / name).write_bytes(b"PAR1")
     # Each --ship SRC=DEST: the staging Job copies its ConfigMap's file (the supervisor and what it imports).
-    scripts = next(r["inputs"]["data"] for r in p["resources"] if r["type"] == "kubernetes:core/v1:ConfigMap"
-                   and "stage_data.py" in (r["inputs"].get("data") or {}))
+    scripts = shipped_files(p)
     for src, dest in (words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--ship"):
         shipped = local(dest)
         shipped.parent.mkdir(parents=True, exist_ok=True)
@@ -456,8 +471,7 @@ def wait_done(run: Run, job_id: str, timeout: float = 900) -> tuple[str, str]:
 
 def worker_shape(p: dict) -> tuple[int, int]:
     """(GPU worker pods, GPUs each) as the stack renders them."""
-    rc = next(r for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")
-    group = rc["inputs"]["spec"]["workerGroupSpecs"][0]
+    group = raycluster(p)["workerGroupSpecs"][0]
     per_pod = int(group["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
     return int(group["replicas"]), per_pod
 
@@ -491,11 +505,8 @@ def rehearsal_inputs(p: dict) -> dict:
     job = {k: v for k, v in rendered_job(p).items() if k not in (*NOT_HERE, "submission_id")}
     job.update(entrypoint=entrypoint, runtime_env=without_nccl(runtime_env["env_vars"]))
     pods = {role: {**dataclasses.asdict(pod), "env": without_nccl(pod.env)} for role, pod in placement.pods(p).items()}
-    staging = next(r["inputs"] for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
-    shipped = [r["inputs"]["data"] for r in p["resources"] if r["type"] == "kubernetes:core/v1:ConfigMap"
-               and "stage_data.py" in (r["inputs"].get("data") or {})]
-    return {"pods": pods, "workers": worker_shape(p), "job": job, "shipped": shipped,
-            "staging": staging["spec"]["template"]["spec"]["containers"][0]["args"]}
+    return {"pods": pods, "workers": worker_shape(p), "job": job, "shipped": shipped_files(p),
+            "staging": staging_args(p)}
 
 
 NAME_PREFIX = "verl-gke:namePrefix"
@@ -645,28 +656,16 @@ def test_a_rehearsal_is_repeated_only_for_inputs_that_are_the_same():
         edit(q)
         return rehearsal_inputs(q) != base
 
-    def one(q: dict, kind: str, has=lambda inputs: True) -> dict:
-        return next(r["inputs"] for r in q["resources"] if r["type"] == kind and has(r["inputs"]))
-
-    def rc(q: dict) -> dict:
-        return next(r["inputs"] for r in q["resources"] if r["inputs"].get("kind") == "RayCluster")["spec"]
-
     def head_mounts(q: dict) -> list[dict]:
-        return rc(q)["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        return raycluster(q)["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
 
     def workers(q: dict) -> dict:
-        return rc(q)["workerGroupSpecs"][0]
+        return raycluster(q)["workerGroupSpecs"][0]
 
     def pv_options(q: dict) -> list[str]:
-        pv = one(q, "kubernetes:core/v1:PersistentVolume",
-                 lambda i: any(o.startswith("only-dir=") for o in i["spec"].get("mountOptions") or []))
-        return pv["spec"]["mountOptions"]
-
-    def staging_args(q: dict) -> list[str]:
-        return one(q, "kubernetes:batch/v1:Job")["spec"]["template"]["spec"]["containers"][0]["args"]
-
-    def shipped(q: dict) -> dict:
-        return one(q, "kubernetes:core/v1:ConfigMap", lambda i: "stage_data.py" in (i.get("data") or {}))["data"]
+        return next(r["inputs"]["spec"]["mountOptions"] for r in q["resources"]
+                    if r["type"] == "kubernetes:core/v1:PersistentVolume"
+                    and any(o.startswith("only-dir=") for o in r["inputs"]["spec"].get("mountOptions") or []))
 
     def env(q: dict) -> dict:
         return rendered_job(q)["runtime_env"]["env_vars"]
@@ -683,7 +682,7 @@ def test_a_rehearsal_is_repeated_only_for_inputs_that_are_the_same():
     assert changed(lambda q: pv_options(q).__setitem__(pv_options(q).index(only_dir), only_dir + "-elsewhere"))
     assert changed(lambda q: staging_args(q).__setitem__(slice(None), [a.replace("/data/models/", "/data/m/")
                                                                        for a in staging_args(q)]))
-    assert changed(lambda q: shipped(q).update({"supervise.py": "# another supervisor\n"}))
+    assert changed(lambda q: shipped_files(q).update({"supervise.py": "# another supervisor\n"}))
     job = rendered_job
     assert changed(lambda q: job(q).update(entrypoint=job(q)["entrypoint"].replace("--keep 2", "--keep 3")))
     assert changed(lambda q: job(q).update(max_recoveries=job(q)["max_recoveries"] + 1))
@@ -787,8 +786,7 @@ def test_the_layout_before_issue_22_fails_the_merge(clusters):
     node start and a pod more, ~15 CPU-seconds, for the same namespace)."""
     p = copy.deepcopy(stack_plan("dev"))
     cluster = clusters(placement.pods(p))
-    rc = next(r for r in p["resources"] if r["inputs"].get("kind") == "RayCluster")
-    container = rc["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    container = raycluster(p)["headGroupSpec"]["template"]["spec"]["containers"][0]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["mountPath"] != "/checkpoints"]
     with cluster.head_on_its_own_disk("/checkpoints"):
         run = Run(p, cluster, "dev-before-22")
