@@ -127,6 +127,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cli: runs the real Pulumi CLI (tools/pulumi-cli/build.sh builds it)")
     # Every composition turns asyncio's logger off, as Pulumi's Python host does (tools.mocking.run): off from
     # the start, so what a test sees of asyncio's log does not depend on whether a composition ran before it.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
@@ -232,3 +233,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             gc.collect()
             gc.freeze()
             _modules_at_freeze = len(sys.modules)
+
+
+@pytest.fixture(autouse=True)
+def _real_cli_tier(request: pytest.FixtureRequest) -> None:
+    """The `cli` tier needs the built CLI: a local run without it skips (pytest's summary says why); under CI
+    (.ci/run builds it first) its absence is a failure, never a skip."""
+    if request.node.get_closest_marker("cli") is None:
+        return
+    from tests import pulumi_cli
+
+    if not pulumi_cli.available():
+        if os.environ.get("CI"):
+            pytest.fail(pulumi_cli.MISSING)
+        pytest.skip(pulumi_cli.MISSING)

@@ -54,7 +54,7 @@ class Result:
         return f"pulumi {' '.join(self.args)} -> exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
 
 
-class CliTimeout(AssertionError):
+class CliTimeoutError(AssertionError):
     pass
 
 
@@ -95,7 +95,7 @@ class Workspace:
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 out, err = proc.communicate()
-                raise CliTimeout(f"pulumi {' '.join(args)} ran past {timeout} s\n{out}\n{err}") from None
+                raise CliTimeoutError(f"pulumi {' '.join(args)} ran past {timeout} s\n{out}\n{err}") from None
         return Result(tuple(args), proc.returncode, out, err)
 
     def start(self, *args: str, program: str | None = None, host_env: dict[str, str] | None = None):
@@ -147,6 +147,8 @@ def runtime_options_env(project: Path) -> dict[str, str]:
     the tier sets them itself, as the real language host's project would."""
     import yaml
 
+    if not (project / "Pulumi.yaml").is_file():
+        return {}
     runtime = yaml.safe_load((project / "Pulumi.yaml").read_text()).get("runtime", {})
     options = runtime.get("options", {}) if isinstance(runtime, dict) else {}
     return {f"PULUMI_RUNTIME_{k.upper()}": str(v) for k, v in options.items()}
