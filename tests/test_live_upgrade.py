@@ -1,8 +1,9 @@
 """A live stack's next `pulumi up` replaces no cluster, pool, network or running job.
 
 tests/data/live_state/<stack>.json is each shipped stack as it was deployed before issue 24 (the
-plan snapshots of commit 7746758): what a live stack's state holds. The current code's plan of the
-same stack file is compared with it as the engine and the providers would: ignoreChanges applied
+plan snapshots of commit 7746758, their URNs rewritten as the engine names them, which the mocks of then
+did not): what a live stack's state holds. The current code's plan of the same stack file is compared
+with it as the engine and the providers would: ignoreChanges applied
 (tools.replace_check, tested here against the engine's own cases), then the GCP provider's ForceNew
 fields read from its Go schema (tools.provider_schema), and the job provider's own diff.
 """

@@ -134,10 +134,30 @@ class Run:
         return {r.urn: r for r in self.resources}
 
 
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def engine_urn(stack: str, project: str, parent: str, type_: str, name: str) -> str:
+    """The URN the engine gives a resource (pulumi/pulumi pkg/v3 v3.276.0 resource/deploy/deployment.go
+    `generateURN`, sdk/v3 go/common/resource/urn/urn.go `New`): its type is prefixed with the parent's whole
+    qualified type (`A$B$type` under a child of A), and with nothing under the root stack or no parent.
+    The SDK's MockMonitor.make_urn keeps only the parent type's last segment and prefixes the root stack's
+    type: its URNs name no resource of a real stack (`pulumi state delete`, `--target`)."""
+    qualified = type_
+    if parent:
+        parent_type = parent.split("::")[2]  # urn:pulumi:<stack>::<project>::<qualified type>::<name>
+        if parent_type != ROOT_STACK_TYPE:
+            qualified = f"{parent_type}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
+
+
 class RecordingMonitor(pmocks.MockMonitor):
     def __init__(self, mocks: pmocks.Mocks, run: Run):
         super().__init__(mocks)
         self.run = run
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        return engine_urn(psettings.get_stack(), psettings.get_project(), parent, type_, name)
 
     def Invoke(self, request):  # noqa: N802 - gRPC method name
         args = json_format.MessageToDict(request.args)
