@@ -185,3 +185,13 @@ def project_copy(dest: Path, stack_files: list[str] | None = None) -> Path:
     for name in stack_files or []:
         shutil.copy(ROOT / name, dest / name)
     return dest
+
+
+def program_workspace(tmp: Path, env: dict[str, str] | None = None) -> Workspace:
+    """A workspace for a test program of this project (`verl-gke`, tests/ served by cli_host): the
+    dynamic-provider plugin finds the venv through the runtime options and imports providers from ROOT."""
+    project = tmp / "project"
+    project.mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text(
+        f"name: verl-gke\nruntime:\n  name: python\n  options:\n    virtualenv: {ROOT / 'venv'}\n")
+    return Workspace(project, tmp / "scratch", env={"PYTHONPATH": str(ROOT), **(env or {})})

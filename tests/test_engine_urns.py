@@ -19,18 +19,13 @@ from tools import mocking
 
 pytestmark = pytest.mark.cli
 
-PROJECT = "verl-gke"
+PROJECT = "verl-gke"  # tests/pulumi_cli.py program_workspace
 
 
 def engine_parents(tmp_path: Path, stack: str, program: str, env: dict[str, str] | None = None) -> dict[str, str]:
     """{URN: parent URN} of what `program` registered under the real engine, the stack and default providers
     left out (the plan holds neither)."""
-    project = tmp_path / "project"
-    project.mkdir()
-    # The dynamic-provider plugin finds the venv through the runtime options and imports the provider from ROOT.
-    (project / "Pulumi.yaml").write_text(
-        f"name: {PROJECT}\nruntime:\n  name: python\n  options:\n    virtualenv: {pulumi_cli.ROOT / 'venv'}\n")
-    ws = pulumi_cli.Workspace(project, tmp_path / "scratch", env={"PYTHONPATH": str(pulumi_cli.ROOT), **(env or {})})
+    ws = pulumi_cli.program_workspace(tmp_path, env)
     created = ws.run("stack", "init", stack)
     assert created.code == 0, created
     up = ws.run("up", "--yes", "--skip-preview", program=program)
