@@ -250,21 +250,17 @@ class GkeCluster(pulumi.ComponentResource):
         # The DNS-based endpoint (IAM-authorized, reachable from anywhere): the one address that works
         # whether the IP endpoint is off or limited to masterAuthorizedNetworks.
         self.endpoint = self.cluster.control_plane_endpoints_config.apply(dns_endpoint)
-        self.ip_endpoint = self.cluster.endpoint
         self.ca_certificate = self.cluster.master_auth.cluster_ca_certificate
-        # The provider reaches the cluster the way the cluster allows: by its IP endpoint while that is on
-        # (a live stack before the dns-endpoint migration: the kubeconfig stays byte for byte what it
-        # was, so adding clusterIdentifier replaces nothing), by the DNS endpoint once it is off.
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
-            self.cluster.name, self.cluster.endpoint, self.ca_certificate, self.cluster.control_plane_endpoints_config,
-        ).apply(lambda a: provider_kubeconfig(*a)))
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(self.cluster.name, self.endpoint).apply(
+            lambda a: kubeconfig(a[0], a[1], None)))
         self.provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=self.kubeconfig, cluster_identifier=cluster_identifier(args),
             # No deleteUnreachable: with it, one refresh that cannot reach the API server (an expired
             # login, an address outside the authorized networks, a control-plane upgrade) drops every
             # Kubernetes object from the state. A cluster already gone is destroyed with
             # PULUMI_K8S_DELETE_UNREACHABLE=true (README "Destroy").
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster],
+                                        ignore_changes=provider_keep(args.migrations) or None))
         # Deleted by `pulumi destroy` before the GPU pool and the cluster (it depends on both). Its
         # DaemonSet runs on GPU nodes only: it waits for the GPU pool, not the CPU pool.
         self.installer = k8s.yaml.v2.ConfigFile(
@@ -349,12 +345,19 @@ def _pool_keep(args: GkeClusterArgs, compact: bool) -> list[str]:
     return keep
 
 
-def provider_kubeconfig(cluster_name: str, ip_endpoint: str, ca_certificate: str, endpoints: object) -> str:
-    """The Kubernetes provider's kubeconfig: the IP endpoint with the cluster CA while the IP endpoint is on
-    (as every release before the DNS endpoint wrote it), else the DNS endpoint (public CA)."""
-    if ip_endpoint_enabled(endpoints):
-        return kubeconfig(cluster_name, ip_endpoint, ca_certificate)
-    return kubeconfig(cluster_name, dns_endpoint(endpoints), None)
+def provider_keep(migrations: frozenset[str]) -> list[str]:
+    """The Kubernetes provider inputs a live provider keeps until the stack names the dns-endpoint migration.
+
+    Its kubeconfig is always the DNS endpoint's, decided from config, never from the cluster's
+    control_plane_endpoints_config: in the `up` that first records clusterIdentifier (a stack from before
+    it), pulumi-kubernetes replaces the provider, and every Kubernetes object with it, when the kubeconfig
+    is unknown or names another server (provider/pkg/provider/provider.go DiffConfig @94977969d: the
+    identifier suppresses replacement only once it is the same on both sides), and that `up` changes the
+    very block the DNS endpoint is read from. Ignored, the engine hands DiffConfig the kubeconfig from the
+    state (pkg/v3 v3.276.0 resource/deploy/step_generator.go processIgnoreChanges, before Check and Diff):
+    a live stack's, byte for byte (the IP endpoint it still has); a new stack's is this one, as created.
+    """
+    return [] if DNS_ENDPOINT in migrations else ["kubeconfig"]
 
 
 def _endpoints_field(config: object, block: str, field: str) -> object:
@@ -367,11 +370,6 @@ def _endpoints_field(config: object, block: str, field: str) -> object:
     if isinstance(value, list):
         value = value[0] if value else None
     return value.get(field) if isinstance(value, dict) else getattr(value, field, None)
-
-
-def ip_endpoint_enabled(config: object) -> bool:
-    """ipEndpointsConfig.enabled; absent = on (GKE's default, and every cluster created before the DNS endpoint)."""
-    return _endpoints_field(config, "ip_endpoints_config", "enabled") is not False
 
 
 def dns_endpoint(config: object) -> str:

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -250,16 +250,20 @@ class ProgramMocks(pmocks.Mocks):
     unless its type is in `existing` (already in the stack's state, e.g. APIs enabled by an earlier run).
     `quotas` overrides quota values: quota_id -> an int (that value everywhere, every dimension;
     0 is sent as an omitted value, as the API does) or a str (the read fails with that reason,
-    e.g. a permission error).
+    e.g. a permission error). `unknown` (type -> output names) are the outputs of a resource in state that
+    a preview of its update leaves unknown, as a provider's planned state may (truly unknown to the program:
+    its applies on them do not run).
     """
 
     def __init__(self, project: str, server_config: dict[str, Any] | None = None, preview: bool = False,
-                 existing: frozenset[str] = frozenset(), quotas: dict[str, int | str] | None = None):
+                 existing: frozenset[str] = frozenset(), quotas: dict[str, int | str] | None = None,
+                 unknown: Mapping[str, Collection[str]] | None = None):
         self.project = project
         self.server_config = engine_versions.CURRENT if server_config is None else server_config
         self.preview = preview
         self.existing = existing
         self.quotas = dict(quotas or {})
+        self.unknown = dict(unknown or {})
 
     def new_resource(self, args: pmocks.MockResourceArgs) -> tuple[str, dict]:
         inputs = dict(args.inputs)
@@ -305,6 +309,8 @@ class ProgramMocks(pmocks.Mocks):
             state.update(job_id=UNKNOWN, status=UNKNOWN, message=UNKNOWN, attempt=UNKNOWN,
                          dashboard_url=UNKNOWN)
         being_created = self.preview and t not in self.existing
+        if self.preview and not being_created:
+            state.update(dict.fromkeys(self.unknown.get(t, ()), _UNKNOWN_VALUE))
         return ("" if being_created else f"{args.name}-id"), state
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list | None]:
@@ -393,7 +399,7 @@ def without_stack_traces() -> Iterator[None]:
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
         project: str = "verl-gke", result: Run | None = None, server_config: dict[str, Any] | None = None,
         preview: bool = False, existing: frozenset[str] = frozenset(),
-        quotas: dict[str, int | str] | None = None) -> Run:
+        quotas: dict[str, int | str] | None = None, unknown: Mapping[str, Collection[str]] | None = None) -> Run:
     """Run `program` once under fresh mocks with `config`; return what it registered and exported.
 
     Pass `result` to see what was registered even when the program raises. `preview=True` runs it as
@@ -408,7 +414,7 @@ def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_
     gcp_project = config.get("gcp:project", "mock-project")
     set_all_config(dict(config), list(secret_keys or []))
     psettings.ROOT.set(None)
-    mocks = ProgramMocks(gcp_project, server_config, preview, existing, quotas)
+    mocks = ProgramMocks(gcp_project, server_config, preview, existing, quotas, unknown)
     monitor = RecordingMonitor(mocks, result)
     pmocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor,
                      logger=_recording_logger(result))
