@@ -128,7 +128,8 @@ ITERATION_OVERHEAD_S = Figure("vLLM CPU work per decode iteration", 0.001, 0.002
                               "(vLLM's v0.6.0 performance post, blog.vllm.ai 2024-09-05, shows it was a large share)")
 TP_COLLECTIVE_LATENCY_S = Figure("one small all-reduce inside a node", 5e-6, 10e-6, 20e-6, "s", ESTIMATE,
                                  "vLLM's custom all-reduce for decode-sized messages over NVLink")
-RESPONSE_TAIL = Figure("decode iterations, in mean responses x ln(sequences)", 0.0, 1.0, math.inf, "x", ESTIMATE,
+RESPONSE_TAIL = Figure("decode iterations per batch: fast 2 x mean, expected mean x ln(sequences), slow the cap",
+                       2.0, 1.0, math.inf, "(see name)", ESTIMATE,
                        "exponential response lengths (assumption): the longest of n runs ~mean x ln n; fast: "
                        "2 x mean (answers of similar length); slow: max_response_length (one response hits the cap)")
 # --- collectives, host copies, weight sync ----------------------------------------------------------------
