@@ -10,6 +10,16 @@ verl's path (the default, --path fsdp2; run_case_fsdp2 says which verl v0.6.1 co
   fit check  python -m bench.memory_calibration --fit --json bench/memory_calibration_fsdp2.json
              (every case within -5 % / +15 % of its reserved peak; bench/memory_calibration_fit.txt)
 
+Issue #48, one 8-GPU host (keep NVLink multicast off: the driver sets NCCL_NVLS_ENABLE=0 and its
+PyTorch / NVSHMEM twins for every case, .library/device/KINDS.md), one torchrun per case, a call each:
+
+  x8         python bench/memory_calibration.py --driver --nproc 8 --models 14B --jsonl $OUT/x8.jsonl
+             python bench/memory_calibration.py --driver --nproc 8 --models 32B --jsonl $OUT/x8.jsonl
+             (CASES_X8: the recipe's 32256 / 64512 budgets and 40960 / 81920, entropy compiled and eager,
+             rows of 370 tokens; the model built on the meta device and materialised shard by shard)
+  compare    venv/bin/python -m bench.compare_x8 x8.jsonl   (recipe/memory.py and recipe/sizing.py)
+  dry run    driver_torchrun(..., nproc=1, 7B, optim="fused") on one GPU: bench/x8_dryrun.json
+
 The first table (--path plain, bench/memory_calibration.json, bench/memory_calibration_plain_fit.txt)
 measured a plain fp32 loop with an fp32 log-softmax; its modes are kept to reproduce it:
 
