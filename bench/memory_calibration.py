@@ -10,6 +10,16 @@ verl's path (the default, --path fsdp2; run_case_fsdp2 says which verl v0.6.1 co
   fit check  python -m bench.memory_calibration --fit --json bench/memory_calibration_fsdp2.json
              (every case within -5 % / +15 % of its reserved peak; bench/memory_calibration_fit.txt)
 
+Issue #48, one 8-GPU host (keep NVLink multicast off: the driver sets NCCL_NVLS_ENABLE=0 and its
+PyTorch / NVSHMEM twins for every case, .library/device/KINDS.md), one torchrun per case, a call each:
+
+  x8         python bench/memory_calibration.py --driver --nproc 8 --models 14B --jsonl $OUT/x8.jsonl
+             python bench/memory_calibration.py --driver --nproc 8 --models 32B --jsonl $OUT/x8.jsonl
+             (CASES_X8: the recipe's 32256 / 64512 budgets and 40960 / 81920, entropy compiled and eager,
+             rows of 370 tokens; the model built on the meta device and materialised shard by shard)
+  compare    venv/bin/python -m bench.compare_x8 x8.jsonl   (recipe/memory.py and recipe/sizing.py)
+  dry run    driver_torchrun(..., nproc=1, 7B, optim="fused") on one GPU: bench/x8_dryrun.json
+
 The first table (--path plain, bench/memory_calibration.json, bench/memory_calibration_plain_fit.txt)
 measured a plain fp32 loop with an fp32 log-softmax; its modes are kept to reproduce it:
 
@@ -93,6 +103,17 @@ CASES_FSDP2 = [
     for t in budgets for e in (False, True)
 ] + [(m, t, True, "fused" if m == "7B" else "foreach", False)  # actor.use_torch_compile=false: eager entropy
        for m, t in (("0.5B", 8192), ("0.5B", 32768), ("1.5B", 16384), ("3B", 12288), ("7B", 4096))]
+
+# Issue #48, one 8-GPU host under torchrun (driver_torchrun): (model, update tokens, log-prob tokens, entropy
+# compiled). The budgets the b200/h200 recipes derive for 14B and 32B (recipe.tuning: 32256 update / 64512
+# log-prob per GPU) and one above; rows of GSM8K's mean 370 tokens (100 prompt + 270 response); entropy on
+# in the update (the eager case is actor.use_torch_compile=false) as the memory model's worst case.
+X8_SEQ_LEN = 370
+CASES_X8 = [(m, tu, tl, compiled) for m in ("14B", "32B") for tu, tl in ((32256, 64512), (40960, 81920))
+            for compiled in (True, False)]
+# NVLink multicast stays off on the shared 8-GPU hosts (the device notes, KINDS.md): a program that uses it
+# can put the host's GPUs out of service. Every torchrun case gets these, whatever the caller's environment.
+NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def param_count(cfg: dict) -> int:
@@ -304,8 +325,37 @@ def entropy_from_logits(logits):
     return torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)
 
 
+def _dist_setup(torch, dist, cuda: bool) -> tuple[int, int, object, bool]:
+    """(rank, world, device, launched): torchrun's env:// rendezvous when torchrun started the process
+    (issue #48's 8-GPU runs, and their one-GPU dry run), else one rank of its own (the table's world 1)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group("nccl" if cuda else "gloo")
+        dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+        return dist.get_rank(), dist.get_world_size(), dev, True
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
+    return 0, 1, torch.device("cuda" if cuda else "cpu"), False
+
+
 def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str, steps: int = 2,
-                   tiny: bool = False, compile_entropy: bool = True) -> dict:
+                   tiny: bool = False, compile_entropy: bool = True, seq_len: int = 0,
+                   passes: str = "update,logprob", logprob_tokens: int = 0) -> dict:
+    """One case on verl's FSDP2 path; peaks in bytes, phase times in seconds (CUDA-synchronised).
+
+    seq_len 0: one packed row of `tokens` (the memory table's shape, positions 0..T-1); seq_len n:
+    T // n rows of n tokens, attention within each row, as flash-attn's varlen kernel sees the packed
+    GSM8K sequences of a micro-batch (the step-time measurements: attention FLOPs of real rows).
+    passes: "update,logprob" (the table's order: update, old-log-prob, further updates) or "logprob"
+    alone (no optimizer: the forward-only pass at budgets whose AdamW state would not fit one GPU).
+    Under torchrun (any world size) the model is built on the meta device, sharded, then materialised
+    shard by shard with random weights; peaks and times are the maximum over the ranks.
+    """
+    import time as _time
+
     import torch
     import torch.distributed as dist
     import transformers
@@ -322,32 +372,43 @@ def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str,
         cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, vocab_size=1000)
     cuda = torch.cuda.is_available()
-    dev = torch.device("cuda" if cuda else "cpu")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-    dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
-    mesh = init_device_mesh(dev.type, (1,), mesh_dim_names=("fsdp",))
-    res = dict(path="fsdp2", model=model_name, tokens=tokens, entropy=entropy, optim=optim_impl, world_size=1,
+    rank, world, dev, launched = _dist_setup(torch, dist, cuda)
+    mesh = init_device_mesh(dev.type, (world,), mesh_dim_names=("fsdp",))
+    do_update = "update" in passes.split(",")
+    logprob_tokens = logprob_tokens or tokens  # the forward-only pass's own budget (log_prob_max_token_len_per_gpu)
+
+    def shape(t: int) -> tuple[int, int]:
+        return (1, t) if seq_len <= 0 else (max(1, t // seq_len), seq_len)
+
+    rows, row_len = shape(tokens)
+    res = dict(path="fsdp2", model=model_name, tokens=tokens, entropy=entropy, optim=optim_impl, world_size=world,
                micro_batches=MICRO_BATCHES, status="ok", torch=torch.__version__,
                transformers=transformers.__version__, alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
                hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_hidden_layers"],
                intermediate_size=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
-               tie_word_embeddings=cfg["tie_word_embeddings"], entropy_compiled=compile_entropy)
+               tie_word_embeddings=cfg["tie_word_embeddings"], entropy_compiled=compile_entropy,
+               seq_len=seq_len, rows=rows, tokens_actual=rows * row_len, passes=passes,
+               logprob_tokens=logprob_tokens, logprob_tokens_actual=shape(logprob_tokens)[0] * shape(logprob_tokens)[1],
+               nvls=os.environ.get("NCCL_NVLS_ENABLE"), rank_seen=rank)
     if cuda:
-        res["gpu"] = torch.cuda.get_device_name(0)
-        res["gpu_total_bytes"] = torch.cuda.get_device_properties(0).total_memory
+        res["gpu"] = torch.cuda.get_device_name(dev)
+        res["gpu_total_bytes"] = torch.cuda.get_device_properties(dev).total_memory
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
 
     def mark():
         if cuda:
-            torch.cuda.synchronize()
+            sync()
             torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
+            torch.cuda.reset_peak_memory_stats(dev)
 
     def peaks(prefix: str) -> None:
         if cuda:
-            torch.cuda.synchronize()
-            res[prefix + "_peak_allocated"] = torch.cuda.max_memory_allocated()
-            res[prefix + "_peak_reserved"] = torch.cuda.max_memory_reserved()
+            sync()
+            res[prefix + "_peak_allocated"] = torch.cuda.max_memory_allocated(dev)
+            res[prefix + "_peak_reserved"] = torch.cuda.max_memory_reserved(dev)
 
     hf_cfg = Qwen2Config(**cfg, rms_norm_eps=1e-6, hidden_act="silu", use_cache=False, use_sliding_window=False,
                          attn_implementation="sdpa")
@@ -356,8 +417,12 @@ def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str,
     ce = _flash_cross_entropy()
     ent_fn = torch.compile(entropy_from_logits, dynamic=True) if compile_entropy else entropy_from_logits
     try:
-        with torch.device(dev):
-            model = Qwen2ForCausalLM(hf_cfg).to(torch.float32)
+        if launched:  # 14B/32B in fp32 do not fit one GPU unsharded: shard first, then allocate the shards
+            with torch.device("meta"):
+                model = Qwen2ForCausalLM(hf_cfg).to(torch.float32)
+        else:
+            with torch.device(dev):
+                model = Qwen2ForCausalLM(hf_cfg).to(torch.float32)
         model.config.use_cache = False
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         res["n_params"] = sum(p.numel() for p in model.parameters())
@@ -368,24 +433,35 @@ def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str,
             if isinstance(m, layer_cls) or (isinstance(m, torch.nn.Embedding) and not cfg["tie_word_embeddings"]):
                 fully_shard(m, **kw)
         fully_shard(model, **kw)
-        okw = dict(lr=1e-6, betas=(0.9, 0.999), weight_decay=1e-2)
-        if optim_impl == "fused":
-            okw["fused"] = True
-        opt = torch.optim.AdamW(model.parameters(), **okw)
-        res["alloc_static_bytes"] = torch.cuda.memory_allocated() if cuda else 0
+        if launched:
+            model.to_empty(device=dev)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    local = p.to_local() if hasattr(p, "to_local") else p
+                    local.fill_(1.0) if name.endswith("norm.weight") else local.normal_(0.0, 0.02)
+            rotary = model.model.rotary_emb  # its inv_freq buffer is computed in __init__: rebuild it for real
+            model.model.rotary_emb = type(rotary)(config=hf_cfg, device=dev)
+        opt = None
+        if do_update:
+            okw = dict(lr=1e-6, betas=(0.9, 0.999), weight_decay=1e-2)
+            if optim_impl == "fused":
+                okw["fused"] = True
+            opt = torch.optim.AdamW(model.parameters(), **okw)
+        res["alloc_static_bytes"] = torch.cuda.memory_allocated(dev) if cuda else 0
 
         g = torch.Generator(device="cpu").manual_seed(1)
 
-        def batch():
-            ids = torch.randint(0, cfg["vocab_size"], (1, tokens), generator=g).to(dev)
-            labels = torch.roll(ids, shifts=-1, dims=1).squeeze(0)  # input_ids_rmpad_rolled
-            pos = torch.arange(tokens, device=dev).unsqueeze(0)
+        def batch(t: int = tokens):
+            n, length = shape(t)
+            ids = torch.randint(0, cfg["vocab_size"], (n, length), generator=g).to(dev)
+            labels = torch.roll(ids, shifts=-1, dims=1).reshape(-1)  # input_ids_rmpad_rolled
+            pos = torch.arange(length, device=dev).unsqueeze(0).expand(n, length)
             return ids, labels, pos
 
         def forward(ids, labels, pos, calc_entropy: bool):
             with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
                 out = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False)
-                logits = out.logits.squeeze(0)
+                logits = out.logits.view(-1, out.logits.shape[-1])
                 logits.div_(1.0)  # temperature, in place as verl does
                 nll, impl = ce(logits, labels, not calc_entropy)
                 res["logprob_impl"] = impl
@@ -393,9 +469,10 @@ def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str,
                 ent = ent_fn(logits) if calc_entropy else None
             return -nll, ent
 
-        def update_step() -> None:
+        def update_step(step: int) -> None:
             model.train()
             opt.zero_grad()
+            t0 = _time.perf_counter()
             for _ in range(MICRO_BATCHES):
                 ids, labels, pos = batch()
                 log_prob, ent = forward(ids, labels, pos, entropy)
@@ -409,42 +486,63 @@ def run_case_fsdp2(model_name: str, tokens: int, entropy: bool, optim_impl: str,
                     loss = loss - ENTROPY_COEFF * ent.mean()
                 (loss / MICRO_BATCHES).backward()
                 del log_prob, ent, loss, ratio, pg, kl
+            sync()
+            t1 = _time.perf_counter()
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
             opt.step()
             opt.zero_grad()
+            sync()
+            res[f"update{step}_fwd_bwd_seconds"] = round(t1 - t0, 4)
+            res[f"update{step}_optim_seconds"] = round(_time.perf_counter() - t1, 4)
 
         def logprob_pass() -> None:
             model.eval()
             with torch.no_grad():
-                ids, labels, pos = batch()
+                ids, labels, pos = batch(logprob_tokens)
                 forward(ids, labels, pos, True)  # compute_log_prob: calculate_entropy=True
 
-        t0 = time.time()
-        mark()
-        update_step()  # the first step creates AdamW's state
-        peaks("update1")
-        res["update1_seconds"] = round(time.time() - t0, 2)
-        mark()
-        t0 = time.time()
-        logprob_pass()
-        peaks("logprob")
-        res["logprob_seconds"] = round(time.time() - t0, 2)
-        for step in range(2, steps + 1):
+        def timed(fn, *a) -> float:
+            sync()
+            t0 = _time.perf_counter()
+            fn(*a)
+            sync()
+            return round(_time.perf_counter() - t0, 4)
+
+        if do_update:
             mark()
-            t0 = time.time()
-            update_step()
-            peaks(f"update{step}")
-            res[f"update{step}_seconds"] = round(time.time() - t0, 2)
-        res["optim_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
-                                       for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
-        res["peak_allocated"] = max(res[f"update{k}_peak_allocated"] for k in range(1, steps + 1)) if cuda else 0
-        res["peak_reserved"] = max(res[f"update{k}_peak_reserved"] for k in range(1, steps + 1)) if cuda else 0
+            res["update1_seconds"] = timed(update_step, 1)  # the first step creates AdamW's state
+            peaks("update1")
+        mark()
+        res["logprob_seconds"] = timed(logprob_pass)  # the first pass compiles the entropy
+        peaks("logprob")
+        for step in range(2, steps + 1):
+            if do_update:
+                mark()
+                res[f"update{step}_seconds"] = timed(update_step, step)
+                peaks(f"update{step}")
+            res[f"logprob{step}_seconds"] = timed(logprob_pass)  # steady state: timing only
+        if do_update:
+            res["optim_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
+                                           for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
+            res["peak_allocated"] = max(res[f"update{k}_peak_allocated"] for k in range(1, steps + 1)) if cuda else 0
+            res["peak_reserved"] = max(res[f"update{k}_peak_reserved"] for k in range(1, steps + 1)) if cuda else 0
     except torch.cuda.OutOfMemoryError as e:
         res["status"] = "OOM"
         res["error"] = str(e).splitlines()[0][:400]
         if cuda:
-            res["peak_allocated_at_oom"] = torch.cuda.max_memory_allocated()
-            res["peak_reserved_at_oom"] = torch.cuda.max_memory_reserved()
+            res["peak_allocated_at_oom"] = torch.cuda.max_memory_allocated(dev)
+            res["peak_reserved_at_oom"] = torch.cuda.max_memory_reserved(dev)
+    if world > 1:  # the slowest rank's time and the largest rank's peak: what the run waits for / runs out of
+        every: list = [None] * world
+        dist.all_gather_object(every, res)
+        for k, v in list(res.items()):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                    k.endswith("_seconds") or "_peak_" in k or k.startswith("peak_")):
+                res[k] = max(r.get(k, v) for r in every)
+        bad = [r for r in every if r.get("status") != "ok"]
+        if bad and res["status"] == "ok":
+            res.update(status=bad[0]["status"], error=f"rank {bad[0].get('rank_seen')}: {bad[0].get('error', '')}")
+    res["rank"] = rank
     dist.destroy_process_group()
     return res
 
@@ -465,6 +563,52 @@ def _case_cmd(case: tuple, path: str, tiny: bool) -> tuple[list[str], dict]:
         args = ["--path", "fsdp2", "--model", model_name, "--tokens", str(tokens), "--optim", optim_impl,
                 "--entropy", str(int(entropy))] + ([] if compiled else ["--eager-entropy"])
     return [sys.executable, here, *args] + (["--tiny"] if tiny else []), ident
+
+
+def torchrun_cmd(nproc: int, model: str, tokens: int, logprob_tokens: int, compiled: bool, steps: int = 3,
+                 seq_len: int = X8_SEQ_LEN, models_tiny: bool = False, optim: str = "foreach") -> list[str]:
+    """One case as `torchrun --nproc_per_node=N` runs it (issue #48): entropy on, foreach AdamW (verl's default;
+    the one-GPU dry run of 7B needs the fused one, as the memory table's 7B cases)."""
+    args = ["--path", "fsdp2", "--model", model, "--tokens", str(tokens), "--logprob-tokens", str(logprob_tokens),
+            "--optim", optim, "--entropy", "1", "--steps", str(steps), "--seq-len", str(seq_len)]
+    args += [] if compiled else ["--eager-entropy"]
+    args += ["--tiny"] if models_tiny else []
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            os.path.abspath(__file__), *args]
+
+
+def driver_torchrun(jsonl_path: str, nproc: int, cases: list[tuple], budget_s: float, case_timeout_s: float,
+                    tiny: bool = False, optim: str = "foreach") -> list[dict]:
+    """Each case in its own torchrun (one case per process group); rank 0's RESULT line appended to the JSONL.
+    A case that fails, runs out of memory or outlasts its timeout is recorded as such, never raised."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **NO_MULTICAST_ENV}
+    rows, t_start = [], time.time()
+    for model, tu, tl, compiled in cases:
+        ident = dict(path="fsdp2", model=model, tokens=tu, logprob_tokens=tl, entropy=True,
+                     entropy_compiled=compiled, world_size=nproc, seq_len=X8_SEQ_LEN, optim=optim)
+        left = budget_s - (time.time() - t_start)
+        if left < 30:
+            row = dict(ident, status="skipped_budget")
+        else:
+            t0 = time.time()
+            try:
+                p = subprocess.run(torchrun_cmd(nproc, model, tu, tl, compiled, models_tiny=tiny, optim=optim), env=env,
+                                   capture_output=True, text=True, timeout=min(case_timeout_s, left))
+                line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
+                tail = (p.stderr or p.stdout)[-1500:]
+                row = json.loads(line[len("RESULT "):]) if line else dict(
+                    ident, status="OOM" if "out of memory" in tail.lower() else "failed", returncode=p.returncode,
+                    error=tail)
+            except subprocess.TimeoutExpired:
+                row = dict(ident, status="timeout")
+            row["wall_s"] = round(time.time() - t0, 1)
+        rows.append(row)
+        with open(jsonl_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        upd, lp = row.get("update2_peak_reserved", 0) / GiB, row.get("logprob_peak_reserved", 0) / GiB
+        print(f"CASE {ident} {row['status']} wall={row.get('wall_s')} reserved update={upd:.2f} logprob={lp:.2f} GiB "
+              f"update2={row.get('update2_seconds')} s logprob2={row.get('logprob2_seconds')} s", flush=True)
+    return rows
 
 
 def driver(out_path: str, budget_s: float, per_case_timeout: float, jsonl_path: str | None, tiny: bool,
@@ -705,10 +849,18 @@ def main() -> None:
                     help="fsdp2: verl's training path (run_case_fsdp2); plain: the first table's loop")
     ap.add_argument("--entropy", type=int, choices=[0, 1], default=0)
     ap.add_argument("--eager-entropy", action="store_true", help="actor.use_torch_compile=false")
+    ap.add_argument("--seq-len", type=int, default=0,
+                    help="fsdp2: rows of this many tokens (0: one packed row, the memory table's shape)")
+    ap.add_argument("--logprob-tokens", type=int, default=0,
+                    help="fsdp2: the log-prob pass's token budget (0: --tokens)")
+    ap.add_argument("--passes", default="update,logprob", choices=["update,logprob", "logprob"],
+                    help="fsdp2: logprob = the forward-only pass alone, no optimizer")
     ap.add_argument("--models", default="", help="driver: comma-separated subset of the models")
     ap.add_argument("--eager-only", action="store_true", help="driver: only the eager-entropy cases")
     ap.add_argument("--tokens-min", type=int, default=0, help="driver: skip the smaller token budgets")
     ap.add_argument("--driver", action="store_true")
+    ap.add_argument("--nproc", type=int, default=0,
+                    help="driver: run CASES_X8 (issue #48) each under torchrun --nproc_per_node=N")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "memory_calibration.json"))
     ap.add_argument("--jsonl", default=None)
@@ -725,6 +877,10 @@ def main() -> None:
         with open(path) as f:
             fsdp2 = any(c.get("path") == "fsdp2" for c in json.load(f)["cases"])
         fit_fsdp2(path) if fsdp2 else fit(path)
+    elif args.driver and args.nproc:
+        cases = [c for c in CASES_X8 if not args.models or c[0] in args.models.split(",")]
+        driver_torchrun(args.jsonl or args.out + "l", args.nproc, cases, args.budget_s, args.case_timeout_s,
+                        args.tiny)
     elif args.driver:
         driver(args.out, args.budget_s, args.case_timeout_s, args.jsonl, args.tiny, args.path,
                [m for m in args.models.split(",") if m], args.eager_only, args.tokens_min)
@@ -733,7 +889,9 @@ def main() -> None:
             ap.error("--model and --tokens are required in one-case mode")
         if args.path == "fsdp2":
             res = run_case_fsdp2(args.model, args.tokens, bool(args.entropy), args.optim, args.steps, args.tiny,
-                                 not args.eager_entropy)
+                                 not args.eager_entropy, args.seq_len, args.passes, args.logprob_tokens)
+            if res.get("rank", 0) != 0:  # under torchrun only rank 0 reports (the ranks' maxima)
+                return
         else:
             res = run_case(args.model, args.tokens, args.optim, args.steps, args.tiny)
         print("RESULT " + json.dumps(res), flush=True)

@@ -4,26 +4,38 @@
 and an ESTIMATED step time. The storage and cost work read these fields (keep their names:
 total_steps, gpu_hours, est_step_seconds, checkpoint_gb, bucket_gb). GB here are decimal (1e9).
 
-The step time is a simple model, labelled an estimate everywhere it is shown. Per step, on every GPU:
+The step time is a model, labelled an estimate everywhere it is shown, given for three cases: `fast`,
+`expected` and `slow` (the plan's low / expected / high). Each constant below is a `Figure` holding its
+value for each case, its basis (measured here, published, derived, or an estimate) and its source;
+`FIGURES` lists them all and the plan prints the table with its ESTIMATE note. Per step, on every GPU:
 
-  generation   vLLM, per replica (world / TP of them): the larger of the compute (2 P FLOPs per
-               prompt and generated token at MFU of the bf16 peak over TP GPUs) and the decode
-               floor (every decode iteration streams the replica's bf16 weights from HBM, plus one
-               all-reduce latency per TP collective; the batch waits for its longest response, so
-               there are max_response_length iterations), plus the TP all-reduce traffic (two per
-               layer per token) over NVLink and the KV-cache reads.
-  weight sync  the actor's fp32 parameters gathered one tensor at a time into vLLM once per step
-               (fsdp_workers.py rollout_mode: state_dict() then DTensor.full_tensor(), fp32 because the
-               actor's master weights are fp32): an all-gather of 4 P over the shard group.
+  generation   vLLM, per replica (world / TP of them): the prefill at the forward pass's measured MFU,
+               then one decode iteration per token of the longest response. An iteration costs the
+               larger of streaming the replica's bf16 weights from HBM and the compute of the sequences
+               still running, plus the TP all-reduce latencies (two per layer), vLLM's per-iteration CPU
+               work and the KV-cache reads. Response lengths are taken as exponential with the data's
+               mean, capped at max_response_length (ASSUMPTION): the batch runs until its longest
+               response, about mean x ln(sequences) iterations (the cap in the slow case, 2 x mean in the
+               fast one), while the sequences still running thin out.
+  weight sync  verl 0.6.1 fsdp_workers.py rollout_mode: aggressive_empty_cache, state_dict(), per tensor
+               `full_tensor()` of the fp32 shards (an all-gather of 4 P over the shard group, one NCCL
+               collective a tensor) and vLLM's load_weights, resume(weights), aggressive_empty_cache,
+               resume(kv_cache). Per-tensor dispatch and the empty-cache calls are measured on one H200
+               (bench/step_calibration.json); the collectives' latency, vLLM's per-tensor load and its
+               wake-up are estimates.
   old log-prob / reference / update
-               compute at MFU (2 P per token forward, 8 P for forward + recomputed forward + backward
-               with gradient checkpointing), on the padded length unless use_remove_padding; plus
-               FSDP traffic per micro-batch: a bf16 all-gather of the model per forward, another per
-               backward plus an fp32 reduce-scatter of the gradients, over the shard group; under HSDP
-               also an fp32 all-reduce of each GPU's gradient shard across the replicas (FSDP2 syncs
-               every micro-batch: verl does not turn gradient sync off while accumulating). The
-               reference is always CPU-offloaded (fsdp_workers.py), so its pass also copies its fp32
-               shard in over PCIe.
+               per micro-batch: the FLOPs (2 P per token forward, 8 P for forward + recomputed forward +
+               backward with gradient checkpointing) at the pass's MARGINAL MFU, plus a fixed cost per
+               decoder layer (FSDP2's per-unit launches, copies and host syncs), both measured on verl's
+               FSDP2 path on one H200 at the recipe's token budgets (bench/step_calibration.py); plus the
+               FSDP traffic: a bf16 all-gather of the model per forward, another per backward and an fp32
+               reduce-scatter of the gradients over the shard group, and under HSDP an fp32 all-reduce
+               of each GPU's gradient shard across the replicas (FSDP2 syncs every micro-batch). The
+               reference is always CPU-offloaded (fsdp_workers.py): its pass also copies its fp32 shard
+               in over PCIe. The optimizer step once per mini-batch (measured).
+  overlap      FSDP2 prefetches the next unit's all-gather during compute and reduce-scatters during the
+               backward: fast and expected charge max(compute, collectives) plus one unit's collectives;
+               slow charges them after compute (no overlap).
   layouts      full FSDP shards over every GPU; HSDP (fsdp_size = GPUs per node) shards within a node
                and replicates across nodes. A ring collective over a group spanning several nodes
                crosses each node boundary once per ring; NCCL runs one ring per NIC (rail), so a
@@ -31,15 +43,16 @@ The step time is a simple model, labelled an estimate everywhere it is shown. Pe
                NICs x per-NIC bandwidth, capped by NVLink's. The HSDP all-reduce runs G rings at once,
                one per rail, each at one NIC's bandwidth. Per-NIC bandwidth is the achieved ~45 GB/s of a
                400 Gb/s RoCE NIC (catalog.accelerators network_gbps, issue #13's figure): no nccl-tests
-               bus-bandwidth measurement for A4 / A3 Ultra was found to cite, so 8 x 45 = 360 GB/s is
-               derived, not measured (busbw as nccl-tests defines it: NVIDIA/nccl-tests doc/PERFORMANCE.md).
-  overlap      ASSUMPTION: none. Collectives are charged after compute (an upper bound: FSDP2 does
-               prefetch the next unit's all-gather during compute); both layouts are compared under
-               the same assumption.
+               bus-bandwidth measurement for A4 / A3 Ultra was found to cite (bench/published_runs.json
+               records the search), so 8 x 45 = 360 GB/s is derived, not measured (busbw as nccl-tests
+               defines it: NVIDIA/nccl-tests doc/PERFORMANCE.md). One GPU cannot measure NCCL.
   overhead     reward scoring, Ray dispatch and data movement: a fixed estimate.
 
+Training MFU is measured on one H200 only; B200's is scaled by the one published FSDP2 figure found
+for it (huggingface/transformers#48692), other accelerators take the H200 fractions (assumed).
 Rows and mean lengths come from the run's dataset (catalog.datasets.DatasetFacts: GSM8K's, or the user's
-data as stacks.dataset read it). Attention FLOPs are left out (short sequences).
+data as stacks.dataset read it). Attention FLOPs are left out (under 1 % at GSM8K's lengths).
+bench/published_runs.md compares the model with every published verl GRPO run found.
 """
 
 from __future__ import annotations
@@ -55,21 +68,130 @@ from recipe import memory
 from recipe.grpo import GrpoSettings
 
 GB = 1e9
-MFU = 0.40  # issue #13: "about 40 % of bf16 peak" for the training passes and vLLM's compute
-HBM_EFFICIENCY = 0.7  # fraction of the HBM datasheet bandwidth a weight-streaming decode reaches (estimate)
-NVLINK_EFFICIENCY = 0.7  # collective bus bandwidth over the NVLink datasheet figure (estimate)
-TP_COLLECTIVE_LATENCY_S = 10e-6  # one small all-reduce inside a node (estimate)
-PCIE_GBPS = 25.0  # host-to-GPU copy of an offloaded shard (PCIe Gen5 x16 shared by 2 GPUs: estimate)
-STEP_OVERHEAD_S = 10.0  # reward, Ray dispatch, data movement (estimate)
+CASES = ("fast", "expected", "slow")
+MEASURED, PUBLISHED, DERIVED, ESTIMATE = "measured", "published", "derived", "estimate"
+CALIBRATION = "bench/step_calibration.json (one H200, verl's FSDP2 path re-implemented, rows of 370 tokens)"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A constant of the step model: its value in a fast, an expected and a slow run, basis and source."""
+
+    name: str
+    fast: float
+    expected: float
+    slow: float
+    unit: str
+    basis: str  # measured | published | derived | estimate
+    source: str
+
+    def at(self, case: str) -> float:
+        if case not in CASES:
+            raise ValueError(f"case {case!r}: one of {', '.join(CASES)}")
+        return getattr(self, case)
+
+
+# --- the training passes (measured on one H200: bench/step_calibration.py, `fitted`) ---------------------
+# Marginal MFU (the per-token slope of the pass time, against the datasheet's 989 dense bf16 TFLOPS and the
+# 8 P / 2 P FLOPs above) by model size; held at the largest measured (7B) above it, at the smallest below.
+UPDATE_MFU = {"Qwen/Qwen2.5-1.5B": 0.441, "Qwen/Qwen2.5-3B": 0.494, "Qwen/Qwen2.5-7B": 0.603}
+LOGPROB_MFU = {"Qwen/Qwen2.5-1.5B": 0.351, "Qwen/Qwen2.5-3B": 0.43, "Qwen/Qwen2.5-7B": 0.546}
+UPDATE_FIXED_S_PER_LAYER = Figure("update fixed cost per layer per micro-batch", 0.00298, 0.00298, 0.0045, "s",
+                                  MEASURED, CALIBRATION + ": intercept of 7B at 4070/8140/12210 tokens; slow x1.5 "
+                                  "(estimate: verl's unpad/pad and Python per micro-batch)")
+LOGPROB_FIXED_S_PER_LAYER = Figure("log-prob fixed cost per layer per micro-batch", 0.00079, 0.00079, 0.0012, "s",
+                                   MEASURED, CALIBRATION + ": intercept of 7B's forward-only pass; slow x1.5 "
+                                   "(estimate)")
+# How much of the H200's measured fraction of peak an accelerator's training passes reach.
+MFU_SCALE = {
+    "h200": Figure("training MFU scale, h200", 1.0, 0.85, 0.68, "x", DERIVED,
+                   "fast: " + CALIBRATION + " (one GPU, no peers); expected: NCCL's kernels share the SMs while "
+                   "FSDP2 overlaps its collectives (estimate); slow: the share of this measurement that 8-GPU "
+                   "FSDP2 reached on B200 (huggingface/transformers#48692: 0.41 / 0.603)"),
+    "b200": Figure("training MFU scale, b200", 0.8, 0.68, 0.55, "x", PUBLISHED,
+                   "huggingface/transformers#48692: Qwen3.5-9B FSDP2 on 8x B200, 65,536 tokens in 0.48 s = 0.41 of "
+                   "2250 TFLOPS (slow: 0.33, before that PR), over the H200's measured 0.603; fast: estimate"),
+}
+MFU_SCALE_OTHER = Figure("training MFU scale, other accelerators", 1.0, 0.85, 0.68, "x", ESTIMATE,
+                         "no measurement: the H200's fractions assumed")
+OPTIMIZER_S_PER_GPARAM = Figure("AdamW step per 1e9 parameters of the shard", 0.0122, 0.0273, 0.033, "s", MEASURED,
+                                CALIBRATION + ": fused 7B (fast), foreach 3B (torch's default, verl's), foreach 1.5B")
+# --- generation (vLLM: not measurable here; no published Qwen2.5-32B TP 2 decode figure found) ------------
+DECODE_MFU = Figure("vLLM decode compute MFU", 0.5, 0.4, 0.3, "x", ESTIMATE,
+                    "issue #13's 40 %; the measured forward at 4070-token micro-batches reached 0.47 on 7B "
+                    "(bench/step_calibration.json): decode's few hundred rows per GEMM reach less")
+HBM_EFFICIENCY = Figure("HBM bandwidth a weight-streaming decode reaches", 0.9, 0.75, 0.6, "x", ESTIMATE,
+                        "fast: the device-to-device copy measured on an H200 here, 4.3 of 4.8 TB/s "
+                        "(.library/device/KINDS.md); expected / slow: estimates for GEMV-shaped decode kernels")
+ITERATION_OVERHEAD_S = Figure("vLLM CPU work per decode iteration", 0.001, 0.002, 0.004, "s", ESTIMATE,
+                              "scheduler, sampler and output processing with CUDA graphs; no figure found "
+                              "(vLLM's v0.6.0 performance post, blog.vllm.ai 2024-09-05, shows it was a large share)")
+TP_COLLECTIVE_LATENCY_S = Figure("one small all-reduce inside a node", 5e-6, 10e-6, 20e-6, "s", ESTIMATE,
+                                 "vLLM's custom all-reduce for decode-sized messages over NVLink")
+RESPONSE_TAIL = Figure("decode iterations per batch: fast 2 x mean, expected mean x ln(sequences), slow the cap",
+                       2.0, 1.0, math.inf, "(see name)", ESTIMATE,
+                       "exponential response lengths (assumption): the longest of n runs ~mean x ln n; fast: "
+                       "2 x mean (answers of similar length); slow: max_response_length (one response hits the cap)")
+# --- collectives, host copies, weight sync ----------------------------------------------------------------
+NVLINK_EFFICIENCY = Figure("collective bus bandwidth over the NVLink datasheet figure", 0.8, 0.7, 0.6, "x", ESTIMATE,
+                           "no nccl-tests figure for A4 / A3 Ultra found (bench/published_runs.json)")
+PCIE_GBPS = Figure("host-to-GPU copy of an offloaded shard", 40.0, 25.0, 15.0, "GB/s", ESTIMATE,
+                   "PCIe Gen5 x16 shared by 2 GPUs")
+SYNC_DISPATCH_S_PER_TENSOR = Figure("weight sync: per-tensor dispatch (state_dict entry, full_tensor, cast, copy)",
+                                    5.4e-5, 5.7e-5, 6.0e-5, "s", MEASURED,
+                                    CALIBRATION + ": (one tensor at a time - one flat buffer) / tensors, 3B and 7B")
+SYNC_COLLECTIVE_LATENCY_S = Figure("weight sync: one NCCL all-gather's latency over the shard group", 20e-6, 50e-6,
+                                   100e-6, "s", ESTIMATE, "ring latency across 8-16 ranks; not measurable on one GPU")
+SYNC_LOAD_S_PER_TENSOR = Figure("weight sync: vLLM load_weights per tensor", 50e-6, 100e-6, 300e-6, "s", ESTIMATE,
+                                "weight_loader per parameter (qkv / gate_up stacking); vLLM not on the calibration GPU")
+SYNC_EMPTY_CACHE_S = Figure("weight sync: one aggressive_empty_cache (gc + empty_cache + synchronize)", 0.195, 0.215,
+                            0.5, "s", MEASURED, CALIBRATION + ": 0.195 / 0.235 s (7B / 3B); slow: verl's larger "
+                            "Python heap (estimate); called twice per sync")
+SYNC_WAKE_S = Figure("weight sync: vLLM resume(weights) + resume(kv_cache)", 0.5, 1.0, 3.0, "s", ESTIMATE,
+                     "sleep-mode wake-up re-maps the pool; verl#7203 reports ~3.5 s for a whole 9B weight update")
+STEP_OVERHEAD_S = Figure("reward, advantages, Ray dispatch between the phases", 1.0, 2.0, 5.0, "s", PUBLISHED,
+                         "verl's timing_s/step less its phases: 0.1 s in verl#1208 (96.6 vs gen 74.0 + old 3.6 + "
+                         "ref 3.4 + adv 1.2 + update 14.3), 0.5 s in verl#7203; GSM8K's rule-based reward is cheap")
+FIGURES = (UPDATE_FIXED_S_PER_LAYER, LOGPROB_FIXED_S_PER_LAYER, *MFU_SCALE.values(), MFU_SCALE_OTHER,
+           OPTIMIZER_S_PER_GPARAM, DECODE_MFU, HBM_EFFICIENCY, ITERATION_OVERHEAD_S, TP_COLLECTIVE_LATENCY_S,
+           RESPONSE_TAIL, NVLINK_EFFICIENCY, PCIE_GBPS, SYNC_DISPATCH_S_PER_TENSOR, SYNC_COLLECTIVE_LATENCY_S,
+           SYNC_LOAD_S_PER_TENSOR, SYNC_EMPTY_CACHE_S, SYNC_WAKE_S, STEP_OVERHEAD_S)
 CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # fp32 model shards + AdamW exp_avg/exp_avg_sq (save_contents default)
 HF_BYTES_PER_PARAM = 2  # the staged bf16 safetensors copy of the model
 GSM8K_VAL_ROWS = GSM8K.val_rows  # validation generates one response each (val_kwargs.n = 1)
 DATA_GB = GSM8K.data_gb
 
 
+def _by_size(table: dict[str, float], params: int) -> float:
+    """A measured-by-model-size figure at `params`: linear in log(params) between the measured models."""
+    points = sorted((model_spec(m).params, v) for m, v in table.items())
+    if params <= points[0][0]:
+        return points[0][1]
+    for (p0, v0), (p1, v1) in zip(points, points[1:], strict=False):
+        if params <= p1:
+            return v0 + (v1 - v0) * math.log(params / p0) / math.log(p1 / p0)
+    return points[-1][1]
+
+
+def mfu_scale(acc: Accelerator) -> Figure:
+    return MFU_SCALE.get(acc.key, MFU_SCALE_OTHER)
+
+
+def train_mfu(spec: ModelSpec, acc: Accelerator, case: str = "expected", forward_only: bool = False) -> float:
+    """The marginal MFU of a training pass (update, or forward-only log-prob) for this model on this GPU."""
+    return _by_size(LOGPROB_MFU if forward_only else UPDATE_MFU, spec.params) * mfu_scale(acc).at(case)
+
+
+def weight_sync_tensors(spec: ModelSpec) -> int:
+    """Entries of the actor's state_dict, one all-gather each: 12 per Qwen2 layer (q/k/v weights and biases,
+    o, gate, up, down, two norms) + embedding, final norm and lm_head (a tied head is still its own entry:
+    435 for 3B, 339 for 7B as measured, bench/step_calibration.json)."""
+    return 12 * spec.layers + 3
+
+
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds per training step, by phase: an estimate from the model in the module docstring."""
+    """Seconds per training step, by phase, in one case: an estimate from the model in the module docstring."""
 
     generation: float
     weight_sync: float
@@ -78,10 +200,23 @@ class StepTime:
     update: float
     overhead: float
     micro_batches: dict[str, int] = field(default_factory=dict)  # per GPU per step, by pass
+    case: str = "expected"
 
     @property
     def total(self) -> float:
         return self.generation + self.weight_sync + self.old_log_prob + self.reference + self.update + self.overhead
+
+    def phases(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in asdict(self).items() if isinstance(v, float)}
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """The step time in the fast, expected and slow cases (the plan's low / expected / high)."""
+
+    low: StepTime
+    expected: StepTime
+    high: StepTime
 
 
 @dataclass(frozen=True)
@@ -98,25 +233,29 @@ class RunSizing:
     checkpoints_kept: int  # on the bucket at once (max_checkpoints_to_keep)
     model_gb: float  # the staged Hugging Face copy
     bucket_gb: float  # model + kept checkpoints + data
-    est_step_seconds: float  # ESTIMATE
+    est_step_seconds: float  # ESTIMATE, expected case
     est_step_breakdown: dict[str, float]
     validations: int
-    est_validation_seconds: float  # ESTIMATE, one validation pass
-    est_run_hours: float  # ESTIMATE, training + validation
+    est_validation_seconds: float  # ESTIMATE, one validation pass, expected case
+    est_run_hours: float  # ESTIMATE, training + validation, expected case
     gpus: int
     gpu_hours: float  # ESTIMATE: gpus x est_run_hours
     # total_training_steps when it ends the run before its epochs do (total_steps < per epoch x epochs), else 0
     steps_cap: int = 0
-    estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (recipe/sizing.py), "
-                          "not a measurement")
+    # ESTIMATE, the fast and slow cases of the same (training + validation only; the plan's run estimate adds
+    # start-up, staging, saves, the merge and the scale-down)
+    est_step_seconds_low: float = 0.0
+    est_step_seconds_high: float = 0.0
+    est_validation_seconds_low: float = 0.0
+    est_validation_seconds_high: float = 0.0
+    est_run_hours_low: float = 0.0
+    est_run_hours_high: float = 0.0
+    estimate_note: str = ("ESTIMATE: est_* and gpu_hours come from a throughput model (recipe/sizing.py; every "
+                          "constant with its source in the plan's table), not a measurement of this run")
 
     def as_dict(self) -> dict[str, object]:
         out = asdict(self)
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in out.items()}
-
-
-def _pass_seconds(flops: float, acc: Accelerator) -> float:
-    return flops / (acc.bf16_tflops * 1e12 * MFU)
 
 
 @dataclass(frozen=True)
@@ -148,9 +287,9 @@ def layouts(acc: Accelerator, nnodes: int) -> list[Layout]:
     return out
 
 
-def bus_gbps(acc: Accelerator, nodes: int) -> float:
+def bus_gbps(acc: Accelerator, nodes: int, case: str = "expected") -> float:
     """Bus bandwidth (GB/s) of a ring collective over a group spanning `nodes` nodes (module docstring)."""
-    nvlink = acc.nvlink_gbps * NVLINK_EFFICIENCY
+    nvlink = acc.nvlink_gbps * NVLINK_EFFICIENCY.at(case)
     if nodes <= 1:
         return nvlink
     return min(nvlink, max(1, acc.rdma_nics) * acc.network_gbps)
@@ -168,14 +307,14 @@ class Collectives:
     gather_s: float
     reduce_s: float
     replica_s: float
-    sync_s: float
+    sync_s: float  # the bytes' time alone (weight_sync_seconds adds the per-tensor and fixed parts)
 
 
-def collectives(spec: ModelSpec, acc: Accelerator, lay: Layout) -> Collectives:
+def collectives(spec: ModelSpec, acc: Accelerator, lay: Layout, case: str = "expected") -> Collectives:
     p, s = spec.params, lay.shard
     share = (s - 1) / s
     gather, reduce, sync = 2 * p * share, 4 * p * share, 4 * p * share
-    bw = bus_gbps(acc, lay.nodes_per_shard) * GB
+    bw = bus_gbps(acc, lay.nodes_per_shard, case) * GB
     replica = 2 * (4 * p / s) * (lay.replicas - 1) / lay.replicas
     return Collectives(
         gather_bytes=gather, reduce_bytes=reduce, replica_bytes=replica, sync_bytes=sync,
@@ -183,25 +322,63 @@ def collectives(spec: ModelSpec, acc: Accelerator, lay: Layout) -> Collectives:
         gather_s=gather / bw, reduce_s=reduce / bw, replica_s=replica / (acc.network_gbps * GB), sync_s=sync / bw)
 
 
+def weight_sync_seconds(spec: ModelSpec, acc: Accelerator, lay: Layout, case: str = "expected") -> float:
+    """rollout_mode once per step: the fp32 bytes over the shard group's bus, and per tensor the dispatch, one
+    collective's latency (when the group has peers) and vLLM's load, plus two empty-cache calls and the wake-up."""
+    n = weight_sync_tensors(spec)
+    latency = SYNC_COLLECTIVE_LATENCY_S.at(case) if lay.shard > 1 else 0.0
+    per_tensor = SYNC_DISPATCH_S_PER_TENSOR.at(case) + latency + SYNC_LOAD_S_PER_TENSOR.at(case)
+    return (collectives(spec, acc, lay, case).sync_s + n * per_tensor + 2 * SYNC_EMPTY_CACHE_S.at(case)
+            + SYNC_WAKE_S.at(case))
+
+
+def decode_iterations(sequences: float, mean_response: float, max_response: int, case: str = "expected") -> int:
+    """Decode iterations of a replica's batch: until its longest response (RESPONSE_TAIL's assumption)."""
+    if mean_response <= 0 or sequences <= 0:
+        return 0
+    if case == "slow":
+        return max_response
+    longest = 2 * mean_response if case == "fast" else mean_response * (math.log(max(sequences, 1.0)) + 0.5772)
+    return max(1, min(max_response, math.ceil(longest)))
+
+
 def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, sequences: int,
-                       prompt_tokens: float, response_tokens: float, max_response: int) -> float:
+                       prompt_tokens: float, response_tokens: float, max_response: int,
+                       case: str = "expected") -> float:
     """vLLM time for `sequences` prompts spread over world / tp replicas (see the module docstring)."""
     p = spec.params
-    per_replica = sequences / max(1, world // tp)
-    tokens = per_replica * (prompt_tokens + response_tokens)
-    compute = 2 * p * tokens / (tp * acc.bf16_tflops * 1e12 * MFU)
-    hbm = acc.hbm_tbps * 1e12 * HBM_EFFICIENCY
-    collectives = 2 * spec.layers if tp > 1 else 0
-    decode_floor = max_response * (2 * p / tp / hbm + collectives * TP_COLLECTIVE_LATENCY_S)
-    nvlink = acc.nvlink_gbps * GB * NVLINK_EFFICIENCY
-    tp_traffic = collectives * tokens * spec.hidden * 2 * 2 * (tp - 1) / tp / nvlink if tp > 1 else 0.0
-    context = prompt_tokens + response_tokens / 2
-    kv_reads = per_replica * response_tokens * context * memory.kv_bytes_per_token(spec, tp) / hbm
-    return max(compute, decode_floor) + tp_traffic + kv_reads
+    n = sequences / max(1, world // tp)  # sequences per replica
+    peak = tp * acc.bf16_tflops * 1e12
+    prefill = 2 * p * n * prompt_tokens / (peak * train_mfu(spec, acc, case, forward_only=True))
+    hbm = acc.hbm_tbps * 1e12 * HBM_EFFICIENCY.at(case)
+    weights = 2 * p / tp / hbm  # one pass over the replica's bf16 weights per iteration
+    per_sequence = 2 * p / (peak * DECODE_MFU.at(case))
+    collectives_n = 2 * spec.layers if tp > 1 else 0
+    fixed = collectives_n * TP_COLLECTIVE_LATENCY_S.at(case) + ITERATION_OVERHEAD_S.at(case)
+    nvlink = acc.nvlink_gbps * GB * NVLINK_EFFICIENCY.at(case)
+    tp_bytes_per_token = collectives_n * spec.hidden * 2 * 2 * (tp - 1) / tp if tp > 1 else 0.0
+    kv_per_token = memory.kv_bytes_per_token(spec, tp)
+    total = prefill
+    for k in range(decode_iterations(n, response_tokens, max_response, case)):
+        active = max(1.0, n * math.exp(-k / response_tokens))
+        context = prompt_tokens + k
+        total += (max(weights, active * per_sequence) + fixed + active * tp_bytes_per_token / nvlink
+                  + active * context * kv_per_token / hbm)
+    return total
+
+
+def _pass(flops_per_token: float, tokens: float, micro_batches: int, fixed_per_layer: float, spec: ModelSpec,
+          acc: Accelerator, mfu: float, collective_s: float, case: str) -> float:
+    """One pass over `tokens` in `micro_batches`: compute and collectives per micro-batch, overlapped unless slow."""
+    mb = max(1, micro_batches)
+    compute = flops_per_token * tokens / mb / (acc.bf16_tflops * 1e12 * mfu) + spec.layers * fixed_per_layer
+    if case == "slow":
+        return mb * (compute + collective_s)
+    return mb * (max(compute, collective_s) + collective_s / (spec.layers + 1))  # one unit's collectives exposed
 
 
 def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
-              data: DatasetFacts = GSM8K) -> StepTime:
+              data: DatasetFacts = GSM8K, case: str = "expected") -> StepTime:
     world = nnodes * acc.gpus_per_node
     p = spec.params
     samples = g.train_batch_size * g.rollout_n
@@ -219,20 +396,41 @@ def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
         ref = math.ceil(per_gpu / g.ref_log_prob_micro_batch_size_per_gpu)
         update = updates * math.ceil(per_gpu / updates / g.ppo_micro_batch_size_per_gpu)
     lay = layout(acc, nnodes, g.fsdp_size)
-    c = collectives(spec, acc, lay)
-    # verl always offloads the reference: its fp32 shard comes in over PCIe once per micro-batch.
-    offload = 4 * p / lay.shard / (PCIE_GBPS * GB)
-    ref_s = ref * (c.gather_s + offload) + _pass_seconds(2 * p * tokens, acc) if g.kl_loss_coef > 0 else 0.0
+    c = collectives(spec, acc, lay, case)
+    fwd_mfu, upd_mfu = train_mfu(spec, acc, case, forward_only=True), train_mfu(spec, acc, case)
+    lp_fixed, upd_fixed = LOGPROB_FIXED_S_PER_LAYER.at(case), UPDATE_FIXED_S_PER_LAYER.at(case)
+    # verl always offloads the reference: its fp32 shard comes in over PCIe once per micro-batch (not overlapped).
+    offload = 4 * p / lay.shard / (PCIE_GBPS.at(case) * GB)
+    ref_s = (_pass(2 * p, tokens, ref, lp_fixed, spec, acc, fwd_mfu, c.gather_s, case) + ref * offload
+             if g.kl_loss_coef > 0 else 0.0)
+    optimizer = updates * OPTIMIZER_S_PER_GPARAM.at(case) * p / lay.shard / 1e9
     return StepTime(
         generation=generation_seconds(spec, acc, world, g.tensor_parallel_size, samples, prompt, response,
-                                      g.max_response_length),
-        weight_sync=c.sync_s,
-        old_log_prob=_pass_seconds(2 * p * tokens, acc) + old * c.gather_s,
+                                      g.max_response_length, case),
+        weight_sync=weight_sync_seconds(spec, acc, lay, case),
+        old_log_prob=_pass(2 * p, tokens, old, lp_fixed, spec, acc, fwd_mfu, c.gather_s, case),
         reference=ref_s,
-        update=_pass_seconds(8 * p * tokens, acc) + update * (2 * c.gather_s + c.reduce_s + c.replica_s),
-        overhead=STEP_OVERHEAD_S,
+        update=_pass(8 * p, tokens, update, upd_fixed, spec, acc, upd_mfu,
+                     2 * c.gather_s + c.reduce_s + c.replica_s, case) + optimizer,
+        overhead=STEP_OVERHEAD_S.at(case),
         micro_batches={"old_log_prob": old, "reference": ref if g.kl_loss_coef > 0 else 0, "update": update},
+        case=case,
     )
+
+
+def step_range(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
+               data: DatasetFacts = GSM8K) -> StepRange:
+    low, expected, high = (step_time(g, spec, acc, nnodes, data, case) for case in CASES)
+    return StepRange(low, expected, high)
+
+
+def validation_seconds(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, data: DatasetFacts,
+                       case: str = "expected") -> float:
+    """One validation pass: every validation prompt once (val_kwargs.n = 1), plus the step overhead."""
+    prompt = min(data.mean_prompt_tokens, g.max_prompt_length)
+    response = min(data.mean_response_tokens, g.max_response_length)
+    return generation_seconds(spec, acc, nnodes * acc.gpus_per_node, g.tensor_parallel_size, data.val_rows, prompt,
+                              response, g.max_response_length, case) + STEP_OVERHEAD_S.at(case)
 
 
 def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
@@ -250,17 +448,16 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     # HSDP each replica holds a whole copy, so a checkpoint is `replicas` times larger.
     ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params * layout(acc, nnodes, g.fsdp_size).replicas / GB
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
-    st = step_time(g, spec, acc, nnodes, data)
+    st = step_range(g, spec, acc, nnodes, data)
     prompt = min(data.mean_prompt_tokens, g.max_prompt_length)
     response = min(data.mean_response_tokens, g.max_response_length)
-    val_s = generation_seconds(spec, acc, world, g.tensor_parallel_size, data.val_rows, prompt, response,
-                               g.max_response_length) + STEP_OVERHEAD_S
+    val = {case: validation_seconds(g, spec, acc, nnodes, data, case) for case in CASES}
     validations = (1 if g.val_before_train else 0)
     if g.test_freq > 0 and total:
         validations += total // g.test_freq + (1 if total % g.test_freq else 0)  # and after the last step
-    run_hours = (total * st.total + validations * val_s) / 3600
+    hours = {case: (total * getattr(st, key).total + validations * val[case]) / 3600
+             for case, key in zip(CASES, ("low", "expected", "high"), strict=True)}
     samples = g.train_batch_size * g.rollout_n
-    breakdown = {k: round(v, 2) for k, v in asdict(st).items() if isinstance(v, float)}
     return RunSizing(
         steps_per_epoch=steps_per_epoch, total_epochs=g.total_epochs, total_steps=total,
         updates_per_step=max(1, g.train_batch_size // g.ppo_mini_batch_size),
@@ -269,10 +466,23 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
         rollout_tokens_per_step_max=samples * (g.max_prompt_length + g.max_response_length),
         checkpoint_gb=ckpt_gb, checkpoints_saved=saved, checkpoints_kept=kept, model_gb=model_gb,
         bucket_gb=model_gb + kept * ckpt_gb + data.data_gb,
-        est_step_seconds=st.total, est_step_breakdown=breakdown, validations=validations,
-        est_validation_seconds=val_s, est_run_hours=run_hours, gpus=world, gpu_hours=world * run_hours,
-        steps_cap=g.total_training_steps if capped else 0,
+        est_step_seconds=st.expected.total, est_step_breakdown=st.expected.phases(), validations=validations,
+        est_validation_seconds=val["expected"], est_run_hours=hours["expected"], gpus=world,
+        gpu_hours=world * hours["expected"], steps_cap=g.total_training_steps if capped else 0,
+        est_step_seconds_low=st.low.total, est_step_seconds_high=st.high.total,
+        est_validation_seconds_low=val["fast"], est_validation_seconds_high=val["slow"],
+        est_run_hours_low=hours["fast"], est_run_hours_high=hours["slow"],
     )
+
+
+def figures_table() -> list[dict[str, object]]:
+    """Every constant of the step model with its three values, basis and source (the plan prints it)."""
+    rows = [{"name": f.name, "fast": f.fast, "expected": f.expected, "slow": f.slow, "unit": f.unit,
+             "basis": f.basis, "source": f.source} for f in FIGURES]
+    for name, table in (("update marginal MFU by model", UPDATE_MFU), ("log-prob marginal MFU by model", LOGPROB_MFU)):
+        rows.append({"name": name, "fast": None, "expected": None, "slow": None, "unit": "x of 989 TFLOPS",
+                     "basis": MEASURED, "values": dict(table), "source": CALIBRATION})
+    return rows
 
 
 class SizedStack(Protocol):

@@ -1,8 +1,10 @@
 """What a stack costs per hour, by resource class, and what the configured run costs. Pure.
 
-The hourly table comes from the stack's config and catalog.prices; the run estimate needs the
-recipe's sizing (GPU-hours, bucket GB), which is passed in, so this module does not depend on it.
-A part without a price source stays in the table as unknown: totals are then lower bounds.
+The hourly table comes from the stack's config and catalog.prices; the run estimate prices the whole
+run's timeline (stacks.run_time: start-up, staging, training, validation, saves, the merge, the
+scale-down), low / expected / high. A part without a price source stays in the table as unknown
+("unpriced" in the run estimate): totals are then lower bounds. The `hourlyPrice` output is the list
+price table alone.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from catalog import prices
 from catalog.capacity import ON_DEMAND
 from stacks.config import StackConfig
+from stacks.run_time import by_range
 
 GPU_NODES, CPU_NODES, CLUSTER_FEE, BUCKET = "GPU nodes", "CPU nodes", "cluster fee", "bucket"
 
@@ -103,26 +106,45 @@ def hourly(cfg: StackConfig) -> HourlyTable:
 
 @dataclass(frozen=True)
 class RunEstimate:
-    wall_hours: float
-    usd: float  # the priced part
-    by_class: dict[str, float]
+    """The whole run's cost (stacks.run_time.Timeline) by case (fast / expected / slow = low / expected / high)."""
+
+    wall_hours: dict[str, float]
+    gpu_node_hours: dict[str, float]
+    usd: dict[str, float]  # the priced part, by case
+    by_class: dict[str, dict[str, float | None]]  # resource class -> case -> USD; None: no price source at all
     complete: bool  # False: some part has no price source; usd is a lower bound
+    unpriced: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """For plan.json (runEstimate): low / expected / high; a class with no price source is null."""
+        return {"wallHours": by_range(self.wall_hours), "gpuNodeHours": by_range(self.gpu_node_hours),
+                "usd": by_range(self.usd), "byClass": {k: by_range(v) for k, v in self.by_class.items()},
+                "lowerBound": not self.complete, "unpriced": list(self.unpriced), "tableDate": prices.TABLE_DATE}
 
 
-def run_estimate(table: HourlyTable, gpu_hours: float, bucket_gb: float, total_gpus: int) -> RunEstimate:
-    """The cost of a run of `gpu_hours` GPU-hours on `total_gpus` GPUs that leaves `bucket_gb` in the bucket.
+def run_estimate(table: HourlyTable, timeline, bucket_gb: float, gpu_nodes: int) -> RunEstimate:
+    """The cost of the run the timeline describes, leaving `bucket_gb` in the bucket.
 
-    Every node and the cluster fee bill for the run's wall time (gpu_hours / total_gpus); the
-    bucket bills its size for that time, pro rata of a month. Node start-up and data staging before
-    the first step are not included.
+    GPU nodes bill their node-hours (a node per phase it runs: stacks.run_time) at the GPU line's price per
+    node; the CPU nodes and the cluster fee bill the wall time; the bucket bills its size for that time, pro
+    rata of a month. A class with no price source at all is None ("unpriced"), one priced in part a lower bound.
     """
-    if total_gpus < 1:
-        raise ValueError(f"total_gpus = {total_gpus}: must be >= 1")
-    wall = gpu_hours / total_gpus
-    by_class = {line.resource_class: line.usd_per_hour * wall for line in table.lines}
+    if gpu_nodes < 1:
+        raise ValueError(f"gpu_nodes = {gpu_nodes}: must be >= 1")
+    cases = tuple(timeline.wall_hours)
+    by_class: dict[str, dict[str, float | None]] = {}
+    for line in table.lines:
+        unpriced = line.missing and not line.usd_per_hour
+        hours = timeline.gpu_node_hours if line.resource_class == GPU_NODES else timeline.wall_hours
+        rate = line.usd_per_hour / gpu_nodes if line.resource_class == GPU_NODES else line.usd_per_hour
+        by_class[line.resource_class] = {c: None if unpriced else rate * hours[c] for c in cases}
     rate = table.bucket_usd_per_gb_month
-    by_class[BUCKET] = bucket_gb * (rate or 0.0) * wall / prices.HOURS_PER_MONTH
-    return RunEstimate(wall, sum(by_class.values()), by_class, table.complete)
+    by_class[BUCKET] = {c: None if rate is None else bucket_gb * rate * timeline.wall_hours[c] / prices.HOURS_PER_MONTH
+                        for c in cases}
+    usd = {c: sum(v[c] or 0.0 for v in by_class.values()) for c in cases}
+    missing = tuple(m for line in table.lines for m in line.missing) + (() if rate is not None else ("bucket",))
+    return RunEstimate(dict(timeline.wall_hours), dict(timeline.gpu_node_hours), usd, by_class, table.complete,
+                       missing)
 
 
 def summary(table: HourlyTable) -> dict:
@@ -159,8 +181,27 @@ def render_hourly(table: HourlyTable) -> str:
     return "\n".join(out)
 
 
-def render_run(estimate: RunEstimate, gpu_hours: float, bucket_gb: float) -> str:
-    parts = ", ".join(f"{k} ${v:,.2f}" for k, v in estimate.by_class.items())
+def _span(values: dict[str, float | None], fmt, complete: bool = True) -> str:
+    if any(v is None for v in values.values()):
+        return "unpriced"
+    return " / ".join(fmt(v, complete) for v in values.values())
+
+
+def render_run(estimate: RunEstimate, timeline) -> str:
+    """The run estimate as the plan prints it: low / expected / high, by phase and by resource class."""
+    hours = lambda v, _=True: f"{v:,.2f} h"  # noqa: E731
+    usd = lambda v, complete=True: _usd(v, complete)  # noqa: E731
     bound = "" if estimate.complete else " (lower bound: some parts are unpriced)"
-    return (f"estimated run cost: {_usd(estimate.usd, estimate.complete)}{bound} for {gpu_hours:,.1f} GPU-hours "
-            f"({estimate.wall_hours:,.1f} h wall) and {bucket_gb:,.0f} GB in the bucket: {parts}")
+    out = [f"estimated run (ESTIMATE, low / expected / high): {_span(estimate.wall_hours, hours)} wall, "
+           f"{_span(estimate.gpu_node_hours, hours)} of GPU nodes",
+           f"  cost {_span(estimate.usd, usd, estimate.complete)}{bound}"]
+    for name, values in estimate.by_class.items():
+        out.append(f"    {name:<12} {_span(values, usd)}")
+    out.append("  phases (wall time):")
+    for p in timeline.phases:
+        out.append(f"    {p.name:<52} {_span({c: 60 * v for c, v in p.hours.items()}, lambda v, _=True: f'{v:,.1f}')}"
+                   f" min  ({p.source})")
+    if estimate.unpriced:
+        out.append(f"  unpriced: {', '.join(estimate.unpriced)}")
+    out.append("  the cluster fee, CPU nodes and bucket keep billing after the run until `pulumi destroy`")
+    return "\n".join(out)

@@ -694,7 +694,7 @@ def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, monkeypatch):
 def test_a_failure_after_the_gate_writes_nothing(sandbox, monkeypatch):
     """Every figure is computed before the first file is written: should one ever raise, no plan file exists."""
     tmp_path, _ = sandbox
-    monkeypatch.setattr(plan, "price_report", lambda cfg: (_ for _ in ()).throw(ValueError("boom")))
+    monkeypatch.setattr(plan, "price_report", lambda cfg, *run: (_ for _ in ()).throw(ValueError("boom")))
     path = write_stack(tmp_path, stack_text())
     with pytest.raises(ValueError, match="boom"):
         plan.main(["--stack", "hostile", "--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])

@@ -194,10 +194,10 @@ def test_the_whole_hourly_price_on_spot_is_under_two_dollars():
     assert prices.find("g2-standard-24", "us-central1", "spot").usd == 0.35242
 
 
-def test_the_plan_prints_the_hourly_and_the_run_price():
-    raw, _ = plan.read_stack_file(ROOT / "Pulumi.dev.yaml")
-    text = plan.price_report(config.load(raw, "dev", allow_placeholder_project=True))
-    assert "total                 $1.17/h" in text and "estimated run cost: $" in text
+def test_the_plan_prints_the_hourly_and_the_run_price(capsys, tmp_path):
+    assert plan.main(["--stack", "dev", "--quiet", "--out", str(tmp_path / "dev")]) == 0
+    text = capsys.readouterr().out
+    assert "total                 $1.17/h" in text and "estimated run (ESTIMATE, low / expected / high)" in text
 
 
 def test_the_quota_preflight_checks_the_l4_and_the_global_gpu_quotas():

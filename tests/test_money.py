@@ -107,18 +107,34 @@ def test_unpriced_parts_make_the_total_a_lower_bound():
     assert flex.line(cost.GPU_NODES).missing and "7 days" in flex.line(cost.GPU_NODES).note
 
 
-def test_run_estimate_from_gpu_hours_and_bucket_usage():
+def _timeline(gpu_node_hours: float, wall: float):
+    from stacks import run_time
+
+    hours = {c: wall for c in sizing.CASES}
+    return run_time.Timeline((), {c: gpu_node_hours for c in sizing.CASES}, hours)
+
+
+def test_run_estimate_prices_gpu_node_hours_and_the_wall_time():
     table = cost.hourly(_cfg({"accelerator": "h200", "clusterMode": "standard", "gpuNodes": "2"}))
-    gpu_hours, bucket_gb, gpus = 160.0, 730.0, 16  # 10 h wall; 730 GB for 10 h = 10 GB-months / 1
-    est = cost.run_estimate(table, gpu_hours=gpu_hours, bucket_gb=bucket_gb, total_gpus=gpus)
-    assert est.wall_hours == pytest.approx(10.0)
-    assert est.by_class[cost.GPU_NODES] == pytest.approx(10 * table.line(cost.GPU_NODES).usd_per_hour)
-    assert est.by_class[cost.CLUSTER_FEE] == pytest.approx(1.0)
-    assert est.by_class[cost.BUCKET] == pytest.approx(730 * 0.020 * 10 / 730)
-    assert est.usd == pytest.approx(sum(est.by_class.values())) and est.complete
-    assert "estimated run cost: $" in cost.render_run(est, gpu_hours, bucket_gb)
-    with pytest.raises(ValueError, match="total_gpus"):
-        cost.run_estimate(table, 1.0, 1.0, 0)
+    est = cost.run_estimate(table, _timeline(gpu_node_hours=15.0, wall=10.0), bucket_gb=730.0, gpu_nodes=2)
+    gpu_line = table.line(cost.GPU_NODES).usd_per_hour  # both nodes
+    assert est.by_class[cost.GPU_NODES]["expected"] == pytest.approx(15.0 * gpu_line / 2)  # per node-hour
+    assert est.by_class[cost.CLUSTER_FEE]["expected"] == pytest.approx(1.0)  # $0.10 x 10 h wall
+    assert est.by_class[cost.CPU_NODES]["expected"] == pytest.approx(10 * table.line(cost.CPU_NODES).usd_per_hour)
+    assert est.by_class[cost.BUCKET]["expected"] == pytest.approx(730 * 0.020 * 10 / 730)
+    assert est.usd["expected"] == pytest.approx(sum(v["expected"] for v in est.by_class.values())) and est.complete
+    with pytest.raises(ValueError, match="gpu_nodes"):
+        cost.run_estimate(table, _timeline(1.0, 1.0), 1.0, 0)
+
+
+def test_a_class_without_a_price_source_is_unpriced_not_zero():
+    autopilot_b200 = cost.hourly(_cfg({"accelerator": "b200", "clusterMode": "autopilot"}))
+    est = cost.run_estimate(autopilot_b200, _timeline(4.0, 2.0), bucket_gb=100.0, gpu_nodes=2)
+    assert est.by_class[cost.CPU_NODES] == {c: None for c in sizing.CASES}
+    assert not est.complete and "Autopilot pod vCPU/memory prices" in est.unpriced
+    assert est.as_dict()["byClass"][cost.CPU_NODES] == {"low": None, "expected": None, "high": None}
+    text = cost.render_run(est, _timeline(4.0, 2.0))
+    assert "CPU nodes    unpriced" in text and "lower bound" in text and "$0.00" not in text
 
 
 def test_every_shipped_stack_plan_prints_its_hourly_price(capsys, tmp_path):
@@ -131,11 +147,12 @@ def test_every_shipped_stack_plan_prints_its_hourly_price(capsys, tmp_path):
 
 def test_plan_prints_the_run_estimate_from_the_sizing(monkeypatch, capsys, tmp_path):
     real = sizing.run_sizing
-    monkeypatch.setattr(sizing, "run_sizing",
-                        lambda cfg: dataclasses.replace(real(cfg), gpu_hours=48.0, bucket_gb=120.0))
+    monkeypatch.setattr(sizing, "run_sizing", lambda cfg: dataclasses.replace(
+        real(cfg), total_steps=600, est_step_seconds=60.0, est_step_seconds_low=60.0, est_step_seconds_high=60.0))
     assert plan.main(["--stack", "h200", "--quiet", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert "estimated run cost: $" in out and "48.0 GPU-hours" in out
+    # 600 steps x 60 s = 10 h of training in every case, inside the run's wall time.
+    assert "training steps                                       600.0 / 600.0 / 600.0 min" in out
 
 
 def test_pulumi_up_exports_the_hourly_price():

@@ -38,6 +38,7 @@ class CriticalPath:
     total: float
     floor: float
     floor_why: str
+    gpu_start: float = 0.0  # when the GPU nodes start to come up (and to bill): the RayCluster's start
 
     @property
     def ratio(self) -> float:
@@ -63,13 +64,13 @@ def _pull(plan: dict[str, Any], pool: str | None, autopilot: bool) -> Phase:
     return phases.IMAGE_PULL_STREAMED if _streamed(plan, pool, autopilot) and _mirrored(plan) else phases.IMAGE_PULL
 
 
-def compute(plan: dict[str, Any], weights_gb: float) -> CriticalPath:
+def compute(plan: dict[str, Any], weights_gb: float, mb_per_s: float = phases.DOWNLOAD_MB_PER_S) -> CriticalPath:
     graph = PlanGraph(plan)
     resources = graph.resources
     autopilot = any(r["type"] == CLUSTER and r["inputs"].get("enableAutopilot") for r in resources.values())
     waits = graph.relation(graph.create_waits)
 
-    staging = phases.staging(weights_gb)
+    staging = phases.staging(weights_gb, mb_per_s)
     finish: dict[str, float] = {}
     start: dict[str, float] = {}
     why: dict[str, list[str]] = {}
@@ -139,7 +140,8 @@ def compute(plan: dict[str, Any], weights_gb: float) -> CriticalPath:
     floor = finish[cluster] + max(gpu, stage)
     floor_why = (f"cluster ready at {finish[cluster]:.1f} min, then max(GPU readiness {gpu:.1f}, "
                  f"staging {stage:.1f}) min")
-    return CriticalPath(chain, finish[end], floor, floor_why)
+    gpu_start = min((start[u] for u, r in resources.items() if r["type"] == RAY_CLUSTER), default=finish[cluster])
+    return CriticalPath(chain, finish[end], floor, floor_why, gpu_start)
 
 
 def text(cp: CriticalPath) -> str:

@@ -238,9 +238,11 @@ def report(plan: dict[str, Any]) -> str:
            f"{c['saveShare']:.0%} of the run (kept under 10 %); nccl_timeout {c['ncclTimeoutS']} s",
            f"  run folder  {c['folder']} (a changed run starts in a new one)",
            f"  superseded  {c['cleanup']}"] if (c := plan.get("checkpoints")) else []),
-        f"  ESTIMATE    {z['est_step_seconds']} s per step {z['est_step_breakdown']}",
-        f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; run "
-        f"{z['est_run_hours']} h on {z['gpus']} GPUs = {z['gpu_hours']} GPU-hours",
+        f"  ESTIMATE    {z['est_step_seconds_low']} / {z['est_step_seconds']} / {z['est_step_seconds_high']} s per "
+        f"step (low / expected / high); expected {z['est_step_breakdown']}",
+        f"  ESTIMATE    {z['validations']} validations x {z['est_validation_seconds']} s; training "
+        f"{z['est_run_hours_low']} / {z['est_run_hours']} / {z['est_run_hours_high']} h on {z['gpus']} GPUs = "
+        f"{z['gpu_hours']} GPU-hours expected (the whole run, start-up to scale-down: the run estimate below)",
     ]
     return "\n".join(lines)  # the warnings: printed once, last (main)
 
@@ -262,7 +264,8 @@ MIN_EMBEDDED_SECRET = stack_config.SECRET_IN_TEXT_MIN  # the gate looks for secr
 def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
     if len(layouts) < 2:
         return []
-    lines = ["Layouts weighed (actor.fsdp_config.fsdp_size; ESTIMATE step times, no compute/comm overlap assumed)"]
+    lines = ["Layouts weighed (actor.fsdp_config.fsdp_size; ESTIMATE expected step times, FSDP collectives "
+             "overlapped as FSDP2 prefetches)"]
     for o in layouts:
         lines.append(
             f"  {'->' if o['chosen'] else '  '} {o['name']:<10} fsdp_size {o['fsdp_size']:>3}: "
@@ -445,18 +448,59 @@ def _ours(out: Path) -> bool:
     return marker.is_file() and not marker.is_symlink()
 
 
-def price_report(cfg: stack_config.StackConfig) -> str:
-    """The hourly price table and the run estimate from the recipe's sizing (GPU-hours, bucket GB)."""
+def price_report(cfg: stack_config.StackConfig, run: dict[str, Any] | None = None) -> str:
+    """The hourly price table, then the whole run's estimate (run_estimate's text) when there is one."""
     from catalog.models import model_spec
-    from recipe import sizing
     from stacks import cost
 
-    table = cost.hourly(cfg)
+    table = cost.render_hourly(cost.hourly(cfg))
     if model_spec(cfg.model) is None:  # no size figures: the hourly price still holds
-        return "\n".join([cost.render_hourly(table), f"run estimate: {cfg.model} is not in catalog/models.py"])
-    s = sizing.run_sizing(cfg)
-    estimate = cost.run_estimate(table, s.gpu_hours, s.bucket_gb, cfg.total_gpus)
-    return "\n".join([cost.render_hourly(table), cost.render_run(estimate, s.gpu_hours, s.bucket_gb)])
+        return "\n".join([table, f"run estimate: {cfg.model} is not in catalog/models.py"])
+    return "\n".join([table, run["text"]]) if run is not None else table
+
+
+# --- ESTIMATE: the whole run's hours and dollars (issue #47) --------------------------------------------------
+def run_estimate(cfg: stack_config.StackConfig, plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The run from `pulumi up` to the last GPU node gone, low / expected / high: the critical path at the
+    staging figure's range, then stacks.run_time's phases, priced by stacks.cost. None for an uncatalogued
+    model. Keys: json (for plan.json: runEstimate), text (printed), warnings."""
+    from catalog import phases
+    from catalog.models import model_spec
+    from recipe import sizing
+    from stacks import cost, derived, run_time
+    from tools import critical_path as cp
+
+    spec = model_spec(cfg.model)
+    if spec is None:
+        return None
+    weights = derived.of(cfg).weights_gb
+    crits = {c: cp.compute(plan, weights, rate) for c, rate in zip(sizing.CASES, phases.DOWNLOAD_MB_PER_S_RANGE,
+                                                                     strict=True)}
+    z = sizing.run_sizing(cfg)
+    tl = run_time.timeline(z, spec, cfg.gpu_nodes, first_step_min={c: k.total for c, k in crits.items()},
+                           gpu_start_min=crits["expected"].gpu_start, merge=cfg.job.merge_model)
+    est = cost.run_estimate(cost.hourly(cfg), tl, z.bucket_gb, cfg.gpu_nodes)
+    figures = sizing.figures_table() + [{"name": f.name, "fast": f.fast, "expected": f.expected, "slow": f.slow,
+                                         "unit": f.unit, "basis": f.basis, "source": f.source}
+                                        for f in run_time.FIGURES]
+    figures.append({"name": "staging download", "fast": phases.DOWNLOAD_MB_PER_S_RANGE[0],
+                    "expected": phases.DOWNLOAD_MB_PER_S_RANGE[1], "slow": phases.DOWNLOAD_MB_PER_S_RANGE[2],
+                    "unit": "MB/s", "basis": "published", "source": phases.DOWNLOAD_SOURCE})
+    json_part = {**est.as_dict(), **tl.as_dict(), "figures": figures,
+                 "note": "ESTIMATE: a model (recipe/sizing.py, stacks/run_time.py), not a measurement of this run; "
+                         "bench/published_runs.md compares it with published verl runs"}
+    text = "\n".join([cost.render_run(est, tl), figures_text(figures)])
+    return {"json": json_part, "text": text, "warnings": run_time.warnings(z, tl, cfg.data.lengths_basis)}
+
+
+def figures_text(figures: list[dict[str, Any]]) -> str:
+    """The step and run model's constants with their basis and source, under the ESTIMATE lines."""
+    lines = ["ESTIMATE constants (fast / expected / slow; basis: source):"]
+    for f in figures:
+        values = (", ".join(f"{k.rsplit('-', 1)[-1]} {v}" for k, v in f["values"].items()) if "values" in f
+                  else f"{f['fast']:g} / {f['expected']:g} / {f['slow']:g}")
+        lines.append(f"  {f['name']}: {values} {f['unit']} ({f['basis']}: {f['source']})")
+    return "\n".join(lines)
 
 
 def pod_templates(plan: dict[str, Any]) -> list[tuple[str, dict]]:
@@ -618,7 +662,11 @@ def main(argv: list[str] | None = None) -> int:
                                 "ratio": round(crit.ratio, 3), "floor": crit.floor_why,
                                 "steps": [{"name": s.name, "start": round(s.start, 2), "finish": round(s.finish, 2),
                                            "phases": s.why} for s in crit.steps]}
-        prices = price_report(cfg)  # everything is computed before the first file is written
+        run = run_estimate(cfg, plan)  # the whole run's ESTIMATE, low / expected / high (issue #47)
+        if run is not None:
+            plan["runEstimate"] = run["json"]
+            plan["warnings"] = [*plan.get("warnings", []), *run["warnings"]]
+        prices = price_report(cfg, run)  # everything is computed before the first file is written
         write(plan, out)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
