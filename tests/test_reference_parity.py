@@ -87,9 +87,6 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
         "the Ray container asks 990Gi of ephemeral storage so that it plus the 10Gi GCS FUSE sidecar the "
         "webhook adds stay within 1000Gi, the Accelerator-class pod bound we can prove (catalog.autopilot); "
         "CPU, memory and GPUs are the sample's",
-    ("autopilot", "cluster.maintenance_exclusions", None):
-        "the blueprints' NO_MINOR_OR_NODE_UPGRADES exclusion applies on Autopilot too: node upgrades "
-        "would evict a running training job there just the same",
 }
 
 
