@@ -411,7 +411,7 @@ class RayCluster(pulumi.ComponentResource):
             # Where the sidecar stages what it does not stream (a rewritten shard), sized and on the same
             # disk, counted in the pod's ephemeral storage like the cache.
             volumes.append({"name": BUFFER_VOLUME, "emptyDir": {"sizeLimit": f"{args.checkpoint_buffer_gib}Gi"}})
-        # The driver's libraries and the gIB NCCL plugin (NCCL_NET_PLUGIN), put there by the NCCL RDMA
+        # The driver's libraries and the gIB NCCL plugin (catalog.accelerators.nccl_env), put there by the NCCL RDMA
         # installer, read-only in both modes. Standard: type Directory, so the pod waits for the
         # installer instead of mounting an empty directory. Autopilot: exactly the volume Google's
         # Autopilot RDMA sample declares (no type), the form its hostPath allow-list admits.

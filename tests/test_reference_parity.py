@@ -192,6 +192,10 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
         "worker.host_path_type": sorted({h.get("type") for h in host_vols.values()} - {None}) or None,
         "worker.env.LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH"),
         "worker.env.NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME"),
+        # What selects and tunes NCCL's network: every NCCL_* but the log level and the bootstrap interface
+        # (worker.env.NCCL_SOCKET_IFNAME above), which the recipe leaves to the workload.
+        "worker.env.set_nccl_env": {k: v for k, v in env.items() if k.startswith("NCCL_")
+                                    and k not in ("NCCL_DEBUG", "NCCL_SOCKET_IFNAME")},
         "worker.requests": container["resources"]["requests"],
         "worker.rdma_attachment": ("dranet-resource-claim" if worker["spec"].get("resourceClaims")
                                    else "multi-network-annotations"),
