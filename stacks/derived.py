@@ -33,7 +33,7 @@ from catalog.paths import BucketPaths, bucket_paths, gs_url
 from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
-from components.run_supervisor import script_path, shipped_files, state_path
+from components.run_supervisor import nccl_check_args, script_path, shipped_files, state_path
 from recipe import grpo
 from stacks import checkpoints, dataset
 
@@ -162,7 +162,7 @@ def _job(cfg, paths: BucketPaths) -> GrpoJob:
     entrypoint = grpo.supervised(
         grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
         expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
-        keep=cfg.grpo.max_checkpoints_to_keep)
+        keep=cfg.grpo.max_checkpoints_to_keep, nccl_check=nccl_check_args(acc, cfg.gpu_nodes))
     runtime_env = grpo.runtime_env(acc, paths)
     return GrpoJob(entrypoint=entrypoint, runtime_env=runtime_env,
                    submission_id=grpo.submission_id(cfg.stack, entrypoint, runtime_env, cfg.total_gpus),
