@@ -44,6 +44,7 @@ from catalog.ray import (
     HEAD_MEMORY_GIB,
     HEAD_READY_JSONPATH,
     MAX_CLUSTER_NAME,
+    WORKER_CONTAINER,
     WORKER_GROUP,
     head_service,
 )
@@ -424,7 +425,7 @@ class RayCluster(pulumi.ComponentResource):
         env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
                 for var, (secret, key) in args.worker_secret_env.items()]
         container = {
-            "name": "ray-worker",
+            "name": WORKER_CONTAINER,
             "image": args.image,
             "env": env,
             "resources": _resources({
