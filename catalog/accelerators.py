@@ -278,19 +278,30 @@ def installer_url(autopilot: bool, revision: str = GIB_INSTALLER_REVISION) -> st
 
 
 def nccl_env(acc: Accelerator) -> dict[str, str]:
-    """NCCL settings for gIB on this accelerator: those of the gIB image's set_nccl_env.sh, which
-    container-engine-accelerators gpudirect-rdma/nccl-test-a4.yaml (@992db81) sources.
+    """NCCL's network selection and tuning for gIB, as one recipe has it, the same in both cluster modes:
+    the pods of container-engine-accelerators @992db81 gpudirect-rdma/nccl-test-a4.yaml (Standard) and
+    nccl-test-a4-autopilot.yaml (Autopilot) put /usr/local/nvidia/lib64 on LD_LIBRARY_PATH (recipe.grpo
+    library_path_env) and source /usr/local/gib/scripts/set_nccl_env.sh, whose exports cluster-toolkit
+    @1047080 transcribes (examples/machine-learning/a3-ultragpu-8g/nemo-framework/Dockerfile: "Set the
+    following to match what is in /usr/local/gib/scripts/set_nccl_env.sh", NCCL_NET=gIB first; its GKE
+    NCCL jobsets export NCCL_NET=gIB the same way). NCCL then loads gIB by its default plugin name,
+    libnccl-net.so, from the gIB lib64 both installers copy into /usr/local/nvidia/lib64. No
+    NCCL_NET_PLUGIN: the recipe sets none, and the launchers that point it at libnccl-net_internal.so
+    unset NCCL_NET (inferred: that library registers under another name than gIB, a mismatch NCCL
+    reports only at init; the NCCL check below catches it). The modes differ in NCCL itself: the
+    Autopilot installer runs `container_entry.sh install --install-nccl` and so also puts gIB's own
+    libnccl.so there, the Standard one (after 2da1c92f) does not.
 
-    NCCL_NET=gIB makes NCCL fail at init when the RDMA plugin is missing instead of silently
-    falling back to TCP sockets, which would train at a fraction of the speed. A machine without
-    RDMA NICs gets none: NCCL's defaults (PCIe within the node, sockets between nodes) apply.
-    LD_LIBRARY_PATH is not here: it extends the image's value (recipe.grpo.library_path_env).
+    NCCL_NET=gIB makes NCCL fail at init when the plugin is missing ("Failed to initialize any NET
+    plugin", tests/data/nccl/) instead of silently falling back to TCP sockets, which would train at a
+    fraction of the speed; the job's NCCL check (components/scripts/nccl_check.py) runs that init on two
+    nodes before the trainer. A machine without RDMA NICs gets none: NCCL's defaults (PCIe within the
+    node, sockets between nodes) apply. LD_LIBRARY_PATH is not here: it extends the image's value.
     """
     if not acc.rdma:
         return {}
     return {
         "NCCL_NET": "gIB",
-        "NCCL_NET_PLUGIN": f"{GIB_MOUNT}/lib64/libnccl-net_internal.so",
         "NCCL_CROSS_NIC": "0",
         "NCCL_NET_GDR_LEVEL": "PIX",
         "NCCL_P2P_NET_CHUNKSIZE": "131072",

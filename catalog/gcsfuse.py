@@ -18,8 +18,34 @@ CPU_LIMIT = "gke-gcsfuse/cpu-limit"
 MEMORY_LIMIT = "gke-gcsfuse/memory-limit"
 EPHEMERAL_STORAGE_LIMIT = "gke-gcsfuse/ephemeral-storage-limit"
 UNLIMITED = "0"  # "no limit" for the sidecar annotations; accepted on Standard only
-# A pod volume of this name replaces the sidecar's file cache (pkg/webhook/sidecar_spec.go).
+# A pod volume of this name replaces the sidecar's file cache, and one of the other its buffer: where
+# gcsfuse stages the writes it does not stream (pkg/webhook/sidecar_spec.go @5fcdc04a
+# SidecarContainerCacheVolumeName, SidecarContainerBufferVolumeName; the webhook adds an unsized
+# emptyDir for either the pod does not declare).
 CACHE_VOLUME = "gke-gcsfuse-cache"
+BUFFER_VOLUME = "gke-gcsfuse-buffer"
+
+# The volume that holds a file cache must be larger than the cache: "Make sure the underlying storage
+# volume for file cache is larger than the volume attribute `fileCacheCapacity`" (troubleshooting.md
+# @5fcdc04a, "File cache issues"; for an emptyDir the kubelet enforces sizeLimit by evicting the pod).
+# The guide names no margin. Ours covers what the cache's own count leaves out: the filesystem's
+# per-file block rounding and metadata, the cache's directory tree, and a file still being written
+# while the evicted ones are truncated (gcsfuse internal/cache/file/cache_handler.go @7b392927: the
+# new entry is inserted, then the evicted ones are cleaned up). The buffer volume takes the same.
+VOLUME_HEADROOM = 0.10  # of the content
+VOLUME_MIN_HEADROOM_GIB = 2
+
+
+def volume_gib(content_gib: float) -> int:
+    """A cache or buffer volume for `content_gib` of files: strictly larger, with headroom."""
+    content = math.ceil(content_gib)
+    return content + max(VOLUME_MIN_HEADROOM_GIB, math.ceil(content * VOLUME_HEADROOM))
+
+
+def cache_volume_gib(cache_gib: int) -> int:
+    """The gke-gcsfuse-cache volume for file caches of `cache_gib` in total."""
+    return volume_gib(cache_gib)
+
 
 # --- mount option sets: one PV per kind of job (GoogleCloudPlatform/gcsfuse samples/gke-csi-yaml/gpu) ---
 # All three: metadata prefetch needs ttl -1 to be worth anything, and no implicit-dirs, which a
@@ -49,7 +75,14 @@ def reader_mount_options(cache_mib: int) -> tuple[str, ...]:
 
 
 # Checkpoints: confined to the bucket's checkpoint folder (only-dir), written by every GPU worker and
-# read back by the trainer, the supervisor and the merge, each in another pod. A finite metadata TTL:
+# read back by the trainer, the supervisor and the merge, each in another pod. Streamed writes need a
+# block per open file and gcsfuse has 4 in all unless it recognises the machine as high-performance
+# (cfg/params.yaml @7b392927 write.global-max-blocks: default 4, 1600 for the "high-performance"
+# group; docs/semantics.md: "One block is used per file ... writes will automatically fall back to
+# legacy staged writes if more than 4 files are concurrently opened"). verl v0.6.1 has every rank
+# write its model, optimizer and extra-state shards one after the other (utils/checkpoint/
+# fsdp_checkpoint_manager.py save_checkpoint): one file per rank at a time, so the mount sets the
+# count as the writer mount does, from the ranks of one pod. A finite metadata TTL:
 # "if different clients access the same file ... these clients continue to read their cached
 # version ... until their individual TTL settings invalidate them" (Cloud Storage FUSE "Caching
 # overview", cloud.google.com/storage/docs/gcsfuse-cache, Considerations), and verl rewrites
@@ -58,12 +91,34 @@ def reader_mount_options(cache_mib: int) -> tuple[str, ...]:
 # cache ("make sure the whole dataset fits in the cache capacity" to avoid thrashing, same page).
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_TTL_SECS = 5
+# Beyond one shard per rank: rank 0's Hugging Face config and tokenizer files, the trainer's dataloader
+# state and tracker file (verl trainer/ppo/ray_trainer.py _save_checkpoint), and one spare.
+CHECKPOINT_OTHER_OPEN_FILES = 4
 
 
-def checkpoint_mount_options() -> tuple[str, ...]:
-    """The GPU workers' checkpoint mount: streamed writes of the shards, no file cache."""
+def checkpoint_open_files(ranks_per_pod: int) -> int:
+    """Files one GPU worker pod's sidecar streams at once during a save: a block each."""
+    return ranks_per_pod + CHECKPOINT_OTHER_OPEN_FILES
+
+
+def checkpoint_mount_options(open_files: int) -> tuple[str, ...]:
+    """The GPU workers' checkpoint mount: streamed writes of the shards, a block for each file open at
+    once (~96 MiB of sidecar memory each: docs/semantics.md), no file cache."""
     return (f"only-dir={CHECKPOINT_DIR}", *_COMMON, f"metadata-cache:ttl-secs:{CHECKPOINT_TTL_SECS}",
-            "file-cache:max-size-mb:0", "write:enable-streaming-writes:true")
+            "file-cache:max-size-mb:0", "write:enable-streaming-writes:true",
+            f"write:global-max-blocks:{open_files}")
+
+
+# What the checkpoint mount still stages in the buffer volume, whole, on the node's disk: a write to a
+# file that already exists with content (gcsfuse internal/fs/inode/file.go @7b392927
+# areBufferedWritesSupported: "Existing file ... will use legacy staged writes"; truncating one first
+# downloads it, truncateUsingTempFile). verl writes its tracker file that way at every save, and a save
+# resumed after a preemption mid-save rewrites the shards that had already landed in global_step_<N>
+# (verl deletes no partial step folder before it saves: fsdp_checkpoint_manager.py). So the buffer holds
+# one node's share of a checkpoint, every rank of the node rewriting at once.
+def checkpoint_buffer_gib(node_share_gb: float) -> int:
+    """The GPU worker's gke-gcsfuse-buffer volume for one node's share of a checkpoint (decimal GB)."""
+    return volume_gib(node_share_gb * 1e9 / 1024**3)
 
 
 def head_checkpoint_mount_options() -> tuple[str, ...]:
@@ -163,7 +218,7 @@ def mounts_in_use() -> list[tuple[tuple[str, ...], dict[str, str], str]]:
     sizes do not change which features they turn on."""
     return [(writer_mount_options(8), WRITER_VOLUME_ATTRIBUTES, "writer"),
             (reader_mount_options(1024), VOLUME_ATTRIBUTES, "reader"),
-            (checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "checkpoints"),
+            (checkpoint_mount_options(checkpoint_open_files(8)), CHECKPOINT_VOLUME_ATTRIBUTES, "checkpoints"),
             (head_checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "head-checkpoints")]
 
 

@@ -93,6 +93,15 @@ def persistent_disk_boot(machine_type: str) -> bool:
 
 LOCAL_SSD_DISK_GB = 375  # Compute Engine "About Local SSD disks": each Local SSD disk is 375 GiB
 CPUS_ALL_REGIONS = QuotaRef("CPUS-ALL-REGIONS-per-project", regional=False)
+# The Hyperdisk Balanced boot disks of the A4 / A3 Ultra nodes: Compute Engine's regional quota
+# HYPERDISK_BALANCED_TOTAL_GB, which cluster-toolkit's quota validator charges for hyperdisk-balanced
+# boot disks (pkg/validators/quota.go @1047080 addDetailedDiskMetrics), metric
+# compute.googleapis.com/hyperdisk_balanced_total_storage "Hyperdisk Balanced Capacity (GB)"
+# (Cyclenerd/terraform-google-quota-limits tools/compute.csv @0e66e27b). The Cloud Quotas ID is spelled
+# as the SSD and local SSD pairs above are (ssd_total_storage -> SSD-TOTAL-GB-per-project-region), not
+# read from a live project: a project that reports no such quota turns the check into a warning.
+HYPERDISK_BALANCED_GB = QuotaRef("HYPERDISK-BALANCED-TOTAL-GB-per-project-region")
+GKE_DEFAULT_BOOT_DISK_GB = 100  # the GKE API's nodeConfig.diskSizeGb when none is sent
 
 
 def gpu_quota(accelerator_type: str, capacity_kind: str) -> QuotaRef | None:

@@ -17,6 +17,9 @@ HEAD_CPU = 12
 HEAD_MEMORY_GIB = 32
 HEAD_EPHEMERAL_GIB = 9  # tutorial; logs live in their own emptyDir
 WORKER_GROUP = "gpu-group"
+# The Ray container of a GPU worker pod: the pod's first container, which GKE gives the RDMA NICs
+# (components.rdma_attach checks that it still is once the webhooks have run).
+WORKER_CONTAINER = "ray-worker"
 # What `pulumi up` waits for on the RayCluster: KubeRay's record of its head Pod's IP,
 # `status.head.podIP` (ray-project/kuberay ray-operator/apis/ray/v1/raycluster_types.go HeadInfo, set
 # from the head Pod by raycluster_controller.go updateHeadInfo; both at v1.0.0 1add258f, v1.2.2

@@ -38,10 +38,13 @@ class ImageMirror(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
         # Read on this repository only (IAM members such as serviceAccount:<nodes>), not on every
         # repository of the project: "Configure roles and permissions" grants roles/artifactregistry.reader
-        # at the repository level. Depending on the component waits for the grants too.
+        # at the repository level. Children of the component, not of the repository: a dependent of a
+        # component waits for the component's own children and no deeper (pulumi sdk/python
+        # lib/pulumi/runtime/rpc.py `_add_dependency`: "Cust4 because it is a child of a custom
+        # resource" is left out), so a pod that pulls waits for its pull grant.
         self.grants = [gcp.artifactregistry.RepositoryIamMember(
             f"{name}-reader-{i}", project=project, location=location, repository=self.repository.repository_id,
-            role=READER_ROLE, member=member, opts=pulumi.ResourceOptions(parent=self.repository))
+            role=READER_ROLE, member=member, opts=pulumi.ResourceOptions(parent=self))
             for i, member in enumerate(readers)]
         self.location, self.project = location, project
         self.register_outputs({"repository": self.repository.name})

@@ -80,6 +80,9 @@ class RdmaNetworkArgs:
     # for a fleet of A4 nodes, the module default is 2). Reserved here, so `pulumi up` fails on quota
     # before the cluster rather than a node failing to pull.
     nat_addresses: int = NAT_ADDRESSES
+    # What the reserved addresses (billed by the hour from their creation) register after: pass the
+    # preflight gate (stacks.preflight.Gate.after), so a refused quota reserves none.
+    addresses_after: tuple[pulumi.Input[pulumi.Resource], ...] = ()
     # catalog.migrations names this stack applies to its live network (primary-mtu); else kept as created.
     migrations: frozenset[str] = frozenset()
 
@@ -178,8 +181,9 @@ class RdmaNetwork(pulumi.ComponentResource):
         p, under = args.prefix, pulumi.ResourceOptions(parent=primary)
         router = gcp.compute.Router(f"{name}-router", name=f"{p}-router", project=args.project,
                                     region=args.region, network=primary.id, opts=under)
+        billed = pulumi.ResourceOptions(parent=primary, depends_on=list(args.addresses_after) or None)
         addresses = [gcp.compute.Address(f"{name}-nat-ip-{i}", name=f"{p}-nat-ip-{i}", project=args.project,
-                                         region=args.region, address_type="EXTERNAL", opts=under)
+                                         region=args.region, address_type="EXTERNAL", opts=billed)
                      for i in range(args.nat_addresses)]
         return gcp.compute.RouterNat(
             f"{name}-nat", name=f"{p}-nat", project=args.project, region=args.region, router=router.name,

@@ -23,7 +23,14 @@ from catalog import naming
 from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
 from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, PERFORMANCE
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
-from catalog.gcsfuse import CACHE_VOLUME, HEAD_SIDECAR, STANDARD_SIDECAR_REQUEST, WORKER_SIDECAR
+from catalog.gcsfuse import (
+    BUFFER_VOLUME,
+    CACHE_VOLUME,
+    HEAD_SIDECAR,
+    STANDARD_SIDECAR_REQUEST,
+    WORKER_SIDECAR,
+    cache_volume_gib,
+)
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.nics import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
 from catalog.paths import CHECKPOINT_MOUNT, MOUNT, BucketPaths
@@ -37,6 +44,7 @@ from catalog.ray import (
     HEAD_MEMORY_GIB,
     HEAD_READY_JSONPATH,
     MAX_CLUSTER_NAME,
+    WORKER_CONTAINER,
     WORKER_GROUP,
     head_service,
 )
@@ -79,9 +87,9 @@ def shm_gib(acc: Accelerator, autopilot: bool = False) -> int:
 
 
 def worker_cache_gib(file_cache_gib: int) -> int:
-    """The worker's gke-gcsfuse-cache volume: the reader mount's bounded file cache (the checkpoint
-    mount has none: catalog.gcsfuse.checkpoint_mount_options)."""
-    return file_cache_gib
+    """The worker's gke-gcsfuse-cache volume: larger than the reader mount's bounded file cache, the only
+    cache it holds (the checkpoint mount has none: catalog.gcsfuse.checkpoint_mount_options)."""
+    return cache_volume_gib(file_cache_gib)
 
 
 def worker_node_selector(acc: Accelerator, autopilot: bool, capacity: Capacity,
@@ -160,6 +168,9 @@ class RayClusterArgs:
     # the tracker file, keeps its recovery state and prunes there.
     head_checkpoint_pvc_name: pulumi.Input[str]
     file_cache_gib: int = 16  # per reading mount (the storage PVs' file-cache:max-size-mb)
+    # The worker's gke-gcsfuse-buffer volume: what the checkpoint mount still stages on the node's disk
+    # (catalog.gcsfuse.checkpoint_buffer_gib). 0 leaves the webhook's unsized default.
+    checkpoint_buffer_gib: int = 0
     capacity: Capacity = field(default_factory=Capacity)
     cpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the head's pool
     gpu_pool_name: pulumi.Input[str] | None = None  # Standard only: the workers' pool
@@ -212,13 +223,18 @@ class RayClusterArgs:
         for field_name in ("verl_src", "hf_home"):
             if not getattr(self.paths, field_name).startswith(MOUNT + "/"):
                 bad(f"paths.{field_name}", f"must be under the bucket mount {MOUNT}")
+        if isinstance(self.checkpoint_buffer_gib, bool) or not isinstance(self.checkpoint_buffer_gib, int) \
+                or self.checkpoint_buffer_gib < 0:
+            bad("checkpoint_buffer_gib", "must be an integer >= 0 (0: the webhook's default buffer)")
         if not isinstance(self.worker_ephemeral_storage_gib, int) or self.worker_ephemeral_storage_gib < 1:
             bad("worker_ephemeral_storage_gib", "must be an integer >= 1")
-        elif isinstance(self.file_cache_gib, int) and \
-                worker_cache_gib(self.file_cache_gib) >= self.worker_ephemeral_storage_gib:
+        elif isinstance(self.file_cache_gib, int) and isinstance(self.checkpoint_buffer_gib, int) and \
+                (volumes := worker_cache_gib(self.file_cache_gib) + self.checkpoint_buffer_gib) \
+                >= self.worker_ephemeral_storage_gib:
             # emptyDirs count against the pod's ephemeral limit, i.e. the Ray container's.
-            bad("file_cache_gib", f"the worker's file cache ({worker_cache_gib(self.file_cache_gib)} GiB) must "
-                f"leave room in worker_ephemeral_storage_gib = {self.worker_ephemeral_storage_gib}")
+            bad("file_cache_gib", f"the worker's file cache ({worker_cache_gib(self.file_cache_gib)} GiB) and "
+                f"checkpoint buffer ({self.checkpoint_buffer_gib} GiB) volumes, {volumes} GiB, must leave room in "
+                f"worker_ephemeral_storage_gib = {self.worker_ephemeral_storage_gib}")
         for field_name in ("head_cpu", "head_memory_gib"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -392,7 +408,11 @@ class RayCluster(pulumi.ComponentResource):
             # docs/troubleshooting.md: a default cache must fit the sidecar's ephemeral limit).
             {"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": f"{worker_cache_gib(args.file_cache_gib)}Gi"}},
         ]
-        # The driver's libraries and the gIB NCCL plugin (NCCL_NET_PLUGIN), put there by the NCCL RDMA
+        if args.checkpoint_buffer_gib:
+            # Where the sidecar stages what it does not stream (a rewritten shard), sized and on the same
+            # disk, counted in the pod's ephemeral storage like the cache.
+            volumes.append({"name": BUFFER_VOLUME, "emptyDir": {"sizeLimit": f"{args.checkpoint_buffer_gib}Gi"}})
+        # The driver's libraries and the gIB NCCL plugin (catalog.accelerators.nccl_env), put there by the NCCL RDMA
         # installer, read-only in both modes. Standard: type Directory, so the pod waits for the
         # installer instead of mounting an empty directory. Autopilot: exactly the volume Google's
         # Autopilot RDMA sample declares (no type), the form its hostPath allow-list admits.
@@ -405,7 +425,7 @@ class RayCluster(pulumi.ComponentResource):
         env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
                 for var, (secret, key) in args.worker_secret_env.items()]
         container = {
-            "name": "ray-worker",
+            "name": WORKER_CONTAINER,
             "image": args.image,
             "env": env,
             "resources": _resources({

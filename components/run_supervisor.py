@@ -23,12 +23,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog import naming
+from catalog.accelerators import Accelerator
 from catalog.paths import BucketPaths
 from components.problems import Problem, require
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "supervise.py"
 PROTOCOL_FILE = SCRIPT_FILE.with_name("verl_gke_protocol.py")  # supervise.py imports it from its own folder
-SHIPPED = (SCRIPT_FILE, PROTOCOL_FILE)
+NCCL_CHECK_FILE = SCRIPT_FILE.with_name("nccl_check.py")  # run by supervise.py before each trainer start
+SHIPPED = (SCRIPT_FILE, PROTOCOL_FILE, NCCL_CHECK_FILE)
+NCCL_CHECK_NODES = 2  # two nodes cross the RDMA NICs; more would only lengthen the check
 STATE_FILE = "verl-gke-run.json"  # the recovery budget, next to the checkpoints (see supervise.Budget)
 
 
@@ -48,6 +51,14 @@ def shipped_files(paths: BucketPaths) -> dict[str, str]:
     """In-pod path -> text of each file the supervisor needs, for the staging Job (DataPrepArgs.extra_files)."""
     folder = _folder(paths)
     return {posixpath.join(folder, f.name): f.read_text() for f in SHIPPED}
+
+
+def nccl_check_args(acc: Accelerator, gpu_nodes: int) -> str:
+    """The supervisor's `--nccl-check` arguments: an all-reduce over two nodes' GPUs that must run on
+    NCCL_NET (gIB) with every RDMA NIC; empty where nothing crosses an RDMA NIC (no NICs, one node)."""
+    if not acc.rdma or gpu_nodes < NCCL_CHECK_NODES:
+        return ""
+    return f"--nodes {NCCL_CHECK_NODES} --gpus-per-node {acc.gpus_per_node} --nics {acc.rdma_nics}"
 
 
 def state_path(paths: BucketPaths) -> str:

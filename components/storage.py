@@ -29,6 +29,7 @@ from catalog.gcsfuse import (
     VOLUME_ATTRIBUTES,
     WRITER_VOLUME_ATTRIBUTES,
     checkpoint_mount_options,
+    checkpoint_open_files,
     head_checkpoint_mount_options,
     reader_mount_options,
     volume_handle,
@@ -79,6 +80,8 @@ class TrainingStorageArgs:
     head_checkpoint_pvc_name: str = "training-bucket-head-ckpt-pvc"
     file_cache_mib: int = 16 * 1024  # bound of each reading mount's file cache (per pod)
     staging_open_files: int = STAGING_PARALLEL_FILES + 4  # downloads + marker/temp files
+    # The ranks of one GPU worker pod (its GPUs): each streams its shard to the checkpoint mount at once.
+    checkpoint_ranks_per_pod: int = 8
     # Soft-deleted objects are billed for this many days (GCS default 7): 0 turns soft delete off,
     # so a rotated ~393 GB checkpoint stops costing at once. Allowed: 0 or 7..90
     # (terraform-provider-google storage_bucket soft_delete_policy.retention_duration_seconds).
@@ -111,6 +114,9 @@ class TrainingStorageArgs:
             "wandb_secret_key": naming.secret_key(self.wandb_secret_key),
             "capacity_gib": None if isinstance(self.capacity_gib, int) and self.capacity_gib >= 1
             else "must be an integer >= 1",
+            "checkpoint_ranks_per_pod": None if isinstance(self.checkpoint_ranks_per_pod, int)
+            and not isinstance(self.checkpoint_ranks_per_pod, bool) and self.checkpoint_ranks_per_pod >= 1
+            else "must be an integer >= 1 (the GPUs of one worker pod)",
         }
         found = [(k, why) for k, why in checks.items() if why]
         for field_name, key in (("hf_token", "hfToken"), ("wandb_api_key", "wandbApiKey")):
@@ -240,7 +246,8 @@ class TrainingStorage(pulumi.ComponentResource):
                                      writer_mount_options(args.staging_open_files), WRITER_VOLUME_ATTRIBUTES,
                                      "writer")
         self.checkpoint_pvc_name = claim("ckpt-pv", args.checkpoint_pv_name, args.checkpoint_pvc_name,
-                                         checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "checkpoints")
+                                         checkpoint_mount_options(checkpoint_open_files(args.checkpoint_ranks_per_pod)),
+                                         CHECKPOINT_VOLUME_ATTRIBUTES, "checkpoints")
         self.head_checkpoint_pvc_name = claim(
             "head-ckpt-pv", args.head_checkpoint_pv_name, args.head_checkpoint_pvc_name,
             head_checkpoint_mount_options(), CHECKPOINT_VOLUME_ATTRIBUTES, "head-checkpoints")

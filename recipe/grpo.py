@@ -563,7 +563,7 @@ MERGE_TIMEOUT_S = 3600  # the merge (~5-10 min for 32B) on one GPU node; past th
 
 
 def supervised(trainer: str, *, script: str, state: str, paths: BucketPaths, expected_gpus: int,
-               merge: bool, release: tuple[str, str] | None, keep: int = 0) -> str:
+               merge: bool, release: tuple[str, str] | None, keep: int = 0, nccl_check: str = "") -> str:
     """The Ray job's entrypoint: the run supervisor (components/scripts/supervise.py) around the trainer.
 
     It restarts the trainer after a lost GPU node (verl resumes: trainer.resume_mode=auto), merges the
@@ -579,6 +579,8 @@ def supervised(trainer: str, *, script: str, state: str, paths: BucketPaths, exp
         args += ["--merge-to", paths.merged_dir, "--merge-on-worker", "--merge-timeout-s", str(MERGE_TIMEOUT_S)]
     if release:
         args += ["--release-raycluster", release[0], "--release-group", release[1]]
+    if nccl_check:  # components.run_supervisor.nccl_check_args: the NCCL check before the trainer starts
+        args += ["--nccl-check", nccl_check]
     return " ".join(shlex.quote(a) for a in args) + " -- " + trainer
 
 

@@ -56,7 +56,7 @@ def storage_args(cfg, *, project_number: Input, hf_token: pulumi.Output[str] | N
         bucket_prefix=cfg.name("data"), namespace=cfg.namespace, ksa_name=cfg.name("ray"), hf_token=hf_token,
         delete_on_destroy=cfg.bucket_delete_on_destroy, existing_bucket=cfg.bucket_name,
         adopt_key=full("bucketName"), wandb_api_key=wandb_api_key, file_cache_mib=derived.of(cfg).cache_gib * 1024,
-        soft_delete_days=cfg.bucket_soft_delete_days)
+        soft_delete_days=cfg.bucket_soft_delete_days, checkpoint_ranks_per_pod=cfg.accelerator.gpus_per_node)
 
 
 def data_prep_args(cfg, *, namespace: Input, service_account: Input, pvc_name: Input,
@@ -81,7 +81,8 @@ def ray_cluster_args(cfg, *, namespace: Input, service_account: Input, pvc_name:
         autopilot=cl.autopilot, image=d.image, ray_version=cfg.ray_version, service_account=service_account,
         pvc_name=pvc_name, network_annotations=network_annotations, paths=d.paths, writer_pvc_name=writer_pvc_name,
         checkpoint_pvc_name=checkpoint_pvc_name, head_checkpoint_pvc_name=head_checkpoint_pvc_name,
-        file_cache_gib=d.cache_gib, capacity=cfg.capacity, cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
+        file_cache_gib=d.cache_gib, checkpoint_buffer_gib=d.checkpoint_buffer_gib, capacity=cfg.capacity,
+        cpu_pool_name=None if cl.autopilot else CPU_POOL_NAME,
         gpu_pool_name=gpu_pool_name, zone=cfg.zone if cl.autopilot else None,
         # One budget for "the cluster is up": pulumi-kubernetes waits this long for the head, the
         # job resource as long again for the GPUs.
@@ -104,6 +105,7 @@ _KEYS: dict[str, dict[str, str]] = {
                        "capacity.kind": "capacity", "capacity.reservation": "reservation",
                        "zone": "gcp:zone", "image": "image", "ray_version": "rayVersion",
                        "paths.checkpoint_dir": "", "paths": "model", "file_cache_gib": "model",
+                       "checkpoint_buffer_gib": "model",
                        "worker_ephemeral_storage_gib": "accelerator", "head_cpu": "rayHeadCpu",
                        "head_memory_gib": "rayHeadMemoryGib", "ready_timeout_s": "jobReadyTimeoutMinutes",
                        "accelerator": "accelerator"},

@@ -75,31 +75,34 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     guard = StackGuard("stack-guard", singletons.fixed_values(cfg))
     apis = ProjectApis("apis", cfg.project, opts=pulumi.ResourceOptions(depends_on=[guard]))
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
-    network = RdmaNetwork("network", RdmaNetworkArgs(
-        project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
-        primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
-        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu, migrations=cl.migrations),
-        opts=after_apis)
-    nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
-    # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.
+    # Lookup checks (stacks.preflight): nothing that bills is registered before they pass (the
+    # cluster, the NAT's reserved addresses, the image mirror, the bucket); what is free goes ahead.
     gke_version = _gke_version(cfg, d, apis)
     checks: list[pulumi.Output[list[preflight.Finding]]] = [gke_version.apply(lambda v: v.findings)]
     checks.append(quotas.check(cfg, apis))
+    gate = preflight.Gate(checks)
+    after_gate = pulumi.ResourceOptions(depends_on=[gate.after(apis)])
+    network = RdmaNetwork("network", RdmaNetworkArgs(
+        project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
+        primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
+        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu, migrations=cl.migrations,
+        addresses_after=(gate.after(apis),)), opts=after_apis)
+    nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
     cluster = GkeCluster("gke", component_rules.gke_cluster_args(
-        cfg, network=network.handle, min_version=preflight.gate(gke_version.apply(lambda v: v.version), checks),
+        cfg, network=network.handle, min_version=gate.value(gke_version.apply(lambda v: v.version)),
         node_service_account=nodes.email), opts=after_apis)
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
     # Docker Hub through a regional remote repository (d.image: what the pods pull); a digest stays a digest.
     image_deps = []
     if cfg.image_mirror:
         image_deps = [ImageMirror("image-mirror", cfg.project, cfg.region, cfg.name("dockerhub"),
-                                  readers=[nodes.email.apply(lambda e: f"serviceAccount:{e}")], opts=after_apis)]
+                                  readers=[nodes.email.apply(lambda e: f"serviceAccount:{e}")], opts=after_gate)]
 
     # Pod networks only for NICs the GPU nodes have: none without RDMA (no objects, no annotations).
     mapping = NetworkMapping("network-mapping", network.handle.nics, opts=in_cluster) if network.handle.nics else None
     storage = TrainingStorage("storage", component_rules.storage_args(
         cfg, project_number=_project_number(cfg, apis), hf_token=hf_token, wandb_api_key=wandb_api_key,
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[apis]))
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[gate.after(apis)]))
 
     # CPU capacity and storage only: staging runs while the GPU pool is still scaling up. The node
     # selector (d.cpu_selector) names the CPU pool by its constant name on Standard, so the Job need

@@ -18,15 +18,22 @@ from typing import Any
 
 from catalog import egress, gke, images, naming
 from catalog.autopilot import COMPUTE_CLASS_SELECTOR, PERFORMANCE
-from catalog.gcsfuse import HEAD_SIDECAR, DiskBudget, file_cache_gib, staging_disk_budget, staging_sidecar
+from catalog.gcsfuse import (
+    HEAD_SIDECAR,
+    DiskBudget,
+    checkpoint_buffer_gib,
+    file_cache_gib,
+    staging_disk_budget,
+    staging_sidecar,
+)
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
-from catalog.models import GB_PER_GIB, largest_file_gib, weights_gib
+from catalog.models import GB_PER_GIB, largest_file_gib, model_spec, weights_gib
 from catalog.nodes import cpu_boot_disk_gb
 from catalog.paths import BucketPaths, bucket_paths, gs_url
 from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
-from components.run_supervisor import script_path, shipped_files, state_path
+from components.run_supervisor import nccl_check_args, script_path, shipped_files, state_path
 from recipe import grpo
 from stacks import checkpoints, dataset
 
@@ -47,6 +54,7 @@ class Derived:
     paths: BucketPaths  # the stack's bucket paths, checkpoints and merged model keyed by the run
     staging: DiskBudget  # the staging Job's disk, from the model's largest weight file
     cache_gib: int  # each reading mount's file cache, from the weights
+    checkpoint_buffer_gib: int  # the GPU worker's staging buffer: one node's share of a checkpoint
     weights_gb: float  # the weights to stage, in GB (the critical path's download)
     image: str  # what the pods pull: through the regional mirror when imageMirror is on (ImageMirror.image)
     cpu_selector: dict[str, str]  # where the staging Job runs (CPU capacity)
@@ -104,6 +112,7 @@ def derive(cfg) -> Derived:
     task_check, buckets = _task_sources(cfg)
     return Derived(
         paths=paths, staging=staging, cache_gib=file_cache_gib(weights_gib(cfg.model)),
+        checkpoint_buffer_gib=checkpoint_buffer_gib(checkpoint_node_share_gb(cfg)),
         weights_gb=weights_gib(cfg.model) * GB_PER_GIB,
         image=images.mirrored(cfg.image, cfg.region, cfg.project, cfg.name("dockerhub"))
         if cfg.image_mirror else cfg.image,
@@ -117,6 +126,18 @@ def derive(cfg) -> Derived:
         task_check=task_check, task_source_buckets=buckets,
         source=weakref.ref(cfg),
     )
+
+
+def checkpoint_node_share_gb(cfg) -> float:
+    """One node's share of a saved checkpoint (decimal GB): its ranks' shards (recipe.sizing's bytes per
+    parameter; under HSDP every replica saves a whole copy). An uncatalogued model's parameters are
+    estimated from its weights' size as bf16 (2 bytes each)."""
+    from recipe.sizing import CHECKPOINT_BYTES_PER_PARAM, layout
+
+    spec = model_spec(cfg.model)
+    params = spec.params if spec else weights_gib(cfg.model) * GB_PER_GIB * 1e9 / 2
+    replicas = layout(cfg.accelerator, cfg.gpu_nodes, cfg.grpo.fsdp_size).replicas
+    return CHECKPOINT_BYTES_PER_PARAM * params * replicas / 1e9 / cfg.gpu_nodes
 
 
 def _task_sources(cfg) -> tuple[dict | None, tuple[str, ...]]:
@@ -141,7 +162,7 @@ def _job(cfg, paths: BucketPaths) -> GrpoJob:
     entrypoint = grpo.supervised(
         grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
         expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
-        keep=cfg.grpo.max_checkpoints_to_keep)
+        keep=cfg.grpo.max_checkpoints_to_keep, nccl_check=nccl_check_args(acc, cfg.gpu_nodes))
     runtime_env = grpo.runtime_env(acc, paths)
     return GrpoJob(entrypoint=entrypoint, runtime_env=runtime_env,
                    submission_id=grpo.submission_id(cfg.stack, entrypoint, runtime_env, cfg.total_gpus),

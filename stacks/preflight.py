@@ -2,9 +2,10 @@
 
 Stage one is `stacks.config.load()`: pure, every rule, before anything is registered. The checks
 here need the project's APIs, which an empty project only gets from `ProjectApis` in the same run,
-so each lookup is an output-based invoke that depends on the APIs, and the first billable resource
-(the cluster) takes an input through `gate()`: Pulumi cannot create it before every check resolved,
-and a failed check fails the update with every problem, each naming its config key. At preview on
+so each lookup is an output-based invoke that depends on the APIs, and every billable resource waits
+for one `Gate`: the cluster takes an input through it, the NAT's reserved addresses, the image
+mirror and the bucket depend on it. Pulumi cannot create them before every check resolved, and a
+failed check fails the update with every problem, each naming its config key. At preview on
 an empty project a lookup is unknown; `gate()` then resolves unknown and the preview shows the
 cluster's gated inputs as unknown instead of guessing.
 """
@@ -53,15 +54,34 @@ def verdict(findings: Sequence[Finding]) -> None:
         raise PreflightError(fatal)
 
 
-def gate(value: pulumi.Input[T], checks: Sequence[pulumi.Output[list[Finding]]]) -> pulumi.Output[T]:
-    """`value`, released only once every check resolved without a fatal finding.
+class Gate:
+    """The checks' verdict, reached once (its warnings logged once), and what waits for it.
 
-    Pass the result as an input of the first billable resource: its registration waits for the
-    checks, and a fatal finding raises inside the apply, so the resource is never created.
+    Whatever bills waits for the gate: the cluster through an input (`value`), the NAT's reserved
+    addresses, the image mirror and the bucket through `depends_on` (`after`). A fatal finding raises
+    inside the verdict, so none of them is ever registered, let alone created.
     """
-    if not checks:
-        return pulumi.Output.from_input(value)
-    return pulumi.Output.all(value, *checks).apply(lambda a: _release(a[0], a[1:]))
+
+    def __init__(self, checks: Sequence[pulumi.Output[list[Finding]]]):
+        self.released: pulumi.Output[bool] = (
+            pulumi.Output.all(*checks).apply(lambda results: _release(True, results)) if checks
+            else pulumi.Output.from_input(True))
+
+    def value(self, value: pulumi.Input[T]) -> pulumi.Output[T]:
+        """`value`, released with the verdict: pass it as an input of a billable resource."""
+        return pulumi.Output.all(value, self.released).apply(lambda a: a[0])
+
+    def after(self, resource: pulumi.Resource) -> pulumi.Output[pulumi.Resource]:
+        """`resource` as a `depends_on` entry that resolves with the verdict: what lists it registers only
+        once every check passed (the SDK awaits a depends_on Output before registering: pulumi sdk/python
+        runtime/_depends_on.py `_resolve_depends_on`). Children of a component wait with it: the SDK
+        registers a child only once its parent's URN is known."""
+        return self.released.apply(lambda _: resource)
+
+
+def gate(value: pulumi.Input[T], checks: Sequence[pulumi.Output[list[Finding]]]) -> pulumi.Output[T]:
+    """`value`, released only once every check resolved without a fatal finding (one Gate's `value`)."""
+    return Gate(checks).value(value)
 
 
 def _release(value: T, results: Sequence[list[Finding]]) -> T:

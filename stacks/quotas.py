@@ -16,6 +16,7 @@ cluster's gated inputs as unknown).
 from __future__ import annotations
 
 import importlib.metadata
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,8 +24,10 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import naming, quotas
+from catalog.gcsfuse import HEAD_SIDECAR, staging_sidecar
 from catalog.quotas import QuotaRef
 from components.apis import ProjectApis
+from components.data_prep import DataPrepArgs
 from components.network import NAT_ADDRESSES
 from stacks import derived
 from stacks.config import StackConfig
@@ -61,7 +64,9 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
     if quotas.POOL.get(kind):
         found.append(QuotaNeed(quotas.GPUS_ALL_REGIONS, gpus, "gpuNodes", f"{shape}, counted in every region"))
     cl = cfg.cluster
-    if not cl.autopilot:  # Autopilot sizes its CPU nodes itself; A4/A3/G2 GPU nodes need no CPU quota
+    if cl.autopilot:  # A4/A3/G2 GPU nodes need no CPU quota; the nodes Autopilot starts for the CPU pods do
+        found.append(_autopilot_cpu_need(cfg))
+    else:
         vcpus = (naming.machine_vcpus(cl.cpu_machine_type) or 0) * cl.cpu_nodes_max
         why = f"{cl.cpu_nodes_max} x {cl.cpu_machine_type} (cpuNodesMax), on-demand"
         found.append(QuotaNeed(quotas.cpu_quota(cl.cpu_machine_type), vcpus, "cpuNodesMax", why))
@@ -74,6 +79,11 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
             disk += cfg.gpu_nodes * acc.boot_disk_gb
             why += f" + {cfg.gpu_nodes} GPU nodes (gpuNodes) x {acc.boot_disk_gb} GB pd-balanced boot disk"
         found.append(QuotaNeed(quotas.SSD_TOTAL_GB, disk, "cpuNodesMax", why))
+    if not quotas.persistent_disk_boot(acc.machine_type):  # Hyperdisk boot disks, in both modes
+        boot = acc.boot_disk_gb or quotas.GKE_DEFAULT_BOOT_DISK_GB
+        found.append(QuotaNeed(quotas.HYPERDISK_BALANCED_GB, cfg.gpu_nodes * boot, "gpuNodes",
+                               f"{cfg.gpu_nodes} GPU nodes x {boot} GB Hyperdisk Balanced boot disk "
+                               f"({acc.machine_type} boots from Hyperdisk only)"))
     # The VPCs (cluster, and with RDMA the gVNIC and RoCE ones) and the gVNIC firewall rule; the limit is
     # for the whole project, so VPCs and rules it already has count against it too.
     rdma = bool(cfg.network.rdma_cidrs)
@@ -93,6 +103,18 @@ def needs(cfg: StackConfig) -> list[QuotaNeed]:
                                f"{cfg.gpu_nodes} nodes x {acc.local_ssds} local SSDs x {quotas.LOCAL_SSD_DISK_GB} GB "
                                f"bundled with {acc.machine_type}", fatal=False))
     return found
+
+
+def _autopilot_cpu_need(cfg: StackConfig) -> QuotaNeed:
+    """The vCPUs of the nodes Autopilot starts for the Ray head and the staging Job, each with its GCS FUSE
+    sidecar: at least their requests (Performance puts each pod on a node of its own, of a machine family
+    it picks, so the family quota cannot be named here; every family counts in CPUS-ALL-REGIONS)."""
+    d = derived.of(cfg)
+    head = cfg.cluster.head_cpu + HEAD_SIDECAR.cpu
+    staging = float(DataPrepArgs.cpu_request) + staging_sidecar(d.staging).cpu
+    return QuotaNeed(quotas.CPUS_ALL_REGIONS, math.ceil(head + staging), "rayHeadCpu",
+                     f"Autopilot nodes for the Ray head ({head:g} vCPUs with its GCS FUSE sidecar, rayHeadCpu) and "
+                     f"the staging Job ({staging:g}), at least, counted in every region")
 
 
 def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Finding]:

@@ -62,7 +62,8 @@ SPLIT = {
 # waits for the GPU workers of earlier tests to leave (or counts relative to what it found). A module's fixed
 # submission ids must not be another's: the job provider adopts a job of the same id.
 SHARED_HEADS = {
-    "zero_gpu_head": ({"test_gpu_release.py", "test_supervise.py", "test_watch.py"}, 0),  # a KubeRay head
+    "zero_gpu_head": ({"test_gpu_release.py", "test_supervise.py", "test_watch.py", "test_nccl_check.py"},
+                      0),  # a KubeRay head
     "two_gpu_head": ({"test_ray_job_provider.py", "test_ray_presence.py"}, 2),  # GPUs there from the start
 }
 

@@ -89,3 +89,13 @@ def test_the_default_image_is_a_fixed_tag_whose_versions_meet_verls_pins():
     assert versions.VERL_IMAGE_VLLM.replace(".", "").startswith(versions.VERL_IMAGE.split(":vllm")[1][:3])
     from packaging.version import Version
     assert Version(versions.RAY_VERSION) >= Version(versions.RAY_FLOOR_FOR_VLLM)
+
+
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_pods_that_pull_through_the_mirror_wait_for_the_nodes_pull_grant(mode):
+    """Issue 43 item 14: a dependent of a component waits for its children only, not for a child of a child
+    (pulumi sdk/python lib/pulumi/runtime/rpc.py `_add_dependency`): the grant is the mirror's own child."""
+    run = composed({"clusterMode": mode})
+    (grant,) = run.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")
+    for pulls in ("verl-gke:data_prep:DataPrep", "verl-gke:ray_cluster:RayCluster"):
+        assert grant.urn in run.one(pulls).depends_on, f"{pulls} may pull before the nodes may read the mirror"

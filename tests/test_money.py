@@ -206,7 +206,9 @@ def test_reservations_and_autopilot_need_fewer_quotas():
     reserved = _cfg({"capacity": "reservation", "reservation": "my-res", "clusterMode": "standard"})
     assert not [n for n in quota_check.needs(reserved) if "GPU" in n.ref.quota_id]
     autopilot = _cfg({"clusterMode": "autopilot"})
-    assert not [n for n in quota_check.needs(autopilot) if "CPUS" in n.ref.quota_id]
+    # No CPU-pool quotas: only the nodes Autopilot starts for the head and the staging Job (issue 43 item 12).
+    cpus = [n for n in quota_check.needs(autopilot) if "CPUS" in n.ref.quota_id]
+    assert [(n.ref.quota_id, n.key) for n in cpus] == [("CPUS-ALL-REGIONS-per-project", "rayHeadCpu")]
 
 
 # --- the preflight under mocks: refused before anything bills -------------------------------------
@@ -218,6 +220,48 @@ def _refused(overrides, quota_values):
     billable = [r for r in result.resources if r.type in (CLUSTER, POOL)]
     assert billable == [], "the cluster must not be registered when a quota is short"
     return str(err.value)
+
+
+def test_autopilot_refuses_too_little_cpu_quota_for_the_head_and_staging_nodes():
+    """Issue 43 item 12: the Ray head and the staging Job run on nodes Autopilot starts in the project."""
+    cfg = _cfg({"clusterMode": "autopilot"})
+    msg = _refused({"clusterMode": "autopilot"}, {"CPUS-ALL-REGIONS-per-project": 8})
+    (line,) = [x for x in msg.splitlines() if "CPUS-ALL-REGIONS-per-project is 8" in x]
+    assert line.strip().startswith("- rayHeadCpu:") and "Ray head" in line and "staging Job" in line
+    needed = int(line.split("the stack needs ")[1].split()[0])
+    assert needed >= cfg.cluster.head_cpu + 2  # the head's and the staging container's requests at least
+
+
+@pytest.mark.parametrize("acc,mode", [("b200", "standard"), ("b200", "autopilot"), ("h200", "standard")])
+def test_a4_and_a3_ultra_boot_disks_need_hyperdisk_quota(acc, mode):
+    """Issue 43 item 12: A4 and A3 Ultra boot from Hyperdisk Balanced only, another quota than pd-balanced's."""
+    msg = _refused({"accelerator": acc, "clusterMode": mode, "gpuNodes": "2"},
+                   {"HYPERDISK-BALANCED-TOTAL-GB-per-project-region": 150})
+    assert "HYPERDISK-BALANCED-TOTAL-GB-per-project-region (region=us-central1) is 150, the stack needs 200" in msg
+    assert "- gpuNodes: quota HYPERDISK" in msg
+
+
+def test_a_refused_quota_reserves_no_address_and_creates_no_registry_or_bucket():
+    """Issue 43 item 12: the NAT's reserved addresses, the image mirror and the bucket wait for the gate."""
+    result = mocking.Run()
+    with pytest.raises(PreflightError):
+        run_config({"accelerator": "b200", "capacity": "spot"}, result=result,
+                   quotas={"PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region": 0})
+    billable = ("gcp:compute/address:Address", "gcp:artifactregistry/repository:Repository",
+                "gcp:storage/bucket:Bucket", CLUSTER, POOL)
+    assert [r.type for r in result.resources if r.type in billable] == []
+    assert any(r.type == "gcp:compute/network:Network" for r in result.resources), "free resources go ahead"
+
+
+def test_a_passing_gate_registers_what_bills_after_the_checks():
+    run = run_config({"accelerator": "b200", "capacity": "spot"})
+    for kind in ("gcp:compute/address:Address", "gcp:artifactregistry/repository:Repository",
+                 "gcp:storage/bucket:Bucket"):
+        assert run.of_type(kind), kind
+    quota_reads = [i for i in run.invokes if i.token == mocking.GET_QUOTA_INFO]
+    first_billable = min(n for n, r in enumerate(run.resources) if r.type in (
+        "gcp:compute/address:Address", "gcp:artifactregistry/repository:Repository", "gcp:storage/bucket:Bucket"))
+    assert quota_reads and max(i.after for i in quota_reads) <= first_billable
 
 
 def test_a_project_with_zero_gpu_quota_is_refused_before_the_cluster():

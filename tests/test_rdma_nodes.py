@@ -50,8 +50,8 @@ def test_1_autopilot_workers_mount_the_driver_and_gib_dirs_read_only(acc):
     # The Autopilot sample's volumes carry no hostPath type: send exactly that form.
     assert all(set(h) == {"path"} for h in host.values())
     env = {e["name"]: e["value"] for e in container["env"]}
-    gib_mount = next(path for path, (src, _) in mounts.items() if src.endswith("/gib"))
-    assert env["NCCL_NET"] == "gIB" and env["NCCL_NET_PLUGIN"].startswith(gib_mount + "/")
+    # gIB by NCCL's default plugin name from the installer's lib64 (catalog.accelerators.nccl_env).
+    assert env["NCCL_NET"] == "gIB" and "NCCL_NET_PLUGIN" not in env
 
 
 # ---------------------------------------------------------------- 2. Autopilot workers in the RoCE VPC's zone
@@ -141,9 +141,8 @@ def test_5_bad_capacity_registers_nothing():
 
 # ---------------------------------------------------------------- 6. no upgrades under a running job
 
-@pytest.mark.parametrize("mode", ["standard", "autopilot"])
-def test_6_maintenance_exclusion_holds_node_upgrades(mode):
-    cluster = stack("b200", mode).one(CLUSTER).inputs
+def test_6_maintenance_exclusion_holds_node_upgrades_on_standard():
+    cluster = stack("b200", "standard").one(CLUSTER).inputs
     policy = cluster["maintenancePolicy"]
     (want,) = FACTS[("cluster.maintenance_exclusions", "standard")]
     (got,) = policy["maintenanceExclusions"]
@@ -152,6 +151,16 @@ def test_6_maintenance_exclusion_holds_node_upgrades(mode):
     assert "endTime" not in got  # exactly one of end_time / end_time_behavior (pulumi-gcp, cluster-toolkit)
     assert policy["dailyMaintenanceWindow"] == {"startTime": FACTS[("cluster.maintenance_window", "standard")]}
     assert cluster["releaseChannel"]["channel"] in ("RAPID", "REGULAR", "STABLE")  # exclusions need a channel
+
+
+def test_6_autopilot_sends_no_exclusion_its_sources_do_not_show_accepted():
+    """Issue 43 item 13: the blueprints that set NO_MINOR_OR_NODE_UPGRADES are Standard clusters; Google's
+    Autopilot verl sample sets none (the reference data's autopilot fact). A scope Autopilot refused would
+    fail every Autopilot cluster's creation."""
+    policy = stack("b200", "autopilot").one(CLUSTER).inputs["maintenancePolicy"]
+    assert FACTS[("cluster.maintenance_exclusions", "autopilot")] == []
+    assert "maintenanceExclusions" not in policy
+    assert policy["dailyMaintenanceWindow"] == {"startTime": FACTS[("cluster.maintenance_window", "standard")]}
 
 
 # ---------------------------------------------------------------- 7. drift, driver, installer

@@ -87,9 +87,6 @@ ALLOWED: dict[tuple[str, str, str | None], str] = {
         "the Ray container asks 990Gi of ephemeral storage so that it plus the 10Gi GCS FUSE sidecar the "
         "webhook adds stay within 1000Gi, the Accelerator-class pod bound we can prove (catalog.autopilot); "
         "CPU, memory and GPUs are the sample's",
-    ("autopilot", "cluster.maintenance_exclusions", None):
-        "the blueprints' NO_MINOR_OR_NODE_UPGRADES exclusion applies on Autopilot too: node upgrades "
-        "would evict a running training job there just the same",
 }
 
 
@@ -195,6 +192,10 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
         "worker.host_path_type": sorted({h.get("type") for h in host_vols.values()} - {None}) or None,
         "worker.env.LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH"),
         "worker.env.NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME"),
+        # What selects and tunes NCCL's network: every NCCL_* but the log level and the bootstrap interface
+        # (worker.env.NCCL_SOCKET_IFNAME above), which the recipe leaves to the workload.
+        "worker.env.set_nccl_env": {k: v for k, v in env.items() if k.startswith("NCCL_")
+                                    and k not in ("NCCL_DEBUG", "NCCL_SOCKET_IFNAME")},
         "worker.requests": container["resources"]["requests"],
         "worker.rdma_attachment": ("dranet-resource-claim" if worker["spec"].get("resourceClaims")
                                    else "multi-network-annotations"),

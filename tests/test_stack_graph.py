@@ -98,9 +98,9 @@ def test_supervisor_agrees_with_staging_raycluster_and_outputs(stack):
     args = container["command"] + container.get("args", [])
     shipped = [args[i + 1].split("=", 1)[1] for i, a in enumerate(args) if a == "--ship"]
     assert sup[:2] == ["python3", shipped[0]] and shipped[0].startswith(paths.scripts_dir + "/supervisor-")
-    # the protocol module it imports ships into the same folder
-    assert [posixpath.dirname(s) for s in shipped] == [posixpath.dirname(shipped[0])] * 2
-    assert posixpath.basename(shipped[1]) == "verl_gke_protocol.py"
+    # the protocol module it imports, and the NCCL check it runs, ship into the same folder
+    assert [posixpath.dirname(s) for s in shipped] == [posixpath.dirname(shipped[0])] * 3
+    assert [posixpath.basename(s) for s in shipped[1:]] == ["verl_gke_protocol.py", "nccl_check.py"]
     assert flags["--state"].startswith(paths.checkpoint_dir + "/") and flags["--checkpoint-dir"] == paths.checkpoint_dir
     assert flags["--merge-to"] == paths.merged_dir and flags["--expected-gpus"] == str(cfg.total_gpus)
     ray_cluster = run.one(RAYCLUSTER).inputs

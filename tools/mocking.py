@@ -214,6 +214,7 @@ MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
     "FIREWALLS-per-project": [({}, 200, ["global"])],
     "IN-USE-ADDRESSES-per-project-region": [({}, 8, _REGIONS)],
     "SSD-TOTAL-GB-per-project-region": [({}, 2048, _REGIONS)],
+    "HYPERDISK-BALANCED-TOTAL-GB-per-project-region": [({}, 4096, _REGIONS)],
     "LOCAL-SSD-TOTAL-GB-per-project-region": [({}, 100000, _REGIONS)],
     "PREEMPTIBLE-LOCAL-SSD-GB-per-project-region": [({}, 100000, _REGIONS)],
 }

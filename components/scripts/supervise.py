@@ -41,6 +41,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # verl_gke_protocol ships next to this script
+import nccl_check  # noqa: E402
 import verl_gke_protocol as protocol  # noqa: E402
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's trainer/ray_trainer.py writes it last
@@ -376,6 +377,11 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
     signal.signal(signal.SIGINT, on_stop)
     try:
         while True:
+            if args.nccl_check and (code := nccl_check.in_subprocess(args.nccl_check)):  # issue 43 item 9
+                budget.record(outcome="FAILED", reason=f"the NCCL check failed (exit code {code})")
+                log(f"run {args.run_id} attempt {args.attempt}: FAILED before training, the NCCL check failed "
+                    f"(its log above) ({budget.tally()})")
+                return code
             before = alive_gpu_nodes(args.dashboard) or {}
             step = latest_step(args.checkpoint_dir) if args.checkpoint_dir else None
             log(f"starting the trainer (attempt {args.attempt}, {budget.tally()}, "
@@ -479,6 +485,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--release-group-index", type=int, default=0)
     p.add_argument("--k8s-api", default=K8S_API)
     p.add_argument("--k8s-sa-dir", default=SA_DIR)
+    p.add_argument("--nccl-check", default="",
+                   help="arguments of nccl_check.py (next to this script), run before each trainer start: "
+                        "a failed check fails the job before training")
     args = p.parse_args(argv[:cut])
     trainer = argv[cut + 1:]
     if not trainer:
