@@ -52,7 +52,6 @@ SPLIT = {
     "test_stage_task.py",
     "test_stage_data.py",
     "test_gke_version.py",
-    "test_cli_loader.py",
 }
 
 # Modules whose tests share one Ray head (the fixture named here, with its GPUs declared on the head):
