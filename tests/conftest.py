@@ -74,6 +74,7 @@ UNITS = [
     "tests/test_supervise.py",  # its unit: zero_gpu_head
     "tests/test_plan.py",
     "tests/test_admission.py",
+    "tests/test_cli_loading.py",  # ~20 real-CLI previews: 60-100 s, ~60 CPU-seconds
 ]
 
 
