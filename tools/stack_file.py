@@ -21,7 +21,8 @@ Refused where the CLI takes the file (each would reach the gate as nonsense, or 
 timestamp-like plain scalar (the CLI hands "2024-01-02 00:00:00 +0000 UTC": quote it), one key spelt twice
 (`gpuNodes` and `verl-gke:gpuNodes`: the CLI keeps one at random), an unknown top-level field (`confg:`),
 ESC `environment:` (not resolvable offline), more than MAX_VALUES values once aliases are expanded, and more
-than MAX_DEPTH levels of nesting.
+than MAX_DEPTH levels of nesting. Taken where the CLI refuses it: a document under MAX_VALUES values made mostly
+of aliases (yaml.v3's "excessive aliasing" ratio), which reaches the gate; no declared key takes one.
 """
 
 from __future__ import annotations
@@ -131,13 +132,15 @@ def load_yaml(text: str, where: str) -> Any:
         return next(iter(yaml.load_all(text.removeprefix("\ufeff"), Loader=_Loader)), None)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        at = f"{mark.line + 1}:{mark.column + 1}: " if mark else ""
-        raise StackFileError(f"{where}:{at}invalid YAML: {err.problem or err.context}") from None
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise StackFileError(f"{where}{at}: invalid YAML: {err.problem or err.context}") from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow
         before = text.removeprefix("\ufeff")[:err.position]
         at = f"{before.count(chr(10)) + 1}:{err.position - before.rfind(chr(10))}"
         raise StackFileError(f"{where}:{at}: invalid YAML: control character U+{err.character:04X} is not "
                              "allowed") from None
+    except (ValueError, TypeError) as err:  # an explicit tag PyYAML's constructor cannot build (!!int 0o17)
+        raise StackFileError(f"{where}: invalid YAML: {err}") from None
     except RecursionError:
         raise StackFileError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
 
@@ -179,13 +182,15 @@ def _scalar_text(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, float):
         return _go_float(v)
+    if not isinstance(v, str | int):  # an explicit tag (!!set, !!binary, !!timestamp): not a config value here
+        raise StackFileError(f"a YAML {type(v).__name__} is not read offline: write the value as a string")
     return str(v)
 
 
 def go_json(v: Any) -> str:
     """encoding/json's Marshal: compact, map keys sorted, `<`, `>`, `&`, U+2028 and U+2029 escaped."""
     if isinstance(v, dict):
-        items = sorted((_scalar_text(k), x) for k, x in v.items())
+        items = sorted(((_scalar_text(k), x) for k, x in v.items()), key=lambda kv: kv[0])
         return "{" + ",".join(f"{go_json(k)}:{go_json(x)}" for k, x in items) + "}"
     if isinstance(v, list):
         return "[" + ",".join(go_json(x) for x in v) + "]"
@@ -260,13 +265,13 @@ def from_config(config: Mapping[Any, Any], stack: str, where: str) -> Reading:
             raise StackFileError(f"{where}: config keys {spelt[full]!r} and {key!r} both mean {full!r}; the Pulumi "
                                  "CLI would keep one of them at random")
         data[full], spelt[full] = value, key
-    values, levels = _extent(data, {})
+    count, levels = _extent(data, {})
     if levels > MAX_DEPTH + 1:
         raise StackFileError(f"{where}: nested deeper than {MAX_DEPTH} levels (aliases expanded)")
-    if values > MAX_VALUES:
+    if count > MAX_VALUES:
         raise StackFileError(f"{where}: excessive aliasing: more than {MAX_VALUES} values once aliases are expanded")
     secret = sorted(k for k, v in data.items() if _holds_secure(v))
-    values = {}
+    values: dict[str, str] = {}
     for k, v in data.items():
         try:
             values[k] = SECURE_PLACEHOLDER if k in secret else go_json(v) if isinstance(v, list | dict) \
@@ -302,7 +307,7 @@ def from_text(text: str, stack: str, where: str) -> Reading:
     if doc.get("environment") is not None:
         raise StackFileError(f"{where}: 'environment' (Pulumi ESC) is set: the CLI merges its values into the "
                              "config, which cannot be done offline")
-    config = doc.get("config") or {}
+    config = {} if doc.get("config") is None else doc["config"]
     if not isinstance(config, dict):
         raise StackFileError(f"{where}: 'config' must be a mapping of keys to values, not {type(config).__name__}")
     return from_config(config, stack, where)
