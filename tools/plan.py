@@ -30,6 +30,7 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def program_messages(logs: list[tuple[str, str]], printed: tuple[str, ...]) -> l
     return out
 
 
-def gate(raw: dict[str, str], stack: str, secret_keys: list[str] = ()) -> stack_config.StackConfig:
+def gate(raw: dict[str, str], stack: str, secret_keys: Collection[str] = ()) -> stack_config.StackConfig:
     """The config gate (stacks.config.load: every key, every component's rules) plus the quota
     preflight against the plan's sample project (the quotas the mocks answer): a stack that `pulumi up`
     would stop at the quota check stops here too, with exit 2 and every problem, before the program runs."""
