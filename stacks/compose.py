@@ -52,12 +52,21 @@ def program(allow_placeholder_project: bool = False) -> None:
     except config.ConfigError as err:
         # RunError prints the message alone: every problem, each naming its config key.
         raise pulumi.RunError(str(err)) from None
+    pulumi.log.info(accepted(cfg))
     for warning in cfg.warnings:  # runs, but slower than it should (e.g. a KV cache too small for a batch)
         pulumi.log.warn(warning)
     secrets = pulumi.Config()
     outputs = build(cfg, hf_token=secrets.get_secret("hfToken"), wandb_api_key=secrets.get_secret("wandbApiKey"))
     for key, value in outputs.items():
         pulumi.export(key, value)
+
+
+def accepted(cfg: StackConfig) -> str:
+    """The gate's verdict, first of what the program prints: what this config deploys, in one line."""
+    mode = f"{'zonal ' if cfg.cluster.zonal else ''}{cfg.cluster.mode}"
+    return (f"config of stack {cfg.stack} accepted: {cfg.gpu_nodes} x {cfg.accelerator.machine_type} "
+            f"({cfg.total_gpus} {cfg.accelerator.key} GPUs, {cfg.capacity.kind}) on a GKE {mode} cluster in "
+            f"{cfg.cluster_location}, training {cfg.model}")
 
 
 def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,

@@ -15,7 +15,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,13 @@ MAX_LINE = 300  # characters kept from each end of an over-long problem line
 MAX_LINES = 100  # problem lines printed; ConfigError.problems keeps them all
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
 _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
+# Why a key other than the secret ones (hfToken, wandbApiKey) cannot be kept secret when set with --secret.
+_PLAIN_TEXT_WHY = {
+    "": "its value goes into resource names, inputs or outputs, or the job, in plain text",
+    "billingAccount": "the budget's resource id (billingAccounts/<id>/budgets/...) is plain text in the state",
+    "grpoExtraOverrides": "its items are the job's entrypoint, in plain text on the Ray dashboard and in the "
+                          "state (a token the run needs goes in hfToken or wandbApiKey)",
+}
 # Keys whose bound follows the run's rows (GSM8K's or dataTrainFile's): a batch holds at most every row, a
 # per-GPU micro batch at most a full batch's samples (rows x the most responses per prompt).
 _BATCH_KEYS = ("grpoTrainBatchSize", "grpoPpoMiniBatchSize")
@@ -170,17 +177,30 @@ class StackConfig:
 
 
 class _Reader:
-    """Typed access to raw config strings that records problems instead of raising."""
+    """Typed access to raw config strings that records problems instead of raising.
 
-    def __init__(self, raw: Mapping[str, str]):
-        self.raw = raw
+    A key marked secret (`pulumi config set --secret`) that the program cannot keep secret is refused and
+    read as its default from then on, so no later rule shows its value; no problem ever shows a secret's."""
+
+    def __init__(self, raw: Mapping[str, str], secret_keys: Collection[str] = ()):
+        self.secret = frozenset(secret_keys)
         self.problems: list[str] = []
         self.missing: set[str] = set()
         self.refused: set[str] = set()  # keys with a problem: the arithmetic never runs on their values
         self.v: dict[str, Any] = {}  # every key's value as read (values())
+        self.masked = {k.name for k in KEYS if k.full in self.secret and not k.secret}
+        for key in sorted(self.masked):
+            self.problems.append(f"{KEYS_BY_NAME[key].full} is set as a secret (--secret), which the program cannot "
+                                 f"keep: {_PLAIN_TEXT_WHY.get(key, _PLAIN_TEXT_WHY[''])}; set it with `pulumi config "
+                                 f"set {key} <value>` (only {' and '.join(k.name for k in KEYS if k.secret)} are "
+                                 "kept secret)")
+        self.refused |= self.masked
+        masked = {KEYS_BY_NAME[k].full for k in self.masked}
+        self.raw = {k: v for k, v in raw.items() if k not in masked}
 
     def bad(self, key: str, value: object, allowed: str) -> None:
-        self.problems.append(f"{KEYS_BY_NAME[key].full} = {shown(value)}: {allowed}")
+        full = KEYS_BY_NAME[key].full
+        self.problems.append(f"{full} = {'[secret]' if full in self.secret else shown(value)}: {allowed}")
         self.refused.add(key)
 
     def _value(self, key: str) -> Any:
@@ -216,7 +236,7 @@ class _Reader:
         if key.startswith("gcp:") and text and text != str(value):
             # The Google provider reads gcp:* keys itself, as typed: "my-project\n" is not my-project there.
             self.bad(key, value, "has leading or trailing whitespace, which the Google provider keeps: remove it")
-        if not text and KEYS_BY_NAME[key].default is None:
+        if not text and KEYS_BY_NAME[key].default is None and key not in self.masked:
             self.problems.append(f"{KEYS_BY_NAME[key].full} is not set: {KEYS_BY_NAME[key].description}")
             self.missing.add(key)
             self.refused.add(key)
@@ -302,9 +322,11 @@ class _Reader:
         return tuple(value)
 
 
-def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = False) -> StackConfig:
-    """Validate raw config (full keys -> strings, as Pulumi stores them) into a StackConfig."""
-    r = _Reader(raw)
+def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = False,
+         secret_keys: Collection[str] = ()) -> StackConfig:
+    """Validate raw config (full keys -> strings, as the CLI hands them to the program; `secret_keys`: the
+    keys it marks secret) into a StackConfig."""
+    r = _Reader(raw, secret_keys)
     r.problems += unknown_keys(raw)
     r.values()  # every key against its row of the table; the rules below read r.v
 
@@ -623,7 +645,7 @@ def _budget(r: _Reader) -> BudgetConfig | None:
         if amount < 1:
             r.bad("budgetMonthly", amount, "must be a positive amount (in the billing account's currency) "
                   "when billingAccount is set")
-    elif amount > 0:
+    elif amount > 0 and "billingAccount" not in r.masked:
         r.bad("billingAccount", "<unset>", "must be set when budgetMonthly is set (the budget lives on the "
               "billing account): run `pulumi config set billingAccount 012345-567890-ABCDEF`")
     return BudgetConfig(account, amount) if account and amount > 0 else None
@@ -824,5 +846,8 @@ def from_pulumi(stack: str, allow_placeholder_project: bool = False) -> StackCon
     """Load from the running Pulumi program's config (the CLI or the mocks set it)."""
     import pulumi.runtime.config as rc
 
-    # The CLI passes config in PULUMI_CONFIG; mocks and tests set it in-process.
-    return load({**rc.get_config_env(), **rc.CONFIG.get()}, stack, allow_placeholder_project)
+    # The CLI passes config in PULUMI_CONFIG (the secret keys in PULUMI_CONFIG_SECRET_KEYS); the Automation API's
+    # language server, mocks and tests set both in-process.
+    raw = {**rc.get_config_env(), **rc.CONFIG.get()}
+    secret = {k for k in raw if rc.is_config_secret(k)} | set(rc.get_config_secret_keys_env())
+    return load(raw, stack, allow_placeholder_project, secret_keys=secret)

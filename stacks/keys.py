@@ -41,6 +41,15 @@ class Key:
         return self.name if ":" in self.name else f"{PROJECT}:{self.name}"
 
     @property
+    def declared(self) -> bool:
+        """Pulumi.yaml declares it (with its type and default; tools.schema writes the file). Provider keys
+        (gcp:*) may not declare a type there; an optional secret (no default) is not declared at all: the CLI
+        reports a declared key without a default as missing, and a default would be injected as plaintext and
+        refused as "must be encrypted" (pulumi/pulumi @ 1b5949891b3c pkg/workspace/config.go). The program
+        reads the secrets with get_secret."""
+        return ":" not in self.name and not (self.secret and self.default is None)
+
+    @property
     def number(self) -> bool:
         """A string key read as a number (Pulumi has no float type): bounded, with a minimum."""
         return self.type == "string" and self.minimum is not None

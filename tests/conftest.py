@@ -52,7 +52,6 @@ SPLIT = {
     "test_stage_task.py",
     "test_stage_data.py",
     "test_gke_version.py",
-    "test_cli_loader.py",
 }
 
 # Modules whose tests share one Ray head (the fixture named here, with its GPUs declared on the head):
@@ -76,6 +75,7 @@ UNITS = [
     "tests/test_supervise.py",  # its unit: zero_gpu_head
     "tests/test_plan.py",
     "tests/test_admission.py",
+    "tests/test_cli_loading.py",  # ~20 real-CLI previews: 60-100 s, ~60 CPU-seconds
 ]
 
 

@@ -13,9 +13,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from stacks import compose, config
+from stacks import compose
 from tests.session_files import session_shared
-from tools import cli_loader, mocking, plan, stack_file
+from tools import mocking, plan, stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_FILES = sorted(ROOT.glob("Pulumi.*.yaml"))
@@ -27,14 +27,10 @@ program = compose.program  # what __main__.py runs
 def run_config(overrides: dict[str, object] | None = None, stack: str = "test",
                secret_keys: list[str] | None = None, result: mocking.Run | None = None,
                quotas: dict[str, int | str] | None = None) -> mocking.Run:
-    """Compose a stack whose config is BASE plus `overrides`, merged with Pulumi.yaml by the CLI loader
-    (declared defaults injected, declared types checked): a string is a value as `pulumi config set`
-    stores it, anything else YAML data as a stack file holds it."""
-    stored = {k: stack_file.ConfigValue(v) for k, v in BASE.items()}
-    for key, value in (overrides or {}).items():
-        full = key if ":" in key else f"{config.PROJECT}:{key}"
-        stored[full] = stack_file.ConfigValue(value) if isinstance(value, str) else stack_file.config_value(value)
-    raw = cli_loader.merge(plan.load_project(), stored, stack, "run_config").values
+    """Compose a stack whose config is BASE plus `overrides`, read as the CLI reads a stack file
+    (tools.stack_file: declared defaults injected, declared types checked): a string is a value as `pulumi
+    config set` stores it, anything else YAML data as a stack file holds it."""
+    raw = stack_file.from_config({**BASE, **(overrides or {})}, stack, "run_config").values
     return mocking.run(program, raw, stack, secret_keys, result=result, quotas=quotas)
 
 

@@ -60,9 +60,9 @@ def test_pulumi_yaml_declares_every_project_key():
 def test_pulumi_yaml_defaults_read_back_as_their_declared_type():
     """yaml.v3 (the CLI's parser) reads every default as the type the key declares: `1e-6` unquoted
     is a float to it, and Project.Validate refuses a float default for a string key."""
-    from tools.stack_file import _load_first_document
+    from tools.stack_file import load_yaml
 
-    doc = _load_first_document((schema.ROOT / "Pulumi.yaml").read_text(), "Pulumi.yaml")
+    doc = load_yaml((schema.ROOT / "Pulumi.yaml").read_text(), "Pulumi.yaml")
     python_type = {"string": str, "integer": int, "boolean": bool, "array": list}
     for name, entry in doc["config"].items():
         if "default" in entry:
@@ -78,11 +78,12 @@ def test_cli_injected_defaults_change_no_verdict(stack):
     """The CLI copies every declared default a stack leaves out into the config the program gets
     (pkg/workspace/config.go): absent and default must mean the same (the dev stack on L4 once
     refused the injected gvnicCidr/rdmaCidrs)."""
-    from tools import plan
+    from tools import plan, stack_file
 
     path = schema.ROOT / f"Pulumi.{stack}.yaml"
-    raw, _ = plan.read_stack_file(path, stack, inject_defaults=False)
-    injected, _ = plan.read_stack_file(path, stack)  # the CLI loader, as `pulumi up` merges Pulumi.yaml
+    injected, _ = plan.read_stack_file(path, stack)  # as `pulumi up` merges Pulumi.yaml
+    written = {stack_file.config_key(k) for k in stack_file.load_yaml(path.read_text(), path.name)["config"]}
+    raw = {k: v for k, v in injected.items() if k in written}
     assert set(injected) > set(raw)
     assert config.load(raw, stack, allow_placeholder_project=True) == \
         config.load(injected, stack, allow_placeholder_project=True)

@@ -212,3 +212,24 @@ def test_a_batch_key_that_is_no_integer_names_its_real_bound(key, allowed):
     """The row's maximum (10^10) is only a typo guard: a batch is bounded by the run's rows."""
     named = _refused(key, "abc")
     assert any(f"must be an integer {allowed}" in p for p in named), named
+
+
+# --- secrets: a key set with --secret that the program cannot keep secret ----------------------------------------
+
+def test_a_secret_key_the_program_cannot_keep_is_refused_and_registers_nothing():
+    """`pulumi config set --secret namePrefix ...` marks the key secret; its value would reach resource names in
+    plain text. The gate refuses it (the real CLI's case: tests/test_cli_loading.py), never showing the value."""
+    raw = {**BASE, "verl-gke:namePrefix": "Not_A_Valid_Prefix"}
+    seen = mocking.Run()
+    with pytest.raises(pulumi.RunError) as err:
+        mocking.run(compose.program, raw, "gate", ["verl-gke:namePrefix"], result=seen)
+    assert "verl-gke:namePrefix is set as a secret (--secret), which the program cannot keep" in str(err.value)
+    assert "Not_A_Valid_Prefix" not in str(err.value) and seen.resources == []
+
+
+def test_the_secret_keys_pass_as_secrets():
+    from stacks import config
+
+    cfg = config.load({**BASE, "verl-gke:hfToken": "hf_x", "verl-gke:wandbApiKey": "k"}, "gate",
+                      secret_keys=["verl-gke:hfToken", "verl-gke:wandbApiKey"])
+    assert cfg.has_hf_token and cfg.has_wandb_key

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.stack_helpers import ROOT, STACK_FILES, plan_command, plan_in_process
-from tools import cli_loader, stack_file
+from tools import stack_file
 
 PLAIN_TOKEN = "hf_PLAINtextTOKENshouldNEVERshow42"
 
@@ -75,15 +75,16 @@ def test_plan_names_a_missing_stack_file_and_the_stacks_there_are(capsys):
 
 
 def _stack_doc(name: str) -> dict:
-    """A shipped stack file as yaml.v3 reads it (edited below, written back with cli_loader.dump_stack)."""
-    return stack_file._load_first_document((ROOT / name).read_text(), name)
+    """A shipped stack file as yaml.v3 reads it (edited below, written back as JSON: YAML that yaml.v3 reads back
+    unchanged, every string quoted)."""
+    return stack_file.load_yaml((ROOT / name).read_text(), name)
 
 
 def test_plan_redacts_plain_and_secure_secrets(tmp_path, capfd):
     doc = _stack_doc("Pulumi.dev.yaml")
     doc["config"]["verl-gke:hfToken"] = PLAIN_TOKEN
     plain_file = tmp_path / "Pulumi.plain.yaml"
-    plain_file.write_text(cli_loader.dump_stack(doc["config"]))
+    plain_file.write_text(json.dumps(doc))
     proc = plan_in_process("--stack", "plain", "--config", str(plain_file), "--out", str(tmp_path / "p"))
     assert proc.returncode == 0, proc.stderr
     written = "".join(p.read_text() for p in (tmp_path / "p").rglob("*") if p.is_file())
@@ -93,11 +94,11 @@ def test_plan_redacts_plain_and_secure_secrets(tmp_path, capfd):
 
     doc["config"]["verl-gke:hfToken"] = {"secure": "v1:AAAAencryptedBLOB=="}
     secure_file = tmp_path / "Pulumi.secure.yaml"
-    secure_file.write_text(cli_loader.dump_stack(doc["config"]))
+    secure_file.write_text(json.dumps(doc))
     proc = plan_in_process("--stack", "secure", "--config", str(secure_file), "--out", str(tmp_path / "s"))
     assert proc.returncode == 0, proc.stderr
     written = "".join(p.read_text() for p in (tmp_path / "s").rglob("*") if p.is_file())
-    assert "secure-value-not-decrypted-offline" not in written and "encryptedBLOB" not in written
+    assert stack_file.SECURE_PLACEHOLDER not in written and "encryptedBLOB" not in written
 
 
 def _plan_changed(tmp_path, stack_file: str, key: str, value, run=plan_in_process):
@@ -105,7 +106,7 @@ def _plan_changed(tmp_path, stack_file: str, key: str, value, run=plan_in_proces
     doc = _stack_doc(stack_file)
     doc["config"][key] = value
     changed = tmp_path / "Pulumi.changed.yaml"
-    changed.write_text(cli_loader.dump_stack(doc["config"]))
+    changed.write_text(json.dumps(doc))
     out = tmp_path / "never"
     return run("--stack", "changed", "--config", str(changed), "--out", str(out)), out
 

@@ -10,8 +10,8 @@ tools.placement, whose problems fail the plan; "warnings"),
 DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
 their dependencies), then prints the stack's hourly price by resource class and the estimated
 cost of the configured run (from the sizing).
-The project and stack files are loaded as the Pulumi CLI loads them (tools.cli_loader: yaml.v3,
-Pulumi.yaml's declared types and defaults merged in). The shell's PULUMI_CONFIG, PULUMI_CONFIG_<KEY>
+The stack file is read as the Pulumi CLI reads it (tools.stack_file: yaml.v3's scalars, Pulumi.yaml's
+declared types and defaults merged in). The shell's PULUMI_CONFIG, PULUMI_CONFIG_<KEY>
 and PULUMI_CONFIG_SECRET_KEYS are ignored (and the plan says so): it follows the stack file. A bad stack name, stack
 file, config (a run that would not fit in GPU memory included) or output folder: exit 2 with the
 key or argument named, nothing written. The plan only clears a folder holding its own marker.
@@ -30,6 +30,7 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,12 @@ import yaml
 
 from stacks import config as stack_config
 from stacks.preflight import PreflightError
-from tools import cli_loader, stack_file
+from tools import stack_file
 from tools.plan_graph import ROOT as ROOT_PARENT
 from tools.plan_graph import PlanGraph
 
 ROOT = Path(__file__).resolve().parent.parent
-SECURE_PLACEHOLDER = cli_loader.SECURE_PLACEHOLDER
+SECURE_PLACEHOLDER = stack_file.SECURE_PLACEHOLDER
 PLAN_ROOT = ROOT / "build" / "plan"
 MARKER = ".verl-gke-plan"  # the plan only ever clears a folder that holds this file
 MARKER_TEXT = "Written by `python -m tools.plan`; its next run into this folder replaces the content.\n"
@@ -54,35 +55,18 @@ _TREE_KEYS = ("name", "location", "region", "ipCidrRange", "mtu", "networkProfil
               "entrypoint")
 
 
-def load_project() -> cli_loader.Project:
-    """Pulumi.yaml as the CLI loads it (StackFileError if the CLI would not)."""
-    project = cli_loader.load_project(ROOT / "Pulumi.yaml")
-    if project.name != stack_config.PROJECT:
-        raise stack_file.StackFileError(f"{project.where}: name {project.name!r} is not {stack_config.PROJECT!r}, "
-                                        "the project the program's keys belong to")
-    return project
-
-
 def stack_of(path: Path) -> str:
     """The stack a `Pulumi.<stack>.yaml` file belongs to (for the CLI's messages)."""
     name = Path(path).name
     return name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else name
 
 
-def read_stack_file(path: Path, stack: str | None = None, *, inject_defaults: bool = True
-                    ) -> tuple[dict[str, str], list[str]]:
-    """Stack YAML -> (config as the Pulumi CLI hands it to the program, secret keys).
-
-    tools.cli_loader loads Pulumi.yaml and the stack file as the CLI does before the program runs
-    (yaml.v3, the declared types checked, the declared defaults injected). `secure:` values cannot
-    be decrypted offline: they become a placeholder, marked secret. What the CLI refuses: StackFileError.
-    """
-    loaded = cli_loader.load_stack(load_project(), path, stack or stack_of(path), inject_defaults=inject_defaults)
-    raw = dict(loaded.values)
-    secret_keys = list(loaded.secret_keys)
-    declared_secret = {k.full for k in stack_config.KEYS if k.secret}
-    secret_keys += [k for k in raw if k in declared_secret and k not in secret_keys]
-    return raw, secret_keys
+def read_stack_file(path: Path, stack: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """Stack YAML -> (config as the Pulumi CLI hands it to the program, its secret keys): tools.stack_file,
+    whose agreement with the real CLI tests/test_cli_loading.py checks. `secure:` values cannot be decrypted
+    offline: they are SECURE_PLACEHOLDER. What the CLI refuses: StackFileError."""
+    reading = stack_file.read(path, stack or stack_of(path))
+    return dict(reading.values), list(reading.secret_keys)
 
 
 def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview: bool = False) -> dict[str, Any]:
@@ -90,7 +74,7 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
     from tools import mocking
 
     # The gate first: bad config exits 2 before the program (and the mocks) ever start.
-    cfg = gate(raw, stack)
+    cfg = gate(raw, stack, secret_keys)
     run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
                       project=stack_config.PROJECT, preview=preview)
     resources = []
@@ -109,7 +93,8 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
             **run_figures(cfg)}
     plan["warnings"] = [*plan.get("warnings", []), *program_messages(run.logs, cfg.warnings)]
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
-    return scrub(plan, [raw[k] for k in secret_keys if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+    secrets = {*secret_keys, *(k.full for k in stack_config.KEYS if k.secret)}
+    return scrub(plan, [raw[k] for k in secrets if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
 
 
 def program_messages(logs: list[tuple[str, str]], printed: tuple[str, ...]) -> list[str]:
@@ -125,14 +110,14 @@ def program_messages(logs: list[tuple[str, str]], printed: tuple[str, ...]) -> l
     return out
 
 
-def gate(raw: dict[str, str], stack: str) -> stack_config.StackConfig:
+def gate(raw: dict[str, str], stack: str, secret_keys: Collection[str] = ()) -> stack_config.StackConfig:
     """The config gate (stacks.config.load: every key, every component's rules) plus the quota
     preflight against the plan's sample project (the quotas the mocks answer): a stack that `pulumi up`
     would stop at the quota check stops here too, with exit 2 and every problem, before the program runs."""
     from stacks import quotas
     from tools import mocking
 
-    cfg = stack_config.load(raw, stack, allow_placeholder_project=True)
+    cfg = stack_config.load(raw, stack, allow_placeholder_project=True, secret_keys=secret_keys)
     wanted = quotas.needs(cfg)
     found = quotas.findings(cfg, wanted, mocking.sample_quota_infos(n.ref.quota_id for n in wanted))
     fatal = [f"{stack_config.KEYS_BY_NAME[f.key].full if f.key in stack_config.KEYS_BY_NAME else f.key}: "
@@ -655,7 +640,8 @@ def main(argv: list[str] | None = None) -> int:
             print(placement.text(rows, placement_problems), file=sys.stderr)
             raise UsageError(f"stack {args.stack!r}: a process would not find what it needs where it runs:\n  "
                              + "\n  ".join(placement_problems))
-        cfg = stack_config.load(raw, args.stack, allow_placeholder_project=True)  # passed the gate in build_plan
+        cfg = stack_config.load(raw, args.stack, allow_placeholder_project=True,  # passed the gate in build_plan
+                                secret_keys=secret_keys)
         plan["storage"] = storage_summary(cfg)
         crit = critical_path(cfg, plan)
         plan["criticalPath"] = {"minutes": round(crit.total, 2), "floorMinutes": round(crit.floor, 2),

@@ -1,776 +1,337 @@
-"""Offline reader for Pulumi stack files (``Pulumi.<stack>.yaml``).
+"""A stack file as the Pulumi CLI hands it to the program, for the offline plan (no CLI needed).
 
-Goal: produce the same ``{"<ns>:<key>": "<string>"}`` map that the Pulumi CLI
-hands to the program (PULUMI_CONFIG), without running the CLI.
+    reading = read(Path("Pulumi.dev.yaml"), "dev")
+    reading.values       # {"verl-gke:gpuNodes": "1", ...}: the strings `pulumi up` hands the program
+    reading.secret_keys  # the keys stored as `secure:` (their values cannot be decrypted offline)
 
-Behaviour modelled on pulumi/pulumi @ 1b5949891b3cefcb9974752b24a5ecef0acc86c8
-and gopkg.in/yaml.v3 v3.0.1 (go-yaml/yaml @ f6f7691b1fdeb513f56608cd2c32c51f8194bf51).
-The upstream file each rule follows is named where the rule is implemented (and, for the
-CLI's load order, in tools/cli_loader.py).  This is an independent re-implementation; no
-upstream code is copied.
+Its agreement with the real CLI (v3.276.0) is the test: tests/test_cli_loading.py runs every shipped stack
+and every case below through `pulumi preview` and compares what the program was handed with this reading.
+What it does, in the CLI's order:
 
-Summary of the rules implemented here:
+- YAML is read as yaml.v3 reads it (YAML 1.2 scalars, where PyYAML reads 1.1): `yes`/`no`/`on`/`off` are
+  strings, `true`/`True`/`TRUE` booleans; `0o17`, `0x1F`, `0b1`, `0777` and `1_000` integers; `1e-6`, `4.0`
+  floats. A float reaches the program as Go's JSON writes it (`1e-6` -> "0.000001", `4.0` -> "4"), null as
+  "", a list or map as compact JSON (sorted keys, `<>&` escaped as Go does).
+- Keys: `name` is `verl-gke:name`, `ns:config:name` is `ns:name`, any other key needs exactly one colon.
+- Every key Pulumi.yaml declares (stacks.keys: Key.declared) that the stack leaves out gets its default; each
+  declared key's value must have the declared type (pkg/workspace/config.go validateStackConfigValue).
+- A `{secure: ...}` value (or a list/map holding one) is secret; offline it is SECURE_PLACEHOLDER.
 
-* YAML is parsed with PyYAML's scanner/parser/composer only; scalar
-  resolution is our own and follows yaml.v3 (YAML 1.2-ish core schema with
-  yaml.v3's extras: ``0777`` octal, ``_`` digit separators, ``0b``/``0o``/``0x``).
-  ``yes/no/on/off/y/n`` stay strings; ``true/True/TRUE`` are booleans;
-  ``~``, ``null``, ``Null``, ``NULL`` and empty are null.
-* A config value becomes a string as follows: string -> itself; null -> "";
-  bool -> "true"/"false"; int -> decimal; float -> Go ``encoding/json``
-  formatting (``4.0`` -> ``4``, ``1e3`` -> ``1000``, ``1e21`` -> ``1e+21``);
-  NaN/Inf -> error; mapping/sequence -> compact JSON with sorted keys and Go's
-  HTML escaping.  ``{secure: <string>}`` (exactly one key) is a secret.
-* Keys without ``:`` get ``<project>:`` prepended; ``ns:config:name`` is
-  shortened to ``ns:name``; any other key with two or more colons is an error.
+Refused where the CLI takes the file (each would reach the gate as nonsense, or silently drop config): a
+timestamp-like plain scalar (the CLI hands "2024-01-02 00:00:00 +0000 UTC": quote it), one key spelt twice
+(`gpuNodes` and `verl-gke:gpuNodes`: the CLI keeps one at random), an unknown top-level field (`confg:`),
+ESC `environment:` (not resolvable offline), more than MAX_VALUES values once aliases are expanded, and more
+than MAX_DEPTH levels of nesting. Taken where the CLI refuses it: a document under MAX_VALUES values made mostly
+of aliases (yaml.v3's "excessive aliasing" ratio), which reaches the gate; no declared key takes one.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import copy
 import difflib
-import functools
+import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.composer import Composer
-from yaml.events import AliasEvent
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from yaml.parser import Parser
-from yaml.reader import Reader
-from yaml.resolver import BaseResolver
-from yaml.scanner import Scanner
 
-__all__ = [
-    "ConfigValue",
-    "Secret",
-    "config_value",
-    "parse_stack_values",
-    "StackFileError",
-    "read_stack_file",
-    "parse_stack_yaml",
-    "config_value_to_string",
-    "validate_stack_name",
-    "validate_project_name",
-]
+from stacks.keys import KEYS, PROJECT
 
-
-# workspace.ProjectStack's fields (sdk/go/common/workspace/project.go). yaml.v3 ignores any other
-# top-level field, so a typo such as `confg:` would silently drop every value: we refuse it instead.
-STACK_FILE_FIELDS = ("config", "environment", "secretsprovider", "encryptedkey", "encryptionsalt")
-
-
-class StackFileError(Exception):
-    """A stack file could not be turned into config the way the CLI would."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Secret:
-    """A config value the CLI would decrypt before the program sees it.
-
-    ``raw`` is what the stack file holds: the ciphertext for a plain
-    ``{secure: ...}`` value, or, for an object/list containing secure values,
-    the JSON text with ``{"secure": "<ciphertext>"}`` placeholders (``is_object``).
-    The program would see the decrypted text instead; an offline plan cannot.
-    """
-
-    raw: str
-    is_object: bool = False
-
-    def __str__(self) -> str:  # never leak ciphertext into logs by accident
-        return "[secret]"
-
-
-# ---------------------------------------------------------------------------
-# YAML loading: PyYAML syntax layer + yaml.v3-style scalar resolution
-# ---------------------------------------------------------------------------
-
-_PLAIN = "!__plain__"  # sentinel tag: untagged plain scalar, resolve later
-_Y = "tag:yaml.org,2002:"
-
-
-class _Resolver(BaseResolver):
-    """Leave every implicit decision to us (no YAML 1.1 implicit resolvers)."""
-
-    def resolve(self, kind, value, implicit):  # noqa: D401 - PyYAML hook
-        if kind is ScalarNode:
-            if implicit[0]:
-                return _PLAIN
-            return _Y + "str"
-        if kind is SequenceNode:
-            return _Y + "seq"
-        return _Y + "map"
-
-
-# YAML resource limits.
-# Aliases: yaml.v3 refuses a document whose decoding is mostly alias expansion (decode.go
-# allowedAliasRatio / unmarshal, go-yaml/yaml @ f6f7691b1fdeb513f56608cd2c32c51f8194bf51): once more
-# than 100 of more than 1,000 decoded nodes come from aliases, the share allowed is 99 % up to 400,000
-# nodes, falling linearly to 10 % at 4,000,000. _Builder counts nodes the same way.
-_ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
-# Nesting: yaml.v3 accepts 10,000 levels (scannerc.go max_flow_level / max_indents). DIVERGENCE: we
-# refuse more than MAX_DEPTH levels (aliases expanded), because PyYAML's composer and our builder recurse
-# and Python's stack ends near 1,000 frames; no Pulumi stack or project file comes near 100 levels.
+SECURE_PLACEHOLDER = "secure-value-not-decrypted-offline"
+STACK_FIELDS = ("config", "environment", "secretsprovider", "encryptedkey", "encryptionsalt")  # ProjectStack
+MAX_VALUES = 100_000
 MAX_DEPTH = 100
 
 
-def _allowed_alias_ratio(decodes: int) -> float:
-    if decodes <= _ALIAS_RATIO_LOW:
-        return 0.99
-    if decodes >= _ALIAS_RATIO_HIGH:
-        return 0.10
-    return 0.99 - 0.89 * (decodes - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+class StackFileError(Exception):
+    """A stack file the CLI (or, where the module docstring says so, this reader) refuses."""
 
 
-class _Alias:
-    """An alias (`*name`) in the composed graph: PyYAML hands back the anchored node itself, but
-    yaml.v3 counts alias expansions, so the builder must see where each one is."""
-
-    def __init__(self, target: Node, mark: Any) -> None:
-        self.target = target
-        self.start_mark = mark
-        self.value = target.value if isinstance(target, ScalarNode) else None
+@dataclass(frozen=True)
+class Reading:
+    values: dict[str, str]
+    secret_keys: list[str]
 
 
-class _TooDeepError(Exception):
-    def __init__(self, mark: Any) -> None:
-        self.mark = mark
+# --- YAML, as yaml.v3 resolves plain scalars (gopkg.in/yaml.v3 v3.0.1 resolve.go) -----------------------
 
-
-class _Loader(Reader, Scanner, Parser, Composer, _Resolver):
-    def __init__(self, stream: str) -> None:
-        Reader.__init__(self, stream)
-        Scanner.__init__(self)
-        Parser.__init__(self)
-        Composer.__init__(self)
-        _Resolver.__init__(self)
-        self._depth = 0
-
-    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
-        event = self.peek_event()
-        self._depth += 1
-        if self._depth > MAX_DEPTH:  # stop before PyYAML's recursion gets anywhere near Python's limit
-            raise _TooDeepError(event.start_mark)
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-        return _Alias(node, event.start_mark) if isinstance(event, AliasEvent) else node
-
-
-def _unalias(node: Any) -> Any:
-    while isinstance(node, _Alias):
-        node = node.target
-    return node
-
-
-_FLOAT_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
-_TIMESTAMP_FORMATS = (
-    re.compile(r"^\d{4}-\d{1,2}-\d{1,2}[Tt]\d{1,2}:\d{1,2}:\d{1,2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$"),
-    re.compile(r"^\d{4}-\d{1,2}-\d{1,2} \d{1,2}:\d{1,2}:\d{1,2}(\.\d+)?$"),
-    re.compile(r"^\d{4}-\d{1,2}-\d{1,2}$"),
-)
-_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
-_MAP_CONSTANTS: dict[str, Any] = {
-    "true": True, "True": True, "TRUE": True,
-    "false": False, "False": False, "FALSE": False,
-    "": None, "~": None, "null": None, "Null": None, "NULL": None,
-    ".nan": math.nan, ".NaN": math.nan, ".NAN": math.nan,
-    ".inf": math.inf, ".Inf": math.inf, ".INF": math.inf,
-    "+.inf": math.inf, "+.Inf": math.inf, "+.INF": math.inf,
-    "-.inf": -math.inf, "-.Inf": -math.inf, "-.INF": -math.inf,
-}
+_NAMED = {**dict.fromkeys(("true", "True", "TRUE"), True), **dict.fromkeys(("false", "False", "FALSE"), False),
+          **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
+          **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+          **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf), **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan)}
+_INT = re.compile(r"([-+]?)(?:0[xX]([0-9a-fA-F]+)|0[oO]([0-7]+)|0[bB]([01]+)|(0[0-7]*)|([1-9][0-9]*))")
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ].*)?")
 
 
 class _Timestamp(str):
-    """A plain scalar yaml.v3 resolves as !!timestamp: decoded into `any` it is a Go time.Time, which
-    Pulumi's config object turns into time.Time.String() (resource/config/object.go unmarshalObject)."""
-
-    def go_string(self) -> str:
-        """time.Time.String() of what yaml.v3's parseTimestamp returns; the machine's zone taken as UTC."""
-        m = re.match(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[Tt ](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d+))?"
-                     r"(Z|[+-]\d{2}:\d{2})?)?$", str(self))
-        if not m:
-            return str(self)
-        y, mo, d, h, mi, sec, frac, zone = m.groups()
-        text = f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}"
-        frac = (frac or "")[:9].rstrip("0")
-        if frac:
-            text += "." + frac
-        if zone in (None, "Z", "+00:00", "-00:00"):
-            return text + " +0000 UTC"
-        offset = zone.replace(":", "")
-        return f"{text} {offset} {offset}"  # a fixed zone Go names by its offset
+    """A plain scalar yaml.v3 reads as a time (the CLI then hands the program Go's text of it)."""
 
 
-def _go_parse_int(s: str, signed: bool) -> int | None:
-    """Go strconv.ParseInt/ParseUint with base 0 (underscores already removed)."""
-    neg = False
-    body = s
-    if body[:1] in "+-" and body:
-        if not signed:
-            return None
-        neg = body[0] == "-"
-        body = body[1:]
-    if not body:
-        return None
-    low = body[:2].lower()
-    if low == "0x":
-        base, digits = 16, body[2:]
-    elif low == "0b":
-        base, digits = 2, body[2:]
-    elif low == "0o":
-        base, digits = 8, body[2:]
-    elif body[0] == "0" and len(body) > 1:
-        base, digits = 8, body[1:]
-    else:
-        base, digits = 10, body
-    allowed = "0123456789abcdef"[:base]
-    if not digits or any(c.lower() not in allowed for c in digits):
-        return None
-    value = int(digits, base)
-    if neg:
-        value = -value
-    if signed:
-        return value if _INT64_MIN <= value <= _INT64_MAX else None
-    return value if value <= _UINT64_MAX else None
-
-
-def _go_parse_float(s: str) -> float | None:
-    """Go strconv.ParseFloat(s, 64) for the decimal forms yaml.v3 feeds it."""
-    if not _FLOAT_RE.match(s):
-        return None
-    f = float(s)
-    if math.isinf(f):  # Go reports ErrRange; yaml.v3 then keeps the string
-        return None
-    return f
-
-
-def _resolve_plain(text: str) -> Any:
-    """Mirror of yaml.v3 resolve("", text) for an untagged plain scalar."""
-    hint = text[:1]
-    if text in _MAP_CONSTANTS:
-        return _MAP_CONSTANTS[text]
-    if hint == ".":
-        f = _go_parse_float(text)
-        return text if f is None else f
-    if hint and hint in "+-0123456789":
-        if hint.isdigit() and any(p.match(text) for p in _TIMESTAMP_FORMATS):
-            return _Timestamp(text)
-        plain = text.replace("_", "")
-        i = _go_parse_int(plain, signed=True)
-        if i is None:
-            i = _go_parse_int(plain, signed=False)
-        if i is not None:
-            return i
-        f = _go_parse_float(plain)
-        if f is not None:
-            return f
-    return text
+def resolve_plain(text: str) -> Any:
+    """What a plain (unquoted) scalar is to yaml.v3."""
+    if text in _NAMED:
+        return _NAMED[text]
+    if text[0] == ".":
+        return float(text) if _FLOAT.fullmatch(text) else text
+    if text[0] not in "+-0123456789":
+        return text
+    if _TIMESTAMP.fullmatch(text):
+        return _Timestamp(text)
+    plain = text.replace("_", "")
+    if m := _INT.fullmatch(plain):
+        sign, hexa, octal, binary, legacy, decimal = m.groups()
+        digits, base = next((d, b) for d, b in ((hexa, 16), (octal, 8), (binary, 2), (legacy, 8), (decimal, 10))
+                            if d is not None)
+        number = int(sign + digits, base)
+        if -(2**63) <= number < 2**64:  # int64, else uint64; beyond both, a float as below
+            return number
+    return float(plain) if _FLOAT.fullmatch(plain) else text
 
 
 def resolves_as_string(text: str) -> bool:
-    """True when yaml.v3 reads `text`, written as a plain scalar, back as the same string."""
-    value = _resolve_plain(text)
-    return isinstance(value, str) and not isinstance(value, _Timestamp) and value == text
+    """Whether yaml.v3 reads `text`, written as a plain scalar, back as that string."""
+    value = resolve_plain(text) if text else None
+    return value == text and not isinstance(value, _Timestamp)
 
 
-class _Builder:
-    """Turns a composed PyYAML node graph into Python values, yaml.v3 style."""
+class _Loader(yaml.SafeLoader):
+    """PyYAML's syntax, yaml.v3's plain scalars; a key written twice in one mapping is refused (as yaml.v3 does)."""
 
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self._active: set[int] = set()
-        self.decodes = 1  # yaml.v3 counts the document node too
-        self.alias_count = 0
-        self._alias_depth = 0
-        self._alias_site: Any = None  # the outermost alias being expanded: where a bomb is reported
-        self._depth = 0
+    def resolve(self, kind, value, implicit):
+        if kind is yaml.ScalarNode and implicit[0]:
+            return "tag:yaml.org,2002:merge" if value == "<<" else "!plain"
+        return super().resolve(kind, value, implicit)
 
-    def err(self, node: Any, msg: str) -> StackFileError:
-        m = node.start_mark
-        return StackFileError(f"{self.where}:{m.line + 1}:{m.column + 1}: {msg}")
-
-    def build(self, node: Any) -> Any:
-        # yaml.v3 decoder.unmarshal: every node decoded counts; those inside an alias count as aliasing.
-        self.decodes += 1
-        if self._alias_depth:
-            self.alias_count += 1
-        if (self.alias_count > 100 and self.decodes > 1000
-                and self.alias_count / self.decodes > _allowed_alias_ratio(self.decodes)):
-            raise self.err(self._alias_site or node, "document contains excessive aliasing (yaml.v3 "
-                           "refuses it: the aliases expand to far more than the file holds)")
-        if isinstance(node, _Alias):
-            if not self._alias_depth:
-                self._alias_site = node
-            self._alias_depth += 1
-            try:
-                return self.build(node.target)
-            finally:
-                self._alias_depth -= 1
-        if id(node) in self._active:
-            raise self.err(node, "anchor value contains itself")
-        self._depth += 1
-        if self._depth > MAX_DEPTH:
-            raise self.err(node, f"nested deeper than {MAX_DEPTH} levels (aliases expanded); this reader "
-                                 "refuses that (yaml.v3 allows 10,000): flatten the value")
-        self._active.add(id(node))
-        try:
-            if isinstance(node, ScalarNode):
-                return self._scalar(node)
-            if isinstance(node, SequenceNode):
-                return [self.build(n) for n in node.value]
-            return self._mapping(node)
-        finally:
-            self._active.discard(id(node))
-            self._depth -= 1
-
-    def _scalar(self, node: ScalarNode) -> Any:
-        tag = node.tag
-        if tag == _PLAIN:
-            return _resolve_plain(node.value)
-        if tag == _Y + "str" or tag == "!":
-            return node.value
-        short = tag[len(_Y):] if tag.startswith(_Y) else None
-        if short in ("int", "float", "bool", "null", "timestamp"):
-            value = _resolve_plain(node.value)
-            kind = {bool: "bool", int: "int", float: "float", type(None): "null",
-                    _Timestamp: "timestamp", str: "str"}[type(value)]
-            if short == "float" and kind == "int":
-                return float(value)
-            if kind != short:
-                raise self.err(node, f"cannot decode !!{kind} `{node.value}` as a !!{short}")
-            return value
-        if short == "binary":
-            try:
-                data = base64.b64decode("".join(node.value.split()), validate=True)
-            except binascii.Error:
-                raise self.err(node, "!!binary value contains invalid base64 data") from None
-            return data.decode("utf-8", errors="replace")
-        # Unknown tags: yaml.v3 keeps the scalar's text.
-        return node.value
-
-    def _is_merge_key(self, key: Node) -> bool:
-        return isinstance(key, ScalarNode) and key.value == "<<" and key.tag in (
-            _PLAIN, _Y + "str", _Y + "merge", "!")
-
-    def _mapping(self, node: MappingNode) -> dict:
-        seen: dict[tuple[str, str], Node] = {}
-        for k, _ in node.value:
-            ident = (type(k).__name__, k.value if isinstance(k, ScalarNode) else str(id(k)))
-            if ident in seen:
-                first = seen[ident]
-                raise self.err(k, f"mapping key {k.value!r} already defined at line "
-                                  f"{first.start_mark.line + 1}")
-            seen[ident] = k
-        out: dict = {}
-        merges: list[Node] = []
-        for k, v in node.value:
-            if self._is_merge_key(k):
-                merges.append(v)
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.build(k)
-            if isinstance(key, (dict, list)):
-                raise self.err(k, "invalid map key (a mapping or sequence)")
-            out[key] = self.build(v)
-        for m in merges:
-            sources = m.value if isinstance(m, SequenceNode) else [m]
-            for src in sources:
-                if not isinstance(_unalias(src), MappingNode):
-                    raise self.err(src, "map merge requires map or sequence of maps as the value")
-                for mk, mv in self.build(src).items():
-                    out.setdefault(mk, mv)
-        return out
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, list | dict):
+                continue  # an unhashable key: refused as a key later, by its text
+            if key in seen:
+                raise yaml.MarkedYAMLError(problem=f'mapping key "{key}" already defined at line {seen[key] + 1}',
+                                           problem_mark=key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
-def _load_first_document(text: str, where: str) -> Any:
-    """The first YAML document of `text` as yaml.v3 decodes it into `any` (StackFileError where it refuses).
-
-    The same text parses to the same document: the last few parses are kept and each caller gets a copy
-    of its own (the test suite reads Pulumi.yaml and the shipped stack files hundreds of times, ~30 ms
-    each; a refused text raises every time)."""
-    return copy.deepcopy(_parse_first_document(text, where))
+_Loader.yaml_implicit_resolvers = {}
+_Loader.add_constructor("!plain", lambda loader, node: resolve_plain(loader.construct_scalar(node)))
 
 
-@functools.lru_cache(maxsize=32)
-def _parse_first_document(text: str, where: str) -> Any:
+def load_yaml(text: str, where: str) -> Any:
+    """The first document, as yaml.v3 decodes it (StackFileError with file:line:column where YAML fails)."""
     try:
-        loader = _Loader(text)  # PyYAML's reader checks every character here, before any parsing
-    except yaml.reader.ReaderError as e:
-        # yaml.v3 refuses the same characters ("yaml: control characters are not allowed").
-        line = text.count("\n", 0, e.position) + 1
-        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
-        raise StackFileError(f"{where}:{line}:{column}: invalid YAML: control character U+{e.character:04X} "
-                             "is not allowed (a stray byte, or a binary file?)") from None
-    try:
-        if not loader.check_node():  # empty stream
-            return None
-        node = loader.get_node()  # first document only, like yaml.Unmarshal
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        parts = [p for p in (e.context, e.problem) if p]
-        msg = "; ".join(parts) or "invalid YAML"
-        if mark is None:
-            raise StackFileError(f"{where}: invalid YAML: {msg}") from None
-        raise StackFileError(
-            f"{where}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {msg}") from None
-    except yaml.YAMLError as e:
-        raise StackFileError(f"{where}: invalid YAML: {e}") from None
-    except _TooDeepError as e:
-        raise StackFileError(
-            f"{where}:{e.mark.line + 1}:{e.mark.column + 1}: nested deeper than {MAX_DEPTH} levels; this "
-            "reader refuses that (yaml.v3 allows 10,000): flatten the value") from None
-    finally:
-        loader.dispose()
-    if node is None:
-        return None
-    try:
-        return _Builder(where).build(node)
-    except RecursionError:  # a safety net: MAX_DEPTH keeps well below Python's limit
-        raise StackFileError(f"{where}: nested too deeply to read") from None
+        return next(iter(yaml.load_all(text.removeprefix("\ufeff"), Loader=_Loader)), None)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise StackFileError(f"{where}{at}: invalid YAML: {err.problem or err.context}") from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow
+        before = text.removeprefix("\ufeff")[:err.position]
+        at = f"{before.count(chr(10)) + 1}:{err.position - before.rfind(chr(10))}"
+        raise StackFileError(f"{where}:{at}: invalid YAML: control character U+{err.character:04X} is not "
+                             "allowed") from None
+    except (ValueError, TypeError) as err:  # an explicit tag PyYAML's constructor cannot build (!!int 0o17)
+        raise StackFileError(f"{where}: invalid YAML: {err}") from None
+    except RecursionError:
+        raise StackFileError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
 
 
-# ---------------------------------------------------------------------------
-# Value -> string, as Go's encoding/json + pulumi config.Value produce it
-# ---------------------------------------------------------------------------
+# --- values as config.Value holds them (sdk/go/common/resource/config/object.go MarshalString) ---------------
 
 
-def _go_type_name(v: Any) -> str:
+def _extent(value: Any, seen: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """(values, levels) of `value` once aliases are expanded: an alias is the same Python object, counted again
+    (not walked again) wherever it appears."""
+    if not isinstance(value, list | dict):
+        return 1, 0
+    if id(value) not in seen:
+        seen[id(value)] = (1, MAX_DEPTH + 1)  # a cycle (`&a [*a]`) is too deep
+        items = [_extent(v, seen) for v in (value.values() if isinstance(value, dict) else value)]
+        seen[id(value)] = (1 + sum(n for n, _ in items), 1 + max((d for _, d in items), default=0))
+    return seen[id(value)]
+
+
+def _go_float(f: float) -> str:
+    """encoding/json's float64: 'f' format between 1e-6 and 1e21, else the exponent without zero padding."""
+    if not math.isfinite(f):
+        raise StackFileError(f"json: unsupported value: {f}")
+    if f == 0 or 1e-6 <= abs(f) < 1e21:
+        text = format(Decimal(repr(f)), "f")
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    mantissa, exponent = repr(f).split("e")
+    return f"{mantissa}e{exponent[0]}{exponent[1:].lstrip('0')}"
+
+
+def _scalar_text(v: Any) -> str:
+    """A scalar as the program gets it: its text, JSON text for a number or boolean, "" for null."""
     if v is None:
-        return "%!s(<nil>)"
+        return ""
+    if isinstance(v, _Timestamp):
+        raise StackFileError(f"{str(v)!r} reads as a timestamp, which the Pulumi CLI hands the program as Go's "
+                             "time text: quote it")
     if isinstance(v, bool):
-        return f"%!s(bool={'true' if v else 'false'})"
-    if isinstance(v, int):
-        if v > _INT64_MAX:
-            return f"%!s(uint64={v})"
-        return f"%!s(int={v})"
+        return "true" if v else "false"
     if isinstance(v, float):
-        return f"%!s(float64={_go_float(v, for_json=False)})"
+        return _go_float(v)
+    if not isinstance(v, str | int):  # an explicit tag (!!set, !!binary, !!timestamp): not a config value here
+        raise StackFileError(f"a YAML {type(v).__name__} is not read offline: write the value as a string")
     return str(v)
 
 
-def _go_float(f: float, for_json: bool = True) -> str:
-    """Format like Go encoding/json (for_json) after a yaml.v3 round trip."""
-    if math.isnan(f) or math.isinf(f):
-        txt = "NaN" if math.isnan(f) else ("+Inf" if f > 0 else "-Inf")
-        raise ValueError(f"json: unsupported value: {txt}")
-    if f == 0:
-        return "0"  # -0.0 is re-read by yaml.v3 as int 0
-    d = Decimal(repr(f)).normalize()  # shortest round-trip digits
-    sign, digits, exp = d.as_tuple()
-    ds = "".join(map(str, digits))
-    sci_exp = exp + len(ds) - 1
-    a = abs(f)
-    if for_json and 1e-6 <= a < 1e21:
-        return format(d, "f")
-    if not for_json and -4 <= sci_exp < 6:  # Go %v = strconv 'g', shortest
-        return format(d, "f")
-    mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
-    if sci_exp < 0:
-        e = f"e-{-sci_exp:02d}" if not for_json else f"e-{-sci_exp}"
-    else:
-        e = f"e+{sci_exp:02d}"
-    return ("-" if sign else "") + mant + e
-
-
-_GO_HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-                    "\u2028": "\\u2028", "\u2029": "\\u2029"}
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                  "\b": "\\b", "\f": "\\f"}
-
-
-def _go_json_string(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        if ch in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[ch])
-        elif ch in _GO_HTML_ESCAPES:
-            out.append(_GO_HTML_ESCAPES[ch])
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+def go_json(v: Any) -> str:
+    """encoding/json's Marshal: compact, map keys sorted, `<`, `>`, `&`, U+2028 and U+2029 escaped."""
+    if isinstance(v, dict):
+        items = sorted(((_scalar_text(k), x) for k, x in v.items()), key=lambda kv: kv[0])
+        return "{" + ",".join(f"{go_json(k)}:{go_json(x)}" for k, x in items) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(go_json(x) for x in v) + "]"
+    if isinstance(v, str) and not isinstance(v, _Timestamp):
+        text = json.dumps(v, ensure_ascii=False)
+        for ch, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                            ("\u2029", "\\u2029")):
+            text = text.replace(ch, escaped)
+        return text
+    return "null" if v is None else _scalar_text(v)
 
 
 def _is_secure(v: Any) -> bool:
     return isinstance(v, dict) and len(v) == 1 and isinstance(v.get("secure"), str)
 
 
-def _go_json(v: Any) -> tuple[str, bool]:
-    """Compact JSON as Go's json.Marshal writes it; also says if a secret is inside."""
-    if v is None:
-        return "null", False
-    if isinstance(v, bool):
-        return ("true" if v else "false"), False
-    if isinstance(v, int):
-        return str(v), False
-    if isinstance(v, float):
-        return _go_float(v), False
-    if isinstance(v, _Timestamp):
-        return _go_json_string(v.go_string()), False
-    if isinstance(v, str):
-        return _go_json_string(v), False
-    if isinstance(v, list):
-        parts = [_go_json(x) for x in v]
-        return "[" + ",".join(p for p, _ in parts) + "]", any(s for _, s in parts)
-    if isinstance(v, dict):
-        if _is_secure(v):
-            return '{"secure":' + _go_json_string(v["secure"]) + "}", True
-        items = []
-        secret = False
-        keyed = {_go_key(k): x for k, x in v.items()}
-        for k in sorted(keyed):  # Go sorts map keys bytewise == code point order
-            txt, s = _go_json(keyed[k])
-            secret = secret or s
-            items.append(_go_json_string(k) + ":" + txt)
-        return "{" + ",".join(items) + "}", secret
-    raise TypeError(f"unexpected value {v!r}")
+def _holds_secure(v: Any) -> bool:
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+    return _is_secure(v) or any(_holds_secure(x) for x in items)
 
 
-@dataclass(frozen=True)
-class ConfigValue:
-    """config.Value (sdk/go/common/resource/config/value.go): the text the program gets (ciphertext
-    while `secure`), and whether it is JSON of an object or list (`object`)."""
-
-    text: str
-    secure: bool = False
-    object: bool = False
-
-
-def config_value(value: Any) -> ConfigValue:
-    """A stack file's YAML value as config.Value.UnmarshalYAML stores it (ValueError on NaN/Inf)."""
-    if isinstance(value, (dict, list)) and not _is_secure(value):
-        text, secret = _go_json(value)
-        return ConfigValue(text, secure=secret, object=True)
-    out = config_value_to_string(value)
-    if isinstance(out, Secret):
-        return ConfigValue(out.raw, secure=True)
-    return ConfigValue(out)
+def config_key(key: Any) -> str:
+    """The full key of a stack file's key (stackConfigNamespacedWithProject, then config.ParseKey)."""
+    text = _scalar_text(key) if not isinstance(key, str) else key
+    if isinstance(key, str) and ":" not in key:
+        return f"{PROJECT}:{key}"
+    parts = text.split(":")
+    if len(parts) == 2:
+        return text
+    if len(parts) == 3 and parts[1] == "config":
+        return f"{parts[0]}:{parts[2]}"
+    raise StackFileError(f"could not parse {text} as a configuration key (configuration keys should be of the "
+                         "form `<namespace>:<name>`)")
 
 
-def config_value_to_string(value: Any) -> str | Secret:
-    """What the program sees for one top-level config value (ValueError on NaN/Inf)."""
-    if value is None:
-        return ""  # CLI warns: "No value for configuration key ..." and uses ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _go_float(value)
-    if isinstance(value, _Timestamp):
-        return value.go_string()
-    if isinstance(value, str):
-        return str(value)
-    if _is_secure(value):
-        return Secret(str(value["secure"]))
-    text, secret = _go_json(value)
-    return Secret(text, is_object=True) if secret else text
+# --- the stack file, merged with Pulumi.yaml's declarations (pkg/workspace/config.go mergeConfig) ------------
+
+_TYPE_HINTS = {
+    "array": "a YAML list in the stack file, or `pulumi config set --path '{name}[0]' <value>` per item (a plain "
+             "`pulumi config set {name} ...` stores a string)",
+    "integer": "an integer such as 2 (no decimals, no underscores)",
+    "boolean": "true or false (YAML yes/no/on/off are strings to Pulumi)",
+    "string": "a single string, not a list or a mapping",
+}
 
 
-# ---------------------------------------------------------------------------
-# Keys
-# ---------------------------------------------------------------------------
+def _type_ok(type_: str, v: Any) -> bool:
+    """workspace.ValidateConfigValue on the value as the CLI checks it: a list or map as itself, a scalar as the
+    text the program gets."""
+    if type_ == "array":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if isinstance(v, list | dict):
+        return False
+    text = _scalar_text(v)
+    if type_ == "integer":
+        return bool(re.fullmatch(r"[+-]?[0-9]+", text)) and -(2**63) <= int(text) < 2**63  # strconv.Atoi
+    if type_ == "boolean":
+        return text in ("true", "false")
+    return True
 
 
-def _yaml_key_text(k: Any) -> str:
-    """The text a scalar key decodes to as a Go string (yaml.v3 sets n.Value; we rebuild it): fmt's %v
-    (_go_key) but for null, whose node value is empty."""
-    return "" if k is None else _go_key(k)
+def from_config(config: Mapping[Any, Any], stack: str, where: str) -> Reading:
+    """The stack file's `config:` mapping (as load_yaml reads it) -> what the program is handed."""
+    data: dict[str, Any] = {}
+    spelt: dict[str, Any] = {}
+    for key, value in config.items():
+        try:
+            full = config_key(key)
+        except StackFileError as err:
+            raise StackFileError(f"{where}: {err}") from None
+        if full in data:
+            raise StackFileError(f"{where}: config keys {spelt[full]!r} and {key!r} both mean {full!r}; the Pulumi "
+                                 "CLI would keep one of them at random")
+        data[full], spelt[full] = value, key
+    count, levels = _extent(data, {})
+    if levels > MAX_DEPTH + 1:
+        raise StackFileError(f"{where}: nested deeper than {MAX_DEPTH} levels (aliases expanded)")
+    if count > MAX_VALUES:
+        raise StackFileError(f"{where}: excessive aliasing: more than {MAX_VALUES} values once aliases are expanded")
+    secret = sorted(k for k, v in data.items() if _holds_secure(v))
+    values: dict[str, str] = {}
+    for k, v in data.items():
+        try:
+            values[k] = SECURE_PLACEHOLDER if k in secret else go_json(v) if isinstance(v, list | dict) \
+                else _scalar_text(v)
+        except StackFileError as err:
+            raise StackFileError(f"{where}: {k}: {err}") from None
+    problems = []
+    for k in (k for k in KEYS if k.declared):
+        if k.full not in data:
+            values[k.full] = go_json(k.default) if isinstance(k.default, list) else _scalar_text(k.default)
+        elif k.full not in secret and not _type_ok(k.type, data[k.full]):
+            hint = _TYPE_HINTS[k.type].format(name=k.name)
+            problems.append(f"{k.full}: Stack '{stack}' with configuration key '{k.name}' must be of type "
+                            f"'{'array<string>' if k.type == 'array' else k.type}' (the Pulumi CLI refuses it; "
+                            f"use {hint})")
+    if problems:
+        raise StackFileError(f"{where}: the Pulumi CLI would not load this config:\n  - " + "\n  - ".join(problems))
+    return Reading(values, secret)
 
 
-def _parse_key(key: str) -> str:
-    """config.ParseKey alone."""
-    n = key.count(":")
-    if n == 1:
-        return key
-    if n == 2:
-        ns, module, name = key.split(":")
-        if module == "config":
-            return f"{ns}:{name}"
-    raise ValueError(
-        f"could not parse {key} as a configuration key "
-        "(configuration keys should be of the form `<namespace>:<name>`)")
-
-
-def _namespace_key(key: str, project: str) -> str:
-    """stackConfigNamespacedWithProject + config.ParseKey."""
-    return _parse_key(key if ":" in key else f"{project}:{key}")
-
-
-def _check_string_keys(v: Any) -> None:
-    """SimplifyMarshalledValue (sdk/go/common/workspace/project.go): yaml.v3 decodes a mapping whose keys
-    are all strings as map[string]any, which the cast returns untouched (it does not look inside);
-    only a map[any]any (some key not a string) and lists are walked, and a non-string key is an error."""
-    if isinstance(v, dict) and not all(isinstance(k, str) for k in v):
-        for k, x in v.items():
-            if not isinstance(k, str):
-                raise ValueError(f"expected only string keys, got '{_go_type_name(k)}'")
-            _check_string_keys(x)
-    elif isinstance(v, list):
-        for x in v:
-            _check_string_keys(x)
-
-
-def _go_key(k: Any) -> str:
-    """fmt %v of a map key (resource/config/object.go unmarshalObject, the map[any]any case)."""
-    if isinstance(k, str):
-        return k
-    if k is None:
-        return "<nil>"
-    if isinstance(k, bool):
-        return "true" if k else "false"
-    if isinstance(k, float):
-        return _go_float(k, for_json=False)
-    return str(k)
-
-
-# ---------------------------------------------------------------------------
-# Public API
-# ---------------------------------------------------------------------------
-
-
-def parse_stack_yaml(text: str, project: str, where: str = "<stack file>",
-                     *, allow_environment: bool = False) -> dict[str, str | Secret]:
-    """Like read_stack_file, for text already in memory."""
-    values = parse_stack_values(text, project, where, allow_environment=allow_environment)
-    return {k: (Secret(v.text, is_object=v.object) if v.secure else v.text) for k, v in values.items()}
-
-
-def parse_stack_values(text: str, project: str, where: str = "<stack file>",
-                       *, allow_environment: bool = False) -> dict[str, ConfigValue]:
-    """The stack file's config as config.Map holds it after LoadProjectStackBytes."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    doc = _load_first_document(text, where)
+def from_text(text: str, stack: str, where: str) -> Reading:
+    doc = load_yaml(text, where)
     if doc is None:
-        return {}
-    try:
-        _check_string_keys(doc)
-    except ValueError as e:
-        raise StackFileError(f"{where}: {e}") from None
+        doc = {}
     if not isinstance(doc, dict):
-        kind = "a list" if isinstance(doc, list) else f"a {type(doc).__name__} scalar"
-        raise StackFileError(
-            f"{where}: the stack file must be a mapping at the top level, but it is {kind}")
+        raise StackFileError(f"{where}: a stack file must be a mapping at the top level, not {type(doc).__name__}")
     for field in doc:
-        if field not in STACK_FILE_FIELDS:
-            close = difflib.get_close_matches(field, STACK_FILE_FIELDS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise StackFileError(
-                f"{where}: unknown top-level field {field!r} (a stack file has "
-                f"{', '.join(STACK_FILE_FIELDS)}){hint}")
-    if doc.get("environment") is not None and not allow_environment:
-        raise StackFileError(
-            f"{where}: 'environment' (Pulumi ESC) is set; its values are merged into config "
-            "by the CLI and cannot be reproduced offline")
-    config = doc.get("config")
-    if config is None:
-        return {}
+        if field not in STACK_FIELDS:
+            close = difflib.get_close_matches(str(field), STACK_FIELDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise StackFileError(f"{where}: unknown top-level field {field!r} (a stack file has "
+                                 f"{', '.join(STACK_FIELDS)}){hint}")
+    if doc.get("environment") is not None:
+        raise StackFileError(f"{where}: 'environment' (Pulumi ESC) is set: the CLI merges its values into the "
+                             "config, which cannot be done offline")
+    config = {} if doc.get("config") is None else doc["config"]
     if not isinstance(config, dict):
-        kind = "a list" if isinstance(config, list) else f"a {type(config).__name__}"
-        raise StackFileError(f"{where}: 'config' must be a mapping of keys to values, but it is {kind}")
-
-    result: dict[str, ConfigValue] = {}
-    origin: dict[str, str] = {}
-    # stackConfigNamespacedWithProject only rewrites a map[string]any; with any non-string key the
-    # keys reach config.ParseKey as yaml.v3 decodes them into string (their text), un-namespaced.
-    namespaced = all(isinstance(k, str) for k in config)
-    for raw_key, value in sorted(config.items(), key=lambda kv: str(kv[0])) if not namespaced else config.items():
-        try:
-            key = _namespace_key(raw_key, project) if namespaced else _parse_key(_yaml_key_text(raw_key))
-        except ValueError as e:
-            raise StackFileError(f"{where}: config key {raw_key!r}: {e}") from None
-        if key in result:
-            raise StackFileError(
-                f"{where}: config keys {origin[key]!r} and {raw_key!r} both mean {key!r}; "
-                "the Pulumi CLI would pick one of them at random")
-        try:
-            result[key] = config_value(value)
-        except ValueError as e:
-            raise StackFileError(f"{where}: config key {raw_key!r}: {e}") from None
-        origin[key] = raw_key
-    return result
+        raise StackFileError(f"{where}: 'config' must be a mapping of keys to values, not {type(config).__name__}")
+    return from_config(config, stack, where)
 
 
-def read_stack_file(path: str, project: str, *, allow_environment: bool = False
-                    ) -> dict[str, str | Secret]:
-    """Read Pulumi.<stack>.yaml and return {"ns:key": value-as-the-program-sees-it}.
-
-    A missing file gives {} (the CLI treats it as an empty stack config).
-    """
+def read(path: Path, stack: str) -> Reading:
+    """Pulumi.<stack>.yaml (a missing file is an empty config, as for the CLI)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = Path(path).read_bytes()
     except FileNotFoundError:
-        return {}
+        data = b""
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise StackFileError(f"{path}: not valid UTF-8 (byte offset {e.start})") from None
-    return parse_stack_yaml(text, project, path, allow_environment=allow_environment)
+    except UnicodeDecodeError as err:
+        raise StackFileError(f"{path}: not valid UTF-8 (byte offset {err.start})") from None
+    return from_text(text, stack, str(path))
 
 
-# ---------------------------------------------------------------------------
-# Names
-# ---------------------------------------------------------------------------
-
-_NAME_PREFIX = re.compile(r"[A-Za-z0-9_.-]*")
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-               "\t": "\\t", "\v": "\\v", "\\": "\\\\", "'": "\\'"}
-
-
-def _go_quote_byte(b: int) -> str:
-    """Go's %q applied to a byte (a rune in U+0000..U+00FF)."""
-    ch = chr(b)
-    if ch in _GO_ESCAPES:
-        return f"'{_GO_ESCAPES[ch]}'"
-    if b < 0x20 or b == 0x7F:
-        return f"'\\x{b:02x}'"
-    if not ch.isprintable():
-        return f"'\\u{b:04x}'"
-    return f"'{ch}'"
-
-
-def validate_stack_name(name: str, *, allow_dot_only: bool = True) -> None:
-    """Validate an unqualified stack name exactly like tokens.ParseStackName.
-
-    The CLI accepts "." and ".." (they match the character rule).  Pass
-    allow_dot_only=False to also reject names made only of periods.
-    """
-    if name == "":
+def validate_stack_name(name: str) -> None:
+    """tokens.ParseStackName's rule for a stack's own name (ValueError)."""
+    if not name:
         raise ValueError("a stack name may not be empty")
-    raw = name.encode("utf-8")
-    if len(raw) > 100:  # Go counts bytes
+    if len(name.encode()) > 100:
         raise ValueError("a stack name cannot exceed 100 characters")
-    m = _NAME_PREFIX.match(name)
-    end = m.end() if m else 0
-    if end != len(name):
-        pos = len(name[:end].encode("utf-8"))  # byte position, as Go reports it
-        raise ValueError(
-            "a stack name may only contain alphanumeric, hyphens, underscores, or periods: "
-            f"invalid character {_go_quote_byte(raw[pos])} at position {pos}")
-    if not allow_dot_only and set(name) == {"."}:
-        raise ValueError("a stack name may not consist only of periods")
-
-
-def validate_project_name(name: str) -> None:
-    """tokens.ValidateProjectName."""
-    if name == "":
-        raise ValueError("project names may not be empty")
-    if len(name.encode("utf-8")) > 100:
-        raise ValueError("project names are limited to 100 characters")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ValueError("project names may only contain alphanumerics, hyphens, underscores, and periods")
+    if bad := re.search(r"[^A-Za-z0-9_.-]", name):
+        raise ValueError("a stack name may only contain alphanumeric, hyphens, underscores, or periods: "
+                         f"invalid character {bad.group()!r} at position {bad.start()}")
