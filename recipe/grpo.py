@@ -28,6 +28,7 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
 from catalog.naming import PROJECT
 from catalog.paths import BucketPaths
+from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
 from recipe import memory
 from recipe.problems import Problem, named, problem
 
@@ -603,6 +604,8 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
         # verl's tensorboard logger writes here (verl/utils/tracking.py); unset it would write
         # inside the pod's working directory and vanish with the pod.
         "TENSORBOARD_DIR": paths.tensorboard_dir,
+        # Read by Ray's job supervisor from this env (catalog.ray): time for the run supervisor's release.
+        JOB_STOP_WAIT_ENV: str(JOB_STOP_WAIT_S),
     }
     return {"env_vars": env}
 
