@@ -85,9 +85,18 @@ class GrpoSettings:
     layout_options: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
     max_checkpoints_to_keep: int = 2
     total_training_steps: int = 0  # 0: verl's default (null), every epoch runs
+    save_contents: str = "full"  # a SAVE_CONTENTS key; "auto" until stacks.checkpoints resolves it
+    # save_freq came from stacks.checkpoints.cadence (the stack left it at 0), for the plan; not a setting.
+    save_freq_derived: bool = dataclasses.field(default=False, compare=False)
 
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
+# What a checkpoint holds (actor.checkpoint.save_contents; load_contents follows it: verl v0.6.1
+# trainer/config/actor/actor.yaml). "model": the fp32 shards, the RNG and the LR scheduler ('extra'), not
+# AdamW's moments: a third of the bytes, and a resume restarts the moments (utils/checkpoint/
+# fsdp_checkpoint_manager.py loads only what load_contents names). The merge needs only the model.
+SAVE_CONTENTS = {"full": ("model", "optimizer", "extra"), "model": ("model", "extra")}
+SAVE_CONTENTS_KEY = "actor_rollout_ref.actor.checkpoint.save_contents"
 # verl/utils/tracking.py Tracking.supported_backend (v0.6.1); the deprecated alias "tracking" is left out.
 LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio",
            "file")
@@ -430,6 +439,8 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]
     """Extra overrides as {key: value}, plus problems: malformed, a credential, or a key the recipe owns."""
     owned = {**{k: f"set {named(f)} instead" for k, f in _FROM_SETTINGS.items()},
              **{k: "is fixed by the recipe" for k in _FIXED},
+             SAVE_CONTENTS_KEY: f"comes from {named('save_contents')}",
+             "actor_rollout_ref.actor.checkpoint.load_contents": f"follows {named('save_contents')}",
              **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
              **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
              **{k: f"comes from {named(field)}" for k, field in _TASK.items()}}
@@ -517,6 +528,7 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},
     }
     values["trainer.logger"] = list(g.logger)
+    values[SAVE_CONTENTS_KEY] = list(SAVE_CONTENTS[g.save_contents])
     if task is not None:
         # verl reads local paths only (verl/utils/fs.py copies hdfs:// alone): the bucket mount, which the
         # TaskRunner and the reward workers (every Ray pod) see.

@@ -61,7 +61,15 @@ NVLINK_EFFICIENCY = 0.7  # collective bus bandwidth over the NVLink datasheet fi
 TP_COLLECTIVE_LATENCY_S = 10e-6  # one small all-reduce inside a node (estimate)
 PCIE_GBPS = 25.0  # host-to-GPU copy of an offloaded shard (PCIe Gen5 x16 shared by 2 GPUs: estimate)
 STEP_OVERHEAD_S = 10.0  # reward, Ray dispatch, data movement (estimate)
-CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # fp32 model shards + AdamW exp_avg/exp_avg_sq (save_contents default)
+# Per parameter, by save_contents (recipe.grpo.SAVE_CONTENTS): fp32 model shards, + AdamW exp_avg/exp_avg_sq.
+CHECKPOINT_BYTES_PER_PARAM = {"full": 4 + 8, "model": 4}
+
+
+def checkpoint_gb(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> float:
+    """One saved step. verl's FSDP checkpoint manager writes every rank's local shard
+    (model_world_size_*_rank_*.pt): under HSDP each replica holds a whole copy, `replicas` times the bytes."""
+    replicas = layout(acc, nnodes, g.fsdp_size).replicas
+    return CHECKPOINT_BYTES_PER_PARAM[g.save_contents] * spec.params * replicas / GB
 HF_BYTES_PER_PARAM = 2  # the staged bf16 safetensors copy of the model
 GSM8K_VAL_ROWS = GSM8K.val_rows  # validation generates one response each (val_kwargs.n = 1)
 DATA_GB = GSM8K.data_gb
@@ -246,9 +254,7 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     if g.save_freq > 0 and total:
         saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step
     kept = min(saved, g.max_checkpoints_to_keep)
-    # verl's FSDP checkpoint manager writes every rank's local shard (model_world_size_*_rank_*.pt): under
-    # HSDP each replica holds a whole copy, so a checkpoint is `replicas` times larger.
-    ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params * layout(acc, nnodes, g.fsdp_size).replicas / GB
+    ckpt_gb = checkpoint_gb(g, spec, acc, nnodes)
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
     st = step_time(g, spec, acc, nnodes, data)
     prompt = min(data.mean_prompt_tokens, g.max_prompt_length)

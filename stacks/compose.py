@@ -13,7 +13,6 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from catalog.ray import JOB_STOP_WAIT_S
 from components.apis import ProjectApis
 from components.budget import ProjectBudget
 from components.cluster import GkeCluster
@@ -287,9 +286,7 @@ def _grpo_job(cfg: StackConfig, d: derived.Derived, cluster: GkeCluster, storage
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
         max_recoveries=cfg.job.max_recoveries, logs_hint=logs_command, cluster_uid=ray.uid,
-        # A stop ends within Ray's stop wait (the runtime env's RAY_JOB_STOP_WAIT_TIME_S, catalog.ray): the
-        # delete waits that long and a minute more before it calls the job still running.
-        stop_timeout_s=JOB_STOP_WAIT_S + 60,
+        stop_timeout_s=job.stop_timeout_s,
         # The supervisor released the GPUs when the last run ended: the next submission brings them back.
         scale={"namespace": storage.namespace, "name": ray.name, "group": job.worker_group, "index": 0,
                "replicas": cfg.gpu_nodes},

@@ -23,7 +23,7 @@ from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.models import GB_PER_GIB, largest_file_gib, weights_gib
 from catalog.nodes import cpu_boot_disk_gb
 from catalog.paths import BucketPaths, bucket_paths, gs_url
-from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
+from catalog.ray import HEAD_EPHEMERAL_GIB, JOB_STOP_WAIT_S, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
 from components.run_supervisor import script_path, shipped_files, state_path
@@ -40,6 +40,9 @@ class GrpoJob:
     submission_id: str
     release: tuple[str, str] | None  # (RayCluster name, worker group) the supervisor scales to 0 after a run
     worker_group: str
+    # A stop ends within Ray's stop wait (the runtime env's RAY_JOB_STOP_WAIT_TIME_S, catalog.ray): the
+    # provider's delete waits that long and a minute more before it calls the job still running.
+    stop_timeout_s: int = JOB_STOP_WAIT_S + 60
 
 
 @dataclass(frozen=True)

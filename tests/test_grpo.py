@@ -248,7 +248,8 @@ def test_overrides_fix_the_tutorial(defaults):
     assert ov["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
     assert ov["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "4"
     assert ov["actor_rollout_ref.actor.strategy"] == "fsdp2"
-    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("30", "10", "2")
+    # The save cadence is derived (stacks.checkpoints.cadence: tests/test_save_cadence.py): some step count.
+    assert (ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("10", "2") and int(ov["trainer.save_freq"]) >= 1
     assert ov["trainer.max_actor_ckpt_to_keep"] == "2"
 
 
