@@ -29,6 +29,7 @@ from catalog.models import model_spec, tp_choices
 from catalog.naming import PROJECT
 from catalog.paths import BucketPaths
 from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
+from components.scripts import verl_main as tensorboard
 from recipe import memory
 from recipe.problems import Problem, named, problem
 
@@ -90,7 +91,6 @@ class GrpoSettings:
     save_freq_derived: bool = dataclasses.field(default=False, compare=False)
 
 
-ENTRY_MODULE = "verl.trainer.main_ppo"
 # What a checkpoint holds (actor.checkpoint.save_contents; load_contents follows it: verl v0.6.1
 # trainer/config/actor/actor.yaml). "model": the fp32 shards, the RNG and the LR scheduler ('extra'), not
 # AdamW's moments: a third of the bytes, and a resume restarts the moments (utils/checkpoint/
@@ -567,9 +567,10 @@ def _hydra(value: object) -> str:
     raise TypeError(f"no Hydra form for {value!r}")
 
 
-def entrypoint(overrides: list[str]) -> str:
-    """The shell command the Ray job runs; each override is quoted as one argument."""
-    return " ".join(["python3", "-m", ENTRY_MODULE, *(shlex.quote(o) for o in overrides)])
+def entrypoint(overrides: list[str], main_script: str) -> str:
+    """The trainer's command: verl's main_ppo through our entry (components/scripts/verl_main.py, shipped to
+    the bucket; same Hydra config, TensorBoard's events copied to the bucket); each override one argument."""
+    return " ".join(["python3", shlex.quote(main_script), *(shlex.quote(o) for o in overrides)])
 
 
 MERGE_TIMEOUT_S = 3600  # the merge (~5-10 min for 32B) on one GPU node; past this the GPUs are released
@@ -613,9 +614,10 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
         # verl's source is on the bucket: no __pycache__ written there by every process.
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
-        # verl's tensorboard logger writes here (verl/utils/tracking.py); unset it would write
-        # inside the pod's working directory and vanish with the pod.
-        "TENSORBOARD_DIR": paths.tensorboard_dir,
+        # verl's tensorboard logger writes to the pod's disk (verl/utils/tracking.py reads TENSORBOARD_DIR),
+        # and the trainer's entry copies the event files to the bucket (components/scripts/verl_main.py).
+        tensorboard.LOCAL_ENV: paths.tensorboard_local_dir,
+        tensorboard.BUCKET_ENV: paths.tensorboard_dir,
         # Read by Ray's job supervisor from this env (catalog.ray): time for the run supervisor's release.
         JOB_STOP_WAIT_ENV: str(JOB_STOP_WAIT_S),
     }

@@ -26,7 +26,7 @@ from catalog.paths import BucketPaths, bucket_paths, gs_url
 from catalog.ray import HEAD_EPHEMERAL_GIB, JOB_STOP_WAIT_S, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
-from components.run_supervisor import script_path, shipped_files, state_path
+from components.run_supervisor import main_path, script_path, shipped_files, state_path
 from recipe import grpo
 from stacks import checkpoints, dataset
 
@@ -142,7 +142,7 @@ def _job(cfg, paths: BucketPaths) -> GrpoJob:
     # The RayCluster's name is compose's cfg.name("ray") (RayCluster.name is the args' name as given).
     release = (cfg.name("ray"), WORKER_GROUP) if cfg.job.release_gpus else None
     entrypoint = grpo.supervised(
-        grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
+        grpo.entrypoint(overrides, main_path(paths)), script=script_path(paths), state=state_path(paths), paths=paths,
         expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
         keep=cfg.grpo.max_checkpoints_to_keep)
     runtime_env = grpo.runtime_env(acc, paths)
