@@ -103,3 +103,35 @@ def test_a_longer_run_on_the_same_checkpoints_trains_on(tmp_path):
         is None
     (ckpt / "latest_checkpointed_iteration.txt").write_text("60")  # a later save: the marker is stale
     assert supervise.finished_step(str(ckpt), ["x", "trainer.total_epochs=2"]) is None
+
+
+def test_a_stop_while_the_trainer_starts_still_reaches_the_trainer(tmp_path, monkeypatch):
+    """SIGTERM landing inside Popen (after the fork, before the supervisor holds the child) must not leave a
+    trainer nobody signals or waits for: the stop is held until the child is known."""
+    import os
+    import signal
+
+    started = []
+    real_popen = supervise.subprocess.Popen
+
+    def popen_then_stop(*args, **kwargs):
+        child = real_popen(*args, **kwargs)
+        started.append(child)
+        os.kill(os.getpid(), signal.SIGTERM)  # `ray job stop` right now
+        return child
+
+    monkeypatch.setattr(supervise.subprocess, "Popen", popen_then_stop)
+    args, trainer = supervise.parse(["--run-id", "r", "--max-recoveries", "1", "--state", str(tmp_path / "s.json"),
+                                     "--expected-gpus", "0", "--dashboard", "http://127.0.0.1:9", "--stop-grace-s",
+                                     "30", "--", sys.executable, "-c", "import time; time.sleep(120)"])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert supervise.run(args, trainer) == supervise.EXITS["stopped"]
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+    (child,) = started
+    assert child.returncode == -signal.SIGTERM  # forwarded, and waited for

@@ -532,6 +532,8 @@ class Supervisor:
         self.child: subprocess.Popen | None = None
         self.released = False
         self.release_tried = False
+        self._starting = False  # inside Popen: a stop is held (_stop_pending) until the child is known
+        self._stop_pending: int | None = None
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -559,7 +561,23 @@ class Supervisor:
     def _on_stop(self, signum, _frame):
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
+        if self._starting:
+            self._stop_pending = signum
+            return
         raise StoppedError()
+
+    def _start_trainer(self) -> None:
+        """Popen, where a stop raised after the fork would lose the trainer (never signalled, never waited
+        for): the stop is held until self.child is set, then passed on. A blocked signal mask would not do:
+        the trainer would inherit it and ignore Ray's SIGTERM."""
+        self._starting = True
+        try:
+            self.child = subprocess.Popen(self.trainer)
+        finally:
+            self._starting = False
+        if self._stop_pending is not None:
+            self.child.send_signal(self._stop_pending)
+            raise StoppedError()
 
     def _record(self, **fields) -> None:
         """A record that must not end the run: a failure to write it is printed."""
@@ -629,7 +647,7 @@ class Supervisor:
             step = latest_step(args.checkpoint_dir) if args.checkpoint_dir else None
             log(f"starting the trainer (attempt {args.attempt}, {budget.tally()}, "
                 f"resuming from {f'global_step_{step}' if step else 'the start'}): {shlex.join(self.trainer)}")
-            self.child = subprocess.Popen(self.trainer)
+            self._start_trainer()
             code = self.child.wait()
             self.child = None
             prune(args.checkpoint_dir, args.keep)
