@@ -312,28 +312,53 @@ def test_the_state_holds_the_secret_encrypted_and_the_pickled_provider(head, sta
     assert plain["outputs"]["runtime_env"]["env_vars"]["HF_TOKEN"]["plaintext"] == json.dumps(TOKEN)
 
 
+MOVED = """
+from components.ray_job_provider import RayJobProvider as _Job
+from components.stack_guard import BucketKeeperProvider as _Keeper, StackGuardProvider as _Guard
+
+
+class RayJobProvider(_Job):
+    pass
+
+
+class StackGuardProvider(_Guard):
+    pass
+
+
+class BucketKeeperProvider(_Keeper):
+    pass
+"""
+KINDS = {"RayJob": ("RayJobProvider", "components.ray_job_provider", "::job"),
+         "StackGuard": ("StackGuardProvider", "components.stack_guard", "::stack-guard"),
+         "BucketKeeper": ("BucketKeeperProvider", "components.stack_guard", "::bucket-keeper")}
+
+
 def test_a_changed_provider_pickle_is_an_update_that_moves_the_state_on(head, stack, tmp_path):
-    """State written by a provider class at another import path (as if the class had moved): one `up` of today's
-    code updates the job in place (never a replace) and its outputs then hold today's class, so refresh and
-    destroy work once the old path is gone."""
+    """State written by provider classes at another import path (as if they had moved): one `up` of today's code
+    updates each resource in place (never a replace) and the outputs then hold today's classes, so refresh and
+    destroy work once the old path is gone. The job's own diff says so; the guard's and the keeper's leave it to
+    the engine's comparison of the inputs."""
     old_place = tmp_path / "old_place"
     old_place.mkdir()
-    (old_place / "moved_provider.py").write_text(
-        "from components.ray_job_provider import RayJobProvider as _Today\n\n\n"
-        "class RayJobProvider(_Today):\n    pass\n")
+    (old_place / "moved_providers.py").write_text(MOVED)
     sid = new_id("moved")
-    stack.spec = {"jobs": {"job": job(head, sid)}, "provider": "moved_provider.RayJobProvider"}
+    stack.spec = {"jobs": {"job": job(head, sid)}, "guard": guard(**{"gcp:region": "us-central1"}),
+                  "bucket": "verl-data-0a1b2c3d",
+                  "providers": {kind: f"moved_providers.{cls}" for kind, (cls, _, _) in KINDS.items()}}
     stack.host_path, stack.ws.env["PYTHONPATH"] = str(old_place), str(old_place)
     stack.up()
-    assert _provider_class(stack.resource(show_secrets=True), "outputs") == "moved_provider.RayJobProvider"
+    for cls, _, tail in KINDS.values():
+        assert _provider_class(stack.resource(tail, show_secrets=True), "outputs") == f"moved_providers.{cls}"
     # today's code, and the old path gone for good
-    stack.spec.pop("provider")
+    stack.spec.pop("providers")
     stack.host_path = None
     stack.ws.env.pop("PYTHONPATH")
     shutil.rmtree(old_place)
     result = stack.up()
-    assert "1 updated" in result.out, str(result)
-    assert _provider_class(stack.resource(show_secrets=True), "outputs") == "components.ray_job_provider.RayJobProvider"
+    assert "3 updated" in result.out, str(result)
+    for cls, module, tail in KINDS.values():
+        assert _provider_class(stack.resource(tail, show_secrets=True), "outputs") == f"{module}.{cls}"
+    assert active(head, sid) == [sid]  # updated in place: the same job
     stack.cli("refresh", "--yes", "--skip-preview")
     stack.cli("destroy", "--yes", "--skip-preview")
     assert status_on(head, sid) == "STOPPED" and [j["submission_id"] for j in jobs_on(head.address, sid)] == [sid]
@@ -386,6 +411,7 @@ def test_a_guarded_change_is_refused_at_preview_before_anything_changes(head, st
     assert refused.code != 0
     assert "changing verl-gke:clusterMode from 'standard' to 'autopilot'" in refused.out, refused
     assert "pulumi config set verl-gke:clusterMode standard" in refused.out
+    assert "property verl-gke:clusterMode value" not in refused.out  # a resource-level failure, named in the reason
     assert status_on(head, sid) in ACTIVE and stack.resource()["outputs"]["entrypoint"] == "sleep 600"
     # a newly guarded key is recorded, not refused
     stack.spec["guard"] = guard(**{"verl-gke:clusterMode": "standard", "gcp:region": "us-central1"})
