@@ -81,12 +81,12 @@ def head():
 class Stack:
     """One stack of the test program on its own file backend; `spec` is what the program registers."""
 
-    def __init__(self, tmp_path: Path, venv: Path, env: dict[str, str] | None = None):
+    def __init__(self, tmp_path: Path, venv: Path):
         self.project = tmp_path / "program"
         shutil.copytree(PROGRAM_DIR, self.project, ignore=shutil.ignore_patterns("__pycache__"))
         self.ws = pulumi_cli.Workspace(self.project, tmp_path / "scratch", env={
             "PULUMI_RUNTIME_VIRTUALENV": str(venv), "PYTHONSAFEPATH": "1",
-            "RAY_ADDRESS": BOGUS_RAY_ADDRESS, "CLOUDSDK_AUTH_ACCESS_TOKEN": KUBE_TOKEN, **(env or {})})
+            "RAY_ADDRESS": BOGUS_RAY_ADDRESS, "CLOUDSDK_AUTH_ACCESS_TOKEN": KUBE_TOKEN})
         self.ws.env.pop("PYTHONPATH", None)  # the provider process must find the project in the venv alone
         self.spec: dict = {}
         self.host_path: str | None = None  # code the program imports ahead of the checkout's (an older release)
@@ -492,12 +492,13 @@ def released_within(kube: Unschedulable, seconds: float) -> float:
     return time.monotonic() - start
 
 
-def test_ctrl_c_during_the_wait_releases_the_gpus_and_fails_the_create(head, stack, kube):
-    """A first Ctrl-C: the engine's Cancel reaches the provider, whose wait ends at once; create scales the group
-    back to 0 and fails, so the engine records nothing and no operation is left pending."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_first_ctrl_c_or_sigterm_releases_the_gpus_and_fails_the_create(head, stack, kube, sig):
+    """A first Ctrl-C (SIGTERM alike): the engine's Cancel reaches the provider, whose wait ends at once; create
+    scales the group back to 0 and fails, so the engine records nothing and no operation is left pending."""
     sid = new_id("ctrlc")
     proc = waiting_up(head, stack, kube, sid)
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, sig)
     released_within(kube, 30)
     code, out = stack.finish(proc, timeout=60)
     assert code != 0
