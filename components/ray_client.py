@@ -18,7 +18,7 @@ import time
 from typing import Any, Self, TypedDict
 
 from catalog.ray import CLUSTER_LABEL, DASHBOARD_PORT, NODE_TYPE_LABEL, cluster_of_service
-from components import provider_stop
+from components import provider_stop, rdma_attach
 
 ACTIVE = frozenset({"PENDING", "RUNNING"})
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
@@ -387,6 +387,10 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float,
             elif head is None:
                 missing = "no alive head node in the state API"
             else:
+                attach = rdma_attach.check(dash, deadline)
+                if attach.problems:  # running and billing pods a retry would find the same: fail the wait now
+                    raise RayJobError(f"Ray cluster at {dash.url}: the GPUs joined, but NCCL would find no RDMA "
+                                      "NIC in the Ray container: " + "; ".join(attach.problems))
                 missing = f"all {gpus:g} of {expected_gpus} GPUs joined; the head's job agent is not serving yet"
                 try:
                     dash.agent_ready(head, deadline)

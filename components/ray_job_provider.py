@@ -212,6 +212,10 @@ class RayJobProvider(dyn.ResourceProvider):
                     scale_up(dash, job.scale, time.monotonic() + job.ready_timeout_s)
                     scaled = True
                 outs = self._submit_or_adopt(dash, job)
+                if scaled and outs.get("status") in TERMINAL:
+                    # An adopted attempt that has already ended (a spent budget adopts the dead one) releases
+                    # nothing any more: the group this create scaled up goes back to 0 here.
+                    outs["message"] = f"{outs.get('message') or ''}; {self._release(dash, job)}".lstrip("; ")
             except RayJobError as err:
                 if not scaled:
                     raise

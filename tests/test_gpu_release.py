@@ -95,6 +95,26 @@ def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head
         assert wait_status(head.address, created.id, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
 
 
+def test_a_create_that_adopts_a_spent_run_scales_the_group_back_to_zero(head, idle, monkeypatch):
+    """The provider scales the group up before it looks at the head; a run whose budget is spent is then
+    adopted, not resubmitted, and no supervisor will ever release those GPUs: the create does."""
+    run = f"spent-{uuid.uuid4().hex[:6]}"
+    RayJobProvider().create({"submission_id": run, "entrypoint": "exit 1", "expected_gpus": 0, "address": head.address})
+    assert wait_status(head.address, run, {"FAILED"}, timeout=120) == "FAILED"
+    with FakeKubeRay(head, TOKEN, name="rc-spent", group=GROUP, replicas=0, gpus_per_worker=GPUS,
+                     idle=idle) as kube:
+        monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
+        props = {"submission_id": run, "entrypoint": "exit 1", "expected_gpus": GPUS, "ready_timeout_s": 600,
+                 "max_recoveries": 0, "resubmit_on_failure": True, "gke": kube.gke(),
+                 "scale": {"namespace": kube.namespace, "name": kube.name, "group": GROUP, "index": 0,
+                           "replicas": 1}}
+        adopted = RayJobProvider().create(props)
+        assert (adopted.id, adopted.outs["status"]) == (run, "FAILED")
+        assert "recovery budget spent" in adopted.outs["message"]
+        assert "back to 0 replicas" in adopted.outs["message"]
+        assert kube.replicas == 0
+
+
 def test_a_group_that_moved_is_not_scaled_by_position(head, idle, tmp_path, monkeypatch):
     with FakeKubeRay(head, TOKEN, name="rc2", group="other-group", replicas=0, gpus_per_worker=GPUS,
                      idle=idle) as kube:

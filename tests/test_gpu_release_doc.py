@@ -36,10 +36,16 @@ def test_every_exit_of_the_supervisor_has_its_row_with_its_exit_code():
 def test_the_provider_functions_the_page_names_exist():
     named = set(re.findall(r"`(?:RayJobProvider\.)?(_?[a-z_]+)`", " ".join(" ".join(c) for c in
                                                                           _table("The job provider's failure paths"))))
-    methods = {"create", "delete", "read", "update", "_release", "_choose"}
+    methods = {"create", "delete", "read", "update", "_release"}
     assert methods <= named, named
     assert all(callable(getattr(RayJobProvider, m)) for m in methods)
-    assert "provider: on cancel/kill — see RayJobProvider shutdown handling" in DOC
+
+
+def test_the_interrupted_create_row_gives_the_providers_own_grace():
+    from components import provider_stop
+
+    row = next(r for r in _table("The job provider's failure paths") if r[0].startswith("`create` interrupted:"))
+    assert "`components/provider_stop.py`" in row[1] and f"within {provider_stop.KILL_GRACE_S:g} s" in row[1]
 
 
 def test_the_figures_and_the_manual_command_are_the_codes():

@@ -678,3 +678,17 @@ def test_in_run_recoveries_reported_by_the_supervisor_count_too(head, provider):
     assert adopted.id == sid and adopted.outs["recoveries"] == 3
     assert adopted.outs["message"].startswith("recovery budget spent (3 of 3)")
     # the logs hint after a failure seen by a waiting `pulumi up`: test_failing_job_surfaces_its_log_tail
+
+
+def test_readiness_fails_when_a_gpu_workers_first_container_is_not_the_ray_one(head, monkeypatch):
+    """Issue 43 item 11: once the GPUs have joined, the wait reads the worker pods through the API server; a
+    pod whose GCS FUSE sidecar went first (its RDMA NICs with it) fails the wait with the pod named."""
+    from tests.test_rdma_attach import NAMESPACE, worker_pod
+
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+    pods = {"kind": "PodList", "items": [worker_pod("standard", "rc-gpu-group-worker-a", native_sidecar=False)]}
+    with ServiceProxy(head.address, "tok", objects={f"/api/v1/namespaces/{NAMESPACE}/pods": pods}) as proxy, \
+            ray_client.Dashboard({"gke": proxy.gke()}) as dash:
+        with pytest.raises(RayJobError) as err:
+            ray_client.wait_until_ready(dash, 2, 120)
+    assert "GPU worker pod rc-gpu-group-worker-a: its first container is 'gke-gcsfuse-sidecar'" in str(err.value)
