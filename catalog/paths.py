@@ -108,3 +108,11 @@ def gs_url(bucket: str, in_pod_path: str) -> str:
     if relative.startswith(".."):
         raise ValueError(f"{in_pod_path!r} is not under the bucket mount {MOUNT}")
     return f"gs://{bucket}/{relative}"
+
+
+# The trainer's TensorBoard folders as the job's runtime env names them: verl's adapter writes to
+# TENSORBOARD_DIR (verl/utils/tracking.py), components/scripts/verl_main.py copies what it writes to the
+# bucket folder. That script runs alone on the Ray nodes and spells both names itself
+# (tests/test_tensorboard_copy.py holds the two spellings equal).
+TENSORBOARD_LOCAL_ENV = "TENSORBOARD_DIR"
+TENSORBOARD_BUCKET_ENV = "VERL_GKE_TENSORBOARD_BUCKET_DIR"

@@ -27,9 +27,8 @@ from catalog.accelerators import Accelerator, nccl_env
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
 from catalog.naming import PROJECT
-from catalog.paths import BucketPaths
+from catalog.paths import TENSORBOARD_BUCKET_ENV, TENSORBOARD_LOCAL_ENV, BucketPaths
 from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
-from components.scripts import verl_main as tensorboard
 from recipe import memory
 from recipe.problems import Problem, named, problem
 
@@ -618,8 +617,8 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
         "PYTHONUNBUFFERED": "1",
         # verl's tensorboard logger writes to the pod's disk (verl/utils/tracking.py reads TENSORBOARD_DIR),
         # and the trainer's entry copies the event files to the bucket (components/scripts/verl_main.py).
-        tensorboard.LOCAL_ENV: paths.tensorboard_local_dir,
-        tensorboard.BUCKET_ENV: paths.tensorboard_dir,
+        TENSORBOARD_LOCAL_ENV: paths.tensorboard_local_dir,
+        TENSORBOARD_BUCKET_ENV: paths.tensorboard_dir,
         # Read by Ray's job supervisor from this env (catalog.ray): time for the run supervisor's release.
         JOB_STOP_WAIT_ENV: str(JOB_STOP_WAIT_S),
     }

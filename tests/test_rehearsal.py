@@ -67,6 +67,8 @@ needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESP
 
 STANDIN_TRAINER = REPO / "tests" / "standins" / "verl_trainer.py"
 STANDIN_MERGE = REPO / "tests" / "standins" / "merge.py"
+# Shipped in the real NCCL check's place: it needs GPUs, torch and RDMA NICs (tests/test_nccl_check.py tests it).
+STANDIN_NCCL_CHECK = REPO / "tests" / "standins" / "nccl_check.py"
 LOCAL_ONLY = ("/tmp", "/dev/shm")  # emptyDirs on the pod's disk: the host's own /tmp stands in for them
 # The head pod's library path differs from the workers' only so that what the GPU actors report tells
 # expansion on their own node from a value the driver on the head passed along.
@@ -146,7 +148,8 @@ def stage(p: dict, bucket: Path, pods: dict[str, placement.Pod]) -> None:
     for src, dest in (words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--ship"):
         shipped = local(dest)
         shipped.parent.mkdir(parents=True, exist_ok=True)
-        shipped.write_text(scripts[os.path.basename(src)])
+        name = os.path.basename(src)
+        shipped.write_text(STANDIN_NCCL_CHECK.read_text() if name == "nccl_check.py" else scripts[name])
 
 
 def rendered_job(p: dict) -> dict:
@@ -705,7 +708,8 @@ def test_a_rehearsal_is_repeated_only_for_inputs_that_are_the_same():
     assert not changed(lambda q: env(q).update(NCCL_TUNER_CONFIG_PATH="/x.txtpb"))
     assert not changed(lambda q: job(q).update(submission_id="verl-grpo-b200-000000000000"))
     # What the rehearsal runs never reads NCCL's settings: the stand-ins, the supervisor and what it ships with.
-    readers = [*(REPO / "tests" / "standins").glob("*.py"), *(REPO / "components" / "scripts").glob("*.py")]
+    readers = [*(REPO / "tests" / "standins").glob("*.py"),
+               *(f for f in (REPO / "components" / "scripts").glob("*.py") if f.name != "nccl_check.py")]
     assert readers and not [f.name for f in readers if "NCCL_" in f.read_text()]
     # Today: h200 and b200 under one name plan alike, NCCL's tuner file aside; dev-b200 has one GPU node, dev other
     # GPUs.
@@ -755,6 +759,9 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         # The restarted trainer resumed from a checkpoint the first one saved, read through the head's mount.
         resumed = re.findall(r"resuming from global_step_(\d+)", logs)
         assert resumed and int(resumed[-1]) >= 3, logs[-4000:]
+        # the two-node NCCL check (its stand-in here) ran before each of the two trainer starts
+        checks = re.findall(r"NCCL check \(stand-in\) passed: 2 nodes x 8 GPUs, 8 NICs each", logs)
+        assert len(checks) == logs.count("starting the trainer") == 2, logs[-4000:]
         # verl's rotation in the second process forgot the first one's saves; the supervisor pruned them.
         assert sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) == \
             ["global_step_5", "global_step_6"]

@@ -175,3 +175,10 @@ def test_the_entry_is_verls_main_ppo_with_its_own_config():
     called = {ast.unparse(n) for n in ast.walk(entry) if isinstance(n, ast.Call)}
     assert "main_ppo.run_ppo(config, task_runner_class=runner)" in called
     assert "hydra.main(config_path=config_dir, config_name='ppo_trainer', version_base=None)" in called
+
+
+def test_the_copy_reads_the_folders_the_job_env_names():
+    """verl_main.py runs alone on the Ray nodes and spells the env names itself: as the recipe renders them."""
+    from catalog.paths import TENSORBOARD_BUCKET_ENV, TENSORBOARD_LOCAL_ENV
+
+    assert (verl_main.LOCAL_ENV, verl_main.BUCKET_ENV) == (TENSORBOARD_LOCAL_ENV, TENSORBOARD_BUCKET_ENV)

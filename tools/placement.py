@@ -31,7 +31,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.scripts.verl_main import BUCKET_ENV as TENSORBOARD_BUCKET_ENV
+from catalog.paths import TENSORBOARD_BUCKET_ENV
 
 DRIVER_ON_WORKERS_ENV = "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES"
 ENTRYPOINT_RESOURCE_KEYS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
