@@ -134,8 +134,10 @@ def block_dev(ps: dict[str, Planned]) -> str:
     tokens = (m["settings"]["ppo_max_token_len_per_gpu"], m["settings"]["log_prob_max_token_len_per_gpu"])
     return "\n".join([
         f"- **Price**: {usd(hourly['totalKnownUsdPerHour'])}/h ({parts}).",
-        f"- **The whole run**: {hours} h, {span(run['usd'], usd)} (low / expected / high); the first training "
-        f"step {p.plan['criticalPath']['minutes']:g} min after `pulumi up` starts.",
+        # The critical path ends with every GPU in Ray, when the job is submitted (tools/critical_path.py).
+        f"- **The whole run**: {hours} h, {span(run['usd'], usd)} (low / expected / high); every GPU in Ray and "
+        f"the job submitted {p.plan['criticalPath']['minutes']:g} min after `pulumi up` starts, the job's "
+        "start-up (model read, vLLM) after that.",
         f"- **Training**: {z['total_steps']} steps of {span(step_seconds(z))} s, "
         f"{plural(z['validations'], 'validation')}, {plural(z['checkpoints_saved'], 'checkpoint')} of "
         f"{z['checkpoint_gb']:g} GB.",
