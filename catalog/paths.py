@@ -15,6 +15,7 @@ MOUNT = "/data"  # the bucket's data (verl source, weights, datasets): writer PV
 # only-dir=checkpoints): checkpoints never pass through the data mounts and their caches.
 CHECKPOINT_MOUNT = "/checkpoints"
 DATASETS_CACHE = "/tmp/hf-datasets"
+TENSORBOARD_LOCAL = "/tmp/verl-gke-tensorboard"
 # The staging lease object (created with ifGenerationMatch=0): one staging run per bucket at a time.
 STAGING_LEASE = ".verl-gke/staging.lease"
 # Written last into a staged folder; a folder without it is incomplete and is redone.
@@ -32,12 +33,15 @@ class BucketPaths:
     val_file: str
     hf_home: str
     checkpoint_dir: str
-    tensorboard_dir: str  # verl's TENSORBOARD_DIR (verl/utils/tracking.py; default: inside the pod's CWD)
+    tensorboard_dir: str  # where TensorBoard reads the run's events: the bucket (components/scripts/verl_main.py)
     merged_dir: str  # the Hugging Face folder the last checkpoint is merged into
     scripts_dir: str  # our scripts the Ray job runs (the run supervisor), shipped by the staging Job
     # HF datasets' Arrow cache (HF_DATASETS_CACHE): on the pod's own disk (the workers' /tmp emptyDir),
     # never through GCS FUSE; verl's TaskRunner rebuilds it from the parquet files in seconds.
     datasets_cache: str = DATASETS_CACHE
+    # verl's TENSORBOARD_DIR (verl/utils/tracking.py): the TaskRunner's pod disk (the workers' /tmp emptyDir),
+    # copied to tensorboard_dir: on GCS FUSE each event record would be an upload of its own.
+    tensorboard_local_dir: str = TENSORBOARD_LOCAL
 
 
 def stack_segment(stack: str) -> str:

@@ -20,6 +20,14 @@ WORKER_GROUP = "gpu-group"
 # The Ray container of a GPU worker pod: the pod's first container, which GKE gives the RDMA NICs
 # (components.rdma_attach checks that it still is once the webhooks have run).
 WORKER_CONTAINER = "ray-worker"
+# Seconds Ray's job supervisor waits after the SIGTERM of `ray job stop` before it SIGKILLs the entrypoint's
+# process tree: int(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", 3)) in the supervisor actor, whose env is the
+# job's runtime env (ray/dashboard/modules/job/job_supervisor.py JobSupervisor.run and job_manager.py
+# _get_supervisor_runtime_env, ray 2.60.0 b7f4259e). Ray's 3 s cannot hold the run supervisor's release of
+# the GPU group (up to 3 PATCHes of 30 s) and its stop record on the bucket: components/scripts/supervise.py
+# bounds its release by this value less STOP_RECORD_S. An integer string: Ray parses it with int().
+JOB_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+JOB_STOP_WAIT_S = 90
 # What `pulumi up` waits for on the RayCluster: KubeRay's record of its head Pod's IP,
 # `status.head.podIP` (ray-project/kuberay ray-operator/apis/ray/v1/raycluster_types.go HeadInfo, set
 # from the head Pod by raycluster_controller.go updateHeadInfo; both at v1.0.0 1add258f, v1.2.2

@@ -18,6 +18,7 @@ import time
 from typing import Any, Self, TypedDict
 
 from catalog.ray import CLUSTER_LABEL, DASHBOARD_PORT, NODE_TYPE_LABEL, cluster_of_service
+from components import provider_stop, rdma_attach
 
 ACTIVE = frozenset({"PENDING", "RUNNING"})
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
@@ -52,6 +53,10 @@ class GkeDashboard(TypedDict, total=False):
 
 class RayJobError(Exception):
     """A failure the operator has to act on; the message says what was tried and where."""
+
+
+class StoppedError(RayJobError):
+    """The provider process is stopping (the engine's Cancel, its kill, or the engine gone): no more waiting."""
 
 
 class DashboardError(RayJobError):
@@ -128,11 +133,13 @@ def tail(text: str, lines: int) -> str:
 
 
 def pause(step: int, deadline: float, cap: float) -> bool:
-    """Sleep a capped exponential backoff, never past the deadline; False once the deadline has passed."""
+    """Sleep a capped exponential backoff, never past the deadline; False once the deadline has passed.
+    Raises StoppedError at once when the provider process is stopping (components.provider_stop)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return False
-    time.sleep(min(cap, 0.25 * 2**step, remaining))
+    if provider_stop.wait(min(cap, 0.25 * 2**step, remaining)):
+        raise StoppedError(f"stopped waiting: {provider_stop.reason()}")
     return True
 
 
@@ -348,7 +355,10 @@ def progress(text: str) -> None:
     """One line on the provider's stderr. Since Pulumi CLI 3.146.0 the engine passes a dynamic provider's
     stdout/stderr through to the console line by line (pulumi/pulumi#18253, sdk/go/common/resource/plugin/
     plugin.go `isDynamicPluginBinary`); `pulumi.log` from a provider does not reach it (#18249)."""
-    print(f"[verl-gke] {text}", file=sys.stderr, flush=True)
+    try:
+        print(f"[verl-gke] {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # the engine is gone (pulumi killed): nobody reads it, and the wait must reach its release
 
 
 def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float,
@@ -377,6 +387,10 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float,
             elif head is None:
                 missing = "no alive head node in the state API"
             else:
+                attach = rdma_attach.check(dash, deadline)
+                if attach.problems:  # running and billing pods a retry would find the same: fail the wait now
+                    raise RayJobError(f"Ray cluster at {dash.url}: the GPUs joined, but NCCL would find no RDMA "
+                                      "NIC in the Ray container: " + "; ".join(attach.problems))
                 missing = f"all {gpus:g} of {expected_gpus} GPUs joined; the head's job agent is not serving yet"
                 try:
                     dash.agent_ready(head, deadline)
@@ -394,7 +408,12 @@ def wait_until_ready(dash: Dashboard, expected_gpus: int, timeout_s: float,
             cut_short = time.monotonic() >= deadline and missing != "nothing polled yet"
             if not err.expired and not cut_short:
                 missing = f"dashboard not ready; last error: {err}"
-        if not pause(step, deadline, READY_POLL_CAP_S):
+        try:
+            waited = pause(step, deadline, READY_POLL_CAP_S)
+        except StoppedError as stopped:
+            raise StoppedError(f"{stopped} after {time.monotonic() - started:.0f}s of {timeout_s:g}s for the Ray "
+                               f"cluster at {dash.url}: {missing}") from None
+        if not waited:
             raise RayJobError(f"Ray cluster at {dash.url} not ready after {timeout_s:g}s: {missing}"
                               + pods_report(dash))
         step += 1

@@ -3,9 +3,6 @@
 Generic: what runs (entrypoint, runtime env) and where (a dashboard address, or a KubeRay head
 service behind GKE's API server) are its inputs (RayJobArgs, components.ray_job_input: the same
 typed input the provider reads). The GRPO run is one instance (stacks.compose).
-
-This module is also the import path that state written before the split pickled the provider
-under (`components.ray_job.RayJobProvider`): keep that name importable here.
 """
 
 from __future__ import annotations

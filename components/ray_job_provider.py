@@ -15,13 +15,17 @@ Refresh and delete know three answers (components.ray_presence): present, absent
 server says so) or unknown; unknown fails the call and the state stays. Delete succeeds only for a
 job seen stopped or finished, or absent. A job adopted from the head must be ours (a digest in its
 metadata, or its entrypoint). Create is all or nothing: a worker group it scaled up goes back to 0
-when the cluster is not ready in time or the submission fails. The job follows its RayCluster:
+when the cluster is not ready in time, the submission fails, or the provider process is stopping (the
+engine's Cancel on Ctrl-C, its kill, or `pulumi` killed: components.provider_stop). The job follows its RayCluster:
 `cluster_uid` is a replace key (absent in an old state: no change).
 
 Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
 supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
 reported, not resubmitted. Before waiting for the GPUs, `scale` brings the RayCluster's worker group
 back to its size (the supervisor scales it to 0 when a run ends).
+
+Pulumi keeps the pickled provider (`__provider`) in the outputs, and refresh and destroy unpickle it from there: a
+pickle that changed (the class moved) is an update, so the outputs move on with it (`pickle_changed`).
 
 Every method reads its props through one typed input (components.ray_job_input: JobInput.from_props,
 which takes every shape a state already holds) and the job's outputs (JobOutputs); what is said to the
@@ -36,6 +40,7 @@ from typing import Any
 
 import pulumi.dynamic as dyn
 
+from components import provider_stop
 from components.attempts import attempt_id, attempt_number
 from components.ray_client import (
     ACTIVE,
@@ -65,6 +70,7 @@ REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
 FOLLOWS_KEY = "cluster_uid"  # replaces when it changes; absent on either side is no change
 DIGEST_KEY = "verl_gke_digest"  # in the submitted job's metadata: what makes a job on the head ours
 SUBMIT_MIN_WINDOW_S = 30  # retries of "No available agent" get at least this long after readiness
+PROVIDER_KEY = "__provider"  # where the SDK keeps the pickled provider in the inputs and outputs
 
 
 def _wire_unknowns(value: Any) -> Any:
@@ -153,6 +159,13 @@ def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
 
 
+def pickle_changed(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """The provider pickled into the state's outputs (`__provider`, the SDK's key) is not the program's now: another
+    class path or another pickle of it. Unknown or absent on either side: no change."""
+    old, new = olds.get(PROVIDER_KEY), news.get(PROVIDER_KEY)
+    return isinstance(old, str) and isinstance(new, str) and not is_unknown(new) and old != new
+
+
 def _message(ray_message: str | None, note: str) -> str:
     """Ray's message, led by the run supervisor's newest line (its recoveries) when there is one."""
     return f"{note} | {ray_message or ''}".strip(" |") if note else (ray_message or "")
@@ -165,6 +178,7 @@ class RayJobProvider(dyn.ResourceProvider):
     """Submits one Ray job per attempt and tracks it. Stateless: safe to pickle and run anywhere."""
 
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        provider_stop.watch()  # from the first call on: a Cancel may come before the create it is meant for
         failures = [dyn.CheckFailure(prop, reason) for prop, reason in JobInput.from_props(news).problems()]
         inputs = _wire_unknowns(news)  # stored as given: no defaults, so a state's inputs never grow by themselves
         # The attempt state remembers (put into the inputs by `read`) rides along to the next create.
@@ -173,12 +187,19 @@ class RayJobProvider(dyn.ResourceProvider):
         return dyn.CheckResult(inputs, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        return diff_inputs(olds, news)
+        result = diff_inputs(olds, news)
+        if not result.changes and pickle_changed(olds, news):
+            # An update, which stores the new pickle in the outputs: refresh and destroy unpickle the provider from
+            # the outputs, and a "no change" keeps the old ones (the engine's Same step), and with them the class
+            # path of the day the job was created. The job is not touched (update keeps it).
+            return dyn.DiffResult(changes=True, replaces=[], delete_before_replace=True)
+        return result
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        """All or nothing: when the cluster is not ready in time or the submission fails, the worker group
-        this create scaled up goes back to 0 before the error is raised (the engine records nothing for
-        a failed create, so nothing else would ever scale it down)."""
+        """All or nothing: when the cluster is not ready in time, the submission fails or the provider process
+        is stopping, the worker group this create scaled up goes back to 0 before the error is raised (the
+        engine records nothing for a failed or interrupted create, so nothing else would ever scale it down)."""
+        provider_stop.watch()
         job = JobInput.from_props(props)
         problems = job.problems()
         if problems:
@@ -191,6 +212,10 @@ class RayJobProvider(dyn.ResourceProvider):
                     scale_up(dash, job.scale, time.monotonic() + job.ready_timeout_s)
                     scaled = True
                 outs = self._submit_or_adopt(dash, job)
+                if scaled and outs.get("status") in TERMINAL:
+                    # An adopted attempt that has already ended (a spent budget adopts the dead one) releases
+                    # nothing any more: the group this create scaled up goes back to 0 here.
+                    outs["message"] = f"{outs.get('message') or ''}; {self._release(dash, job)}".lstrip("; ")
             except RayJobError as err:
                 if not scaled:
                     raise
@@ -229,7 +254,8 @@ class RayJobProvider(dyn.ResourceProvider):
         the head (a create after lost state must not take the GPUs from a running job). Never raises."""
         scale = job.scale
         where = f"RayCluster {scale['namespace']}/{scale['name']} group {scale['group']}"
-        deadline = time.monotonic() + job.release_timeout_s
+        # Inside the engine's grace when it is killing the provider process.
+        deadline = min(time.monotonic() + job.release_timeout_s, provider_stop.deadline() or float("inf"))
         try:
             live = [j["submission_id"] for j in dash.jobs(deadline)
                     if attempt_number(j.get("submission_id"), job.submission_id) and j.get("status") in ACTIVE]
@@ -287,6 +313,7 @@ class RayJobProvider(dyn.ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         """Present: its status. Absent (Ray or the API server says so): GONE. Unknown: refresh fails and the
         state stays as it was (components.ray_presence)."""
+        provider_stop.watch()
         outs = {k: v for k, v in props.items() if not k.startswith("__")}
         if not outs.get("address") and not outs.get("gke"):
             raise RayJobError(f"cannot read Ray job {id_}: no `address` or `gke` in its state")
@@ -324,6 +351,7 @@ class RayJobProvider(dyn.ResourceProvider):
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         """Succeeds only when the job is seen stopped or finished, or Ray or the API server says it is gone.
         Anything else fails, and the job stays in the state (a replacement is never submitted beside it)."""
+        provider_stop.watch()
         job = JobInput.from_props(props)
         job_id = JobOutputs.from_props(props).job_id or id_
         window = job.probe_window_s

@@ -4,7 +4,8 @@ The Ray job's entrypoint runs it on the head; it runs the trainer, recovers from
 merges the last checkpoint and finally scales the RayCluster's GPU group to zero. It reaches the
 head pod through the bucket (the staging Job copies it there, DataPrepArgs.extra_files), not through
 the RayCluster spec, so changing it never recreates the cluster. It ships with the module of what it
-shares with the job provider (scripts/verl_gke_protocol.py), in one folder named by a hash of both
+shares with the job provider (scripts/verl_gke_protocol.py) and the trainer's entry (scripts/verl_main.py:
+verl's main_ppo, TensorBoard's events copied to the bucket), in one folder named by a hash of the
 files: a running job's copy is never overwritten, and a change to either is a changed run.
 
 GpuReleaseAccess lets the head pod's service account get and patch that one RayCluster (a
@@ -30,7 +31,9 @@ from components.problems import Problem, require
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "supervise.py"
 PROTOCOL_FILE = SCRIPT_FILE.with_name("verl_gke_protocol.py")  # supervise.py imports it from its own folder
 NCCL_CHECK_FILE = SCRIPT_FILE.with_name("nccl_check.py")  # run by supervise.py before each trainer start
-SHIPPED = (SCRIPT_FILE, PROTOCOL_FILE, NCCL_CHECK_FILE)
+# The trainer the supervisor runs: verl's main_ppo with TensorBoard's events copied to the bucket.
+MAIN_FILE = SCRIPT_FILE.with_name("verl_main.py")
+SHIPPED = (SCRIPT_FILE, PROTOCOL_FILE, MAIN_FILE, NCCL_CHECK_FILE)
 NCCL_CHECK_NODES = 2  # two nodes cross the RDMA NICs; more would only lengthen the check
 STATE_FILE = "verl-gke-run.json"  # the recovery budget, next to the checkpoints (see supervise.Budget)
 
@@ -45,6 +48,11 @@ def _folder(paths: BucketPaths) -> str:
 def script_path(paths: BucketPaths) -> str:
     """The supervisor's in-pod path in the bucket (the entrypoint runs it): content-addressed."""
     return posixpath.join(_folder(paths), SCRIPT_FILE.name)
+
+
+def main_path(paths: BucketPaths) -> str:
+    """The trainer's entry script (scripts/verl_main.py), in the same content-addressed folder."""
+    return posixpath.join(_folder(paths), MAIN_FILE.name)
 
 
 def shipped_files(paths: BucketPaths) -> dict[str, str]:

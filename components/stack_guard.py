@@ -14,9 +14,9 @@ BucketKeeper prints, on `pulumi destroy`, the bucket that outlives the stack and
 
 Like the job provider: importable module, nothing on `self`, no import-time side effects. Pulumi pickles
 both providers by reference (dill: `components.stack_guard.StackGuardProvider`/`BucketKeeperProvider`) and
-refresh/destroy/removal unpickle them from the state: keep both names importable here for good
-(tests/test_engine_replace.py pins them). A checkout older than these resources cannot unpickle them
-(README "Upgrading a live stack": rolling back).
+refresh/destroy/removal unpickle them from the state. Their default diff leaves the diff to the engine, which
+compares the inputs, the pickle too: a moved class is an update that stores the new pickle. A checkout older than
+these resources cannot unpickle them (README "Upgrading a live stack": rolling back).
 """
 
 from __future__ import annotations

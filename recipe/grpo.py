@@ -28,6 +28,8 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
 from catalog.naming import PROJECT
 from catalog.paths import BucketPaths
+from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
+from components.scripts import verl_main as tensorboard
 from recipe import memory
 from recipe.problems import Problem, named, problem
 
@@ -84,9 +86,17 @@ class GrpoSettings:
     layout_options: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
     max_checkpoints_to_keep: int = 2
     total_training_steps: int = 0  # 0: verl's default (null), every epoch runs
+    save_contents: str = "full"  # a SAVE_CONTENTS key; "auto" until stacks.checkpoints resolves it
+    # save_freq came from stacks.checkpoints.cadence (the stack left it at 0), for the plan; not a setting.
+    save_freq_derived: bool = dataclasses.field(default=False, compare=False)
 
 
-ENTRY_MODULE = "verl.trainer.main_ppo"
+# What a checkpoint holds (actor.checkpoint.save_contents; load_contents follows it: verl v0.6.1
+# trainer/config/actor/actor.yaml). "model": the fp32 shards, the RNG and the LR scheduler ('extra'), not
+# AdamW's moments: a third of the bytes, and a resume restarts the moments (utils/checkpoint/
+# fsdp_checkpoint_manager.py loads only what load_contents names). The merge needs only the model.
+SAVE_CONTENTS = {"full": ("model", "optimizer", "extra"), "model": ("model", "extra")}
+SAVE_CONTENTS_KEY = "actor_rollout_ref.actor.checkpoint.save_contents"
 # verl/utils/tracking.py Tracking.supported_backend (v0.6.1); the deprecated alias "tracking" is left out.
 LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio",
            "file")
@@ -429,6 +439,8 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]
     """Extra overrides as {key: value}, plus problems: malformed, a credential, or a key the recipe owns."""
     owned = {**{k: f"set {named(f)} instead" for k, f in _FROM_SETTINGS.items()},
              **{k: "is fixed by the recipe" for k in _FIXED},
+             SAVE_CONTENTS_KEY: f"comes from {named('save_contents')}",
+             "actor_rollout_ref.actor.checkpoint.load_contents": f"follows {named('save_contents')}",
              **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
              **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
              **{k: f"comes from {named(field)}" for k, field in _TASK.items()}}
@@ -516,6 +528,7 @@ def recipe(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
         **{k: getattr(g, f) for k, f in _FROM_SETTINGS.items()},
     }
     values["trainer.logger"] = list(g.logger)
+    values[SAVE_CONTENTS_KEY] = list(SAVE_CONTENTS[g.save_contents])
     if task is not None:
         # verl reads local paths only (verl/utils/fs.py copies hdfs:// alone): the bucket mount, which the
         # TaskRunner and the reward workers (every Ray pod) see.
@@ -554,9 +567,10 @@ def _hydra(value: object) -> str:
     raise TypeError(f"no Hydra form for {value!r}")
 
 
-def entrypoint(overrides: list[str]) -> str:
-    """The shell command the Ray job runs; each override is quoted as one argument."""
-    return " ".join(["python3", "-m", ENTRY_MODULE, *(shlex.quote(o) for o in overrides)])
+def entrypoint(overrides: list[str], main_script: str) -> str:
+    """The trainer's command: verl's main_ppo through our entry (components/scripts/verl_main.py, shipped to
+    the bucket; same Hydra config, TensorBoard's events copied to the bucket); each override one argument."""
+    return " ".join(["python3", shlex.quote(main_script), *(shlex.quote(o) for o in overrides)])
 
 
 MERGE_TIMEOUT_S = 3600  # the merge (~5-10 min for 32B) on one GPU node; past this the GPUs are released
@@ -602,9 +616,12 @@ def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str
         # verl's source is on the bucket: no __pycache__ written there by every process.
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
-        # verl's tensorboard logger writes here (verl/utils/tracking.py); unset it would write
-        # inside the pod's working directory and vanish with the pod.
-        "TENSORBOARD_DIR": paths.tensorboard_dir,
+        # verl's tensorboard logger writes to the pod's disk (verl/utils/tracking.py reads TENSORBOARD_DIR),
+        # and the trainer's entry copies the event files to the bucket (components/scripts/verl_main.py).
+        tensorboard.LOCAL_ENV: paths.tensorboard_local_dir,
+        tensorboard.BUCKET_ENV: paths.tensorboard_dir,
+        # Read by Ray's job supervisor from this env (catalog.ray): time for the run supervisor's release.
+        JOB_STOP_WAIT_ENV: str(JOB_STOP_WAIT_S),
     }
     return {"env_vars": env}
 

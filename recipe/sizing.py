@@ -156,7 +156,15 @@ FIGURES = (UPDATE_FIXED_S_PER_LAYER, LOGPROB_FIXED_S_PER_LAYER, *MFU_SCALE.value
            OPTIMIZER_S_PER_GPARAM, DECODE_MFU, HBM_EFFICIENCY, ITERATION_OVERHEAD_S, TP_COLLECTIVE_LATENCY_S,
            RESPONSE_TAIL, NVLINK_EFFICIENCY, PCIE_GBPS, SYNC_DISPATCH_S_PER_TENSOR, SYNC_COLLECTIVE_LATENCY_S,
            SYNC_LOAD_S_PER_TENSOR, SYNC_EMPTY_CACHE_S, SYNC_WAKE_S, STEP_OVERHEAD_S)
-CHECKPOINT_BYTES_PER_PARAM = 4 + 8  # fp32 model shards + AdamW exp_avg/exp_avg_sq (save_contents default)
+# Per parameter, by save_contents (recipe.grpo.SAVE_CONTENTS): fp32 model shards, + AdamW exp_avg/exp_avg_sq.
+CHECKPOINT_BYTES_PER_PARAM = {"full": 4 + 8, "model": 4}
+
+
+def checkpoint_gb(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> float:
+    """One saved step. verl's FSDP checkpoint manager writes every rank's local shard
+    (model_world_size_*_rank_*.pt): under HSDP each replica holds a whole copy, `replicas` times the bytes."""
+    replicas = layout(acc, nnodes, g.fsdp_size).replicas
+    return CHECKPOINT_BYTES_PER_PARAM[g.save_contents] * spec.params * replicas / GB
 HF_BYTES_PER_PARAM = 2  # the staged bf16 safetensors copy of the model
 GSM8K_VAL_ROWS = GSM8K.val_rows  # validation generates one response each (val_kwargs.n = 1)
 DATA_GB = GSM8K.data_gb
@@ -444,9 +452,7 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     if g.save_freq > 0 and total:
         saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step
     kept = min(saved, g.max_checkpoints_to_keep)
-    # verl's FSDP checkpoint manager writes every rank's local shard (model_world_size_*_rank_*.pt): under
-    # HSDP each replica holds a whole copy, so a checkpoint is `replicas` times larger.
-    ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * spec.params * layout(acc, nnodes, g.fsdp_size).replicas / GB
+    ckpt_gb = checkpoint_gb(g, spec, acc, nnodes)
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
     st = step_range(g, spec, acc, nnodes, data)
     prompt = min(data.mean_prompt_tokens, g.max_prompt_length)

@@ -1,4 +1,4 @@
-"""Checkpoints of a GRPO run: which run they belong to, how long a save takes, the barrier after it.
+"""Checkpoints of a GRPO run: which run they belong to, how often to save, how long a save takes, the barrier.
 
 - A checkpoint belongs to a run: verl resumes whatever `trainer.default_local_dir` holds
   (`resume_mode=auto`), so the folder is keyed by what makes a checkpoint resumable (the algorithm's
@@ -9,6 +9,12 @@
 - A save: every rank writes its shard through the node's GCS FUSE sidecar, then verl waits in a
   barrier under `actor_rollout_ref.nccl_timeout` (verl v0.6.1 fsdp_workers.py init_process_group,
   default 600 s in trainer/config/ppo_trainer.yaml): a node slower than that kills the trainer.
+- The cadence (grpoSaveFreq 0): Young's first-order optimum interval between checkpoints,
+  sqrt(2 x save time x mean time between interruptions) (J. W. Young, "A first order approximation to
+  the optimum checkpoint interval", Communications of the ACM 17(9):530-531, 1974, doi:10.1145/361147.361115),
+  with the capacity type's interruption rate (catalog.capacity.INTERRUPTIONS) over the run's GPU nodes:
+  losing any one restarts every rank. What a checkpoint holds is the other lever (grpoSaveContents, auto:
+  model-only on spot, a third of the bytes). The plan shows the cadence and the work a preemption loses.
 """
 
 from __future__ import annotations
@@ -18,15 +24,17 @@ import json
 import math
 from dataclasses import dataclass
 
+from catalog.capacity import INTERRUPTIONS, SPOT
 from recipe.grpo import GrpoSettings, parse_extras
 
 # Settings that make a checkpoint a different run's (GrpoSettings fields). Left out on purpose:
 # total_epochs, total_training_steps, save_freq, test_freq, val_before_train, logger,
 # max_checkpoints_to_keep and the throughput knobs (micro-batches, token budgets, TP of the
 # rollout, gpu_memory_utilization, reference offload): they neither change the update nor the shards.
+# save_contents: a model-only checkpoint has no optimizer shards for a full load_contents to read.
 RUN_FIELDS = ("train_batch_size", "rollout_n", "max_prompt_length", "max_response_length", "learning_rate",
               "ppo_mini_batch_size", "actor_strategy", "kl_loss_coef", "kl_loss_type", "entropy_coeff",
-              "rollout_engine", "use_remove_padding")
+              "rollout_engine", "use_remove_padding", "save_contents")
 # Extra overrides are the user's own Hydra keys: any of them may change the run, except these.
 NEUTRAL_EXTRA_PREFIXES = ("trainer.", "actor_rollout_ref.rollout.")
 SP_KEY = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
@@ -101,16 +109,14 @@ def save_time(checkpoint_gb: float, nnodes: int, saves: int, run_hours: float) -
 def nccl_timeout_for(cfg) -> int:
     """The stack's `actor_rollout_ref.nccl_timeout` (verl's default for a model not in the catalog)."""
     from catalog.models import model_spec
-    from recipe.sizing import CHECKPOINT_BYTES_PER_PARAM, GB
+    from recipe import sizing
 
     spec = model_spec(cfg.model)
     if spec is None:
         return VERL_NCCL_TIMEOUT_S
     # Under HSDP every node writes a whole copy (recipe.sizing): the save takes as long as its replicas' bytes.
-    from recipe.sizing import layout
-
-    replicas = layout(cfg.accelerator, cfg.gpu_nodes, cfg.grpo.fsdp_size).replicas
-    return nccl_timeout_s(save_seconds(CHECKPOINT_BYTES_PER_PARAM * spec.params * replicas / GB, cfg.gpu_nodes))
+    gb = sizing.checkpoint_gb(cfg.grpo, spec, cfg.accelerator, cfg.gpu_nodes)
+    return nccl_timeout_s(save_seconds(gb, cfg.gpu_nodes))
 
 
 def stack_save_time(cfg) -> SaveTime | None:
@@ -122,3 +128,85 @@ def stack_save_time(cfg) -> SaveTime | None:
         return None
     z = sizing.run_sizing(cfg)
     return save_time(z.checkpoint_gb, cfg.gpu_nodes, z.checkpoints_saved, z.est_run_hours)
+
+
+# ----------------------------------------------------------------------------- the cadence
+
+AUTO_CONTENTS = "auto"
+FALLBACK_SAVE_FREQ = 30  # a model not in the catalog: no step time to derive the cadence from
+
+
+def contents_for(setting: str, capacity_kind: str) -> str:
+    """grpoSaveContents: "auto" is model-only on spot, where a resume is the expected case and a third of the
+    bytes lets saves come more often, and full elsewhere, where a resume is rare and keeps AdamW's moments."""
+    if setting != AUTO_CONTENTS:
+        return setting
+    return "model" if capacity_kind == SPOT else "full"
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """How often the run saves and what an interruption costs it (ESTIMATE: recipe.sizing's step time)."""
+
+    save_freq: int  # trainer.save_freq (verl also saves the last step); <= 0: never
+    derived: bool  # from the rule above (grpoSaveFreq 0), else as the stack set it
+    contents: str  # recipe.grpo.SAVE_CONTENTS key
+    save_seconds: float  # one save
+    saves: int
+    interval_minutes: float  # training between two saves (the whole run when only the last step saves)
+    group_interruption_hours: float  # mean time until any GPU node of the run is taken away
+    expected_interruptions: float  # over the run
+    lost_minutes: float  # training redone after one interruption, on average (half an interval)
+    basis: str  # where the interruption rate comes from
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: (float(f"{v:.3g}") if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def cadence(g: GrpoSettings, *, spec, acc, nnodes: int, capacity_kind: str, data) -> Cadence:
+    """The cadence for these settings: derived when save_freq is 0, else the one set, with its figures."""
+    from recipe import sizing
+
+    z = sizing.sizing(g, spec, acc, nnodes, data)
+    step_s, total = z.est_step_seconds, max(1, z.total_steps)
+    save_s = save_seconds(z.checkpoint_gb, nnodes)
+    rate = INTERRUPTIONS[capacity_kind]
+    group_s = rate.node_hours * 3600 / max(1, nnodes)
+    derive = g.save_freq == 0
+    freq = g.save_freq
+    if derive:
+        young = max(1.0, math.sqrt(2 * save_s * group_s) / step_s)  # steps
+        freq = -(-total // max(1, round(total / young)))  # that many intervals, of equal length
+    saves = -(-total // freq) if freq > 0 else 0
+    interval_s = step_s * (min(freq, total) if freq > 0 else total)
+    run_s = z.est_run_hours * 3600 + saves * save_s
+    return Cadence(save_freq=freq, derived=derive or g.save_freq_derived, contents=g.save_contents,
+                   save_seconds=save_s, saves=saves, interval_minutes=interval_s / 60,
+                   group_interruption_hours=group_s / 3600, expected_interruptions=run_s / group_s,
+                   lost_minutes=interval_s / 2 / 60, basis=rate.basis)
+
+
+def resolve_save_freq(g: GrpoSettings, *, model: str, acc, nnodes: int, capacity_kind: str, data) -> GrpoSettings:
+    """save_freq 0 (grpoSaveFreq's default) derived by `cadence`; any other value stays."""
+    import dataclasses
+
+    from catalog.models import model_spec
+
+    if g.save_freq != 0:
+        return g
+    spec = model_spec(model)
+    if spec is None or capacity_kind not in INTERRUPTIONS:  # the latter is refused by the gate's own rule
+        return dataclasses.replace(g, save_freq=FALLBACK_SAVE_FREQ, save_freq_derived=True)
+    c = cadence(g, spec=spec, acc=acc, nnodes=nnodes, capacity_kind=capacity_kind, data=data)
+    return dataclasses.replace(g, save_freq=c.save_freq, save_freq_derived=True)
+
+
+def stack_cadence(cfg) -> Cadence | None:
+    """The stack's cadence and its figures, for the plan (None: the model is not in the catalog)."""
+    from catalog.models import model_spec
+
+    spec = model_spec(cfg.model)
+    if spec is None:
+        return None
+    return cadence(cfg.grpo, spec=spec, acc=cfg.accelerator, nnodes=cfg.gpu_nodes, capacity_kind=cfg.capacity.kind,
+                   data=cfg.data)

@@ -298,6 +298,7 @@ def _grpo_job(cfg: StackConfig, d: derived.Derived, cluster: GkeCluster, storage
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,
         completion_timeout_s=cfg.job.completion_timeout_s, resubmit_on_failure=cfg.job.resubmit_on_failure,
         max_recoveries=cfg.job.max_recoveries, logs_hint=logs_command, cluster_uid=ray.uid,
+        stop_timeout_s=job.stop_timeout_s,
         # The supervisor released the GPUs when the last run ended: the next submission brings them back.
         scale={"namespace": storage.namespace, "name": ray.name, "group": job.worker_group, "index": 0,
                "replicas": cfg.gpu_nodes},

@@ -9,6 +9,7 @@ so a config that passes here never fails inside a component.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import json
@@ -37,7 +38,7 @@ from recipe import tuning
 from recipe.grpo import GrpoSettings, preflight, task_override_problems
 from recipe.grpo import warnings as grpo_warnings
 from recipe.problems import Problem
-from stacks import component_rules, dataset
+from stacks import checkpoints, component_rules, dataset
 from stacks.keys import CHANNELS, KEYS, KEYS_BY_NAME, MODES, PROJECT, Key, field_key
 
 __all__ = ["CHANNELS", "KEYS", "KEYS_BY_NAME", "MODES", "PROJECT", "ConfigError", "StackConfig", "load", "from_pulumi"]
@@ -398,6 +399,13 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     if task is None and not r.v["dataTrainFile"]:  # own data that failed to read: its rows are unknown, not GSM8K's
         _batch_bounds(r, GSM8K.train_rows, "the GSM8K training rows")
     grpo = _grpo(r)
+    # Before the layouts are weighed: their checkpoint sizes follow what a checkpoint holds.
+    grpo = dataclasses.replace(grpo, save_contents=checkpoints.contents_for(grpo.save_contents, capacity.kind))
+    if grpo.save_freq < 0 and r.v["jobMergeModel"]:
+        # verl saves, the last step included, only when save_freq > 0 (trainer/ppo/ray_trainer.py fit, v0.6.1):
+        # the merge would find nothing, fail the job, and each resubmission would train from step 0 again.
+        r.bad("grpoSaveFreq", grpo.save_freq, f"-1 saves no checkpoint, and {KEYS_BY_NAME['jobMergeModel'].full} "
+              "(on) merges the last one: use 0 (derived) or n >= 1, or set jobMergeModel to false")
     overrides_ok = True
     if task is not None:
         found = _named(task_override_problems(grpo.extra_overrides))
@@ -422,6 +430,8 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             found = preflight(grpo, accelerator=acc, data=data, **shape)
             r.problems += _named(found)
             warnings += [] if found else _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape))
+            grpo = checkpoints.resolve_save_freq(grpo, model=model, acc=acc, nnodes=gpu_nodes,
+                                                 capacity_kind=capacity.kind, data=data)
     warnings += _ignored_keys(r)
     _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
@@ -834,6 +844,7 @@ def _grpo(r: _Reader) -> GrpoSettings:
         fsdp_size=r.v["grpoFsdpSize"],
         max_checkpoints_to_keep=r.v["grpoMaxCheckpointsToKeep"],
         total_training_steps=r.v["grpoTotalTrainingSteps"],
+        save_contents=r.v["grpoSaveContents"],
     )
 
 

@@ -30,10 +30,10 @@ from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.models import GB_PER_GIB, largest_file_gib, model_spec, weights_gib
 from catalog.nodes import cpu_boot_disk_gb
 from catalog.paths import BucketPaths, bucket_paths, gs_url
-from catalog.ray import HEAD_EPHEMERAL_GIB, WORKER_GROUP
+from catalog.ray import HEAD_EPHEMERAL_GIB, JOB_STOP_WAIT_S, WORKER_GROUP
 from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
-from components.run_supervisor import nccl_check_args, script_path, shipped_files, state_path
+from components.run_supervisor import main_path, nccl_check_args, script_path, shipped_files, state_path
 from recipe import grpo
 from stacks import checkpoints, dataset
 
@@ -47,6 +47,9 @@ class GrpoJob:
     submission_id: str
     release: tuple[str, str] | None  # (RayCluster name, worker group) the supervisor scales to 0 after a run
     worker_group: str
+    # A stop ends within Ray's stop wait (the runtime env's RAY_JOB_STOP_WAIT_TIME_S, catalog.ray): the
+    # provider's delete waits that long and a minute more before it calls the job still running.
+    stop_timeout_s: int = JOB_STOP_WAIT_S + 60
 
 
 @dataclass(frozen=True)
@@ -130,14 +133,14 @@ def derive(cfg) -> Derived:
 
 def checkpoint_node_share_gb(cfg) -> float:
     """One node's share of a saved checkpoint (decimal GB): its ranks' shards (recipe.sizing's bytes per
-    parameter; under HSDP every replica saves a whole copy). An uncatalogued model's parameters are
-    estimated from its weights' size as bf16 (2 bytes each)."""
+    parameter of the stack's save contents; under HSDP every replica saves a whole copy). An uncatalogued
+    model's parameters are estimated from its weights' size as bf16 (2 bytes each)."""
     from recipe.sizing import CHECKPOINT_BYTES_PER_PARAM, layout
 
     spec = model_spec(cfg.model)
     params = spec.params if spec else weights_gib(cfg.model) * GB_PER_GIB * 1e9 / 2
     replicas = layout(cfg.accelerator, cfg.gpu_nodes, cfg.grpo.fsdp_size).replicas
-    return CHECKPOINT_BYTES_PER_PARAM * params * replicas / 1e9 / cfg.gpu_nodes
+    return CHECKPOINT_BYTES_PER_PARAM[cfg.grpo.save_contents] * params * replicas / 1e9 / cfg.gpu_nodes
 
 
 def _task_sources(cfg) -> tuple[dict | None, tuple[str, ...]]:
@@ -160,7 +163,7 @@ def _job(cfg, paths: BucketPaths) -> GrpoJob:
     # The RayCluster's name is compose's cfg.name("ray") (RayCluster.name is the args' name as given).
     release = (cfg.name("ray"), WORKER_GROUP) if cfg.job.release_gpus else None
     entrypoint = grpo.supervised(
-        grpo.entrypoint(overrides), script=script_path(paths), state=state_path(paths), paths=paths,
+        grpo.entrypoint(overrides, main_path(paths)), script=script_path(paths), state=state_path(paths), paths=paths,
         expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
         keep=cfg.grpo.max_checkpoints_to_keep, nccl_check=nccl_check_args(acc, cfg.gpu_nodes))
     runtime_env = grpo.runtime_env(acc, paths)

@@ -240,9 +240,13 @@ KEYS: tuple[Key, ...] = (
     Key("grpoTotalTrainingSteps", "integer", 0,
         "trainer.total_training_steps: stop after this many steps (0 = run every epoch).", minimum=0,
         maximum=1_000_000, why="optimizer steps of one run; more is a typo"),
-    # -1: never (verl's convention for the frequencies).
-    Key("grpoSaveFreq", "integer", 30, "trainer.save_freq (steps between checkpoints; the plan shows the "
-        "save time, kept under 10 % of the run).", minimum=-1, **_STEPS),
+    # -1: never (verl's convention for the frequencies); 0: derived (stacks.checkpoints.cadence).
+    Key("grpoSaveFreq", "integer", 0, "trainer.save_freq: steps between checkpoints (verl also saves the last); "
+        "0 = from the capacity's preemption risk and the save time (the plan shows the work a preemption "
+        "loses); -1 = never (not with jobMergeModel).", minimum=-1, **_STEPS),
+    Key("grpoSaveContents", "string", "auto", "actor.checkpoint.save_contents: full (model, optimizer, extra), "
+        "model (no AdamW moments: a third of the bytes, a resume restarts them), auto = model on spot, else full.",
+        choices=("auto", "full", "model")),
     Key("grpoTestFreq", "integer", 10, "trainer.test_freq (steps between validations).", minimum=-1, **_STEPS),
     Key("grpoValBeforeTrain", "boolean", True, "trainer.val_before_train (a baseline score at step 0)."),
     # tensorboard: verl 0.6.1 requires it (its package metadata), so the image has it; see TENSORBOARD_DIR.

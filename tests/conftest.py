@@ -71,6 +71,7 @@ SHARED_HEADS = {
 # itself time out (Ray's own node-info deadline, seen at -n 8).
 UNITS = [
     "tests/test_ray_job_provider.py",  # its unit: two_gpu_head
+    "tests/test_engine_dynamic.py",  # the real CLI, ~30 commands, on a Ray head of its own
     "tests/test_rehearsal.py",
     "tests/test_supervise.py",  # its unit: zero_gpu_head
     "tests/test_plan.py",

@@ -23,9 +23,10 @@ class FakeKubeRay(ServiceProxy):
     it every node is started here and stopped at exit."""
 
     def __init__(self, head: RayNode, token: str, name: str, group: str, replicas: int, gpus_per_worker: int,
-                 namespace: str = "ray", idle: list[RayNode] | None = None):
+                 namespace: str = "ray", idle: list[RayNode] | None = None, patch_delay_s: float = 0.0):
         super().__init__(head.address, token, namespace=namespace, service=f"{name}-head-svc")
         self.head, self.name, self.gpus_per_worker, self.idle = head, name, gpus_per_worker, idle
+        self.patch_delay_s = patch_delay_s  # a slow API server: each PATCH answers after this long
         self.path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
         self.obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
                     "metadata": {"name": name, "namespace": namespace},
@@ -119,6 +120,7 @@ class FakeKubeRay(ServiceProxy):
                 elif self.headers.get("Content-Type") != "application/json-patch+json":
                     self._status(415, "UnsupportedMediaType", "want application/json-patch+json")
                 else:
+                    time.sleep(fake.patch_delay_s)
                     code, doc = fake.apply_patch(json.loads(body))
                     self._reply(code, json.dumps(doc).encode())
                 return True

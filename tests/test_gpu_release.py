@@ -7,10 +7,15 @@ the API server are stood in by tests/kuberay_fixture.py (real Ray worker nodes f
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import signal
+import subprocess
 import sys
+import uuid
 
 import pytest
+import requests
 
 from components.ray_job_provider import RayJobProvider
 from tests.kuberay_fixture import FakeKubeRay
@@ -90,6 +95,26 @@ def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head
         assert wait_status(head.address, created.id, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
 
 
+def test_a_create_that_adopts_a_spent_run_scales_the_group_back_to_zero(head, idle, monkeypatch):
+    """The provider scales the group up before it looks at the head; a run whose budget is spent is then
+    adopted, not resubmitted, and no supervisor will ever release those GPUs: the create does."""
+    run = f"spent-{uuid.uuid4().hex[:6]}"
+    RayJobProvider().create({"submission_id": run, "entrypoint": "exit 1", "expected_gpus": 0, "address": head.address})
+    assert wait_status(head.address, run, {"FAILED"}, timeout=120) == "FAILED"
+    with FakeKubeRay(head, TOKEN, name="rc-spent", group=GROUP, replicas=0, gpus_per_worker=GPUS,
+                     idle=idle) as kube:
+        monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
+        props = {"submission_id": run, "entrypoint": "exit 1", "expected_gpus": GPUS, "ready_timeout_s": 600,
+                 "max_recoveries": 0, "resubmit_on_failure": True, "gke": kube.gke(),
+                 "scale": {"namespace": kube.namespace, "name": kube.name, "group": GROUP, "index": 0,
+                           "replicas": 1}}
+        adopted = RayJobProvider().create(props)
+        assert (adopted.id, adopted.outs["status"]) == (run, "FAILED")
+        assert "recovery budget spent" in adopted.outs["message"]
+        assert "back to 0 replicas" in adopted.outs["message"]
+        assert kube.replicas == 0
+
+
 def test_a_group_that_moved_is_not_scaled_by_position(head, idle, tmp_path, monkeypatch):
     with FakeKubeRay(head, TOKEN, name="rc2", group="other-group", replicas=0, gpus_per_worker=GPUS,
                      idle=idle) as kube:
@@ -116,3 +141,122 @@ def test_a_stopped_run_releases_the_gpus_too(head, idle, tmp_path):
         wait_for(lambda: gpus_on(head.address) == 0, 300, "the released worker to leave")
         state = json.loads((ckpt / "verl-gke-run.json").read_text())
         assert state["attempts"]["1"]["outcome"] == "STOPPED"
+
+
+# --- issue 43: every exit of the supervisor releases the GPUs --------------------------------------------------
+
+_spec = importlib.util.spec_from_file_location("supervise_exits", SUPERVISE)
+supervise = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(supervise)
+NEVER = 1000  # GPUs no cluster here has: every look for lost GPUs finds them missing
+FAIL, SUCCEED = [sys.executable, "-c", "raise SystemExit(3)"], [sys.executable, "-c", "pass"]
+
+
+def _state(tmp_path, content: str) -> None:
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    (tmp_path / "ckpt" / "state.json").write_text(content)
+
+
+# Exit name -> (supervisor options, trainer, setup of the run's folder): one way to reach each exit.
+EXIT_CASES = {
+    "bad arguments": (["--attempt", "0"], SUCCEED, None),
+    "refused before training": ([], SUCCEED, lambda t: _state(t, "{not json")),
+    "budget spent before this attempt": (["--attempt", "3"], SUCCEED, lambda t: _state(
+        t, json.dumps({"run": "run-x", "attempts": {"1": {"restarts": [{}, {}]}, "2": {}}}))),
+    # the check itself cannot run (its arguments do not parse): a failed check to the supervisor
+    "NCCL check failed": (["--nccl-check", "--gpus-per-node not-a-number --nics 8"], SUCCEED, None),
+    "trainer failed, no node lost": ([], FAIL, None),
+    "node lost, budget spent": (["--expected-gpus", str(NEVER), "--max-recoveries", "0"], FAIL, None),
+    "GPUs did not return": (["--expected-gpus", str(NEVER), "--max-recoveries", "1"], FAIL, None),
+    "merge failed": (["--merge-to", "{tmp}/merged"], SUCCEED, None),  # the trainer saved nothing to merge
+    "succeeded": ([], SUCCEED, None),
+    "stopped": ([], [sys.executable, "-c", "import time; time.sleep(600)"], None),
+    "crashed": ([], ["/nonexistent/trainer"], None),  # Popen raises in the supervisor itself
+}
+
+
+def test_every_exit_of_the_supervisor_has_a_case_here():
+    """The cases below are the supervisor's exits (EXITS), and every exit the code takes is one of them."""
+    import ast
+
+    assert set(EXIT_CASES) == set(supervise.EXITS)
+    tree = ast.parse(SUPERVISE.read_text())
+    taken = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", "") == "ending" and isinstance(node.args[0], ast.Constant)}
+    assert taken == set(supervise.EXITS)
+    # No other way out of a run: _supervise returns endings (or _train's), _train endings or None (trained).
+    methods = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Supervisor").body
+    allowed = {"_supervise": {"return failed"}, "_train": {"return None"}}
+    for fn in (n for n in methods if isinstance(n, ast.FunctionDef) and n.name in allowed):
+        for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return)):
+            assert isinstance(ret.value, ast.Call) and getattr(ret.value.func, "id", "") == "ending" or \
+                ast.unparse(ret) in allowed[fn.name], f"{fn.name}: {ast.unparse(ret)}"
+
+
+@pytest.mark.parametrize("name", list(EXIT_CASES))
+def test_each_exit_of_the_supervisor_releases_the_gpus(head, idle, tmp_path, name):
+    """Issue 43: a spent budget or an unusable state file returned before the release; now every exit scales
+    the group to 0 (one PATCH), against the API server stand-in, and its last line names the exit."""
+    options, trainer, setup = EXIT_CASES[name]
+    if setup:
+        setup(tmp_path)
+    with FakeKubeRay(head, TOKEN, name="rc-exits", group=GROUP, replicas=0, gpus_per_worker=GPUS, idle=idle) as kube:
+        sa = service_account_dir(tmp_path, kube)
+        cmd = [sys.executable, str(SUPERVISE), "--run-id", "run-x", "--max-recoveries", "3", "--state",
+               str(tmp_path / "ckpt" / "state.json"), "--expected-gpus", "0", "--dashboard", head.address,
+               "--settle-s", "0", "--backoff-s", "0", "--gpu-wait-s", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
+               "--release-raycluster", kube.name, "--release-group", GROUP, "--k8s-api", f"https://{kube.endpoint}",
+               "--k8s-sa-dir", str(sa), *(o.format(tmp=tmp_path) for o in options), "--", *trainer]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if name == "stopped":
+            lines = []
+            for line in proc.stdout:  # `ray job stop` once the trainer runs
+                lines.append(line)
+                if "starting the trainer" in line:
+                    proc.send_signal(signal.SIGTERM)
+                    break
+            out = "".join(lines) + proc.communicate(timeout=300)[0]
+        else:
+            out = proc.communicate(timeout=300)[0]
+        expected = supervise.EXITS[name] if supervise.EXITS[name] is not None else 3
+        assert proc.returncode == expected, out[-3000:]
+        assert f'exit "{name}" (code {expected}): the GPUs are released' in out, out[-3000:]
+        assert kube.patches == [supervise.protocol.worker_group_patch(0, GROUP, 0)], out[-3000:]
+
+
+def test_bad_arguments_without_readable_release_options_say_who_releases(tmp_path):
+    """The one exit that cannot release: the release options themselves are broken. Its line says so."""
+    done = subprocess.run([sys.executable, str(SUPERVISE), "--release-raycluster", "rc", "--release-group-index",
+                           "x", "--state", str(tmp_path / "s.json"), "--expected-gpus", "0", "--", "true"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert 'exit "bad arguments" (code 2): the release options cannot be read either' in done.stdout, done
+
+
+def test_a_stop_has_the_time_for_a_slow_release(head, idle, tmp_path):
+    """Issue 43: Ray SIGKILLs a stopped job 3 s after its SIGTERM unless the job's runtime env says otherwise
+    (RAY_JOB_STOP_WAIT_TIME_S, ray/dashboard/modules/job/job_supervisor.py). With the stack's runtime env the
+    supervisor's release, slowed to 8 s by the API server, still lands and the stop is recorded."""
+    from catalog.accelerators import ACCELERATORS
+    from catalog.paths import bucket_paths
+    from recipe import grpo
+
+    rendered = grpo.runtime_env(ACCELERATORS["b200"], bucket_paths("b200", "Qwen/Qwen2.5-32B-Instruct", "v0.6.1"))
+    wait = rendered["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]
+    assert wait == str(int(wait)) and int(wait) >= supervise.STOP_RECORD_S + 3 * 8  # an integer string: Ray int()s it
+    with FakeKubeRay(head, TOKEN, name="rc-slow", group=GROUP, replicas=0, gpus_per_worker=GPUS, idle=idle,
+                     patch_delay_s=8) as kube:
+        ckpt = tmp_path / "ckpt"
+        cmd = released_run(head, kube, tmp_path, "run-slow", 0, steps=1, step_s=1).split(" -- ")[0] + \
+            f" -- {sys.executable} -c 'import time; time.sleep(600)'"
+        job_id = f"sup-slow-{uuid.uuid4().hex[:8]}"
+        requests.post(f"{head.address}/api/jobs/", json={
+            "entrypoint": cmd, "submission_id": job_id,
+            "runtime_env": {"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": wait}}}, timeout=30).raise_for_status()
+        wait_for(lambda: "starting the trainer" in logs(head, job_id), 300, "the trainer to start")
+        RayJobProvider().delete(job_id, {"submission_id": job_id, "entrypoint": cmd, "address": head.address,
+                                         "job_id": job_id, "stop_timeout_s": int(wait) + 60})
+        text = logs(head, job_id)
+        assert kube.patches == [supervise.protocol.worker_group_patch(0, GROUP, 0)], text[-3000:]
+        assert 'exit "stopped" (code 143): the GPUs are released' in text, text[-3000:]
+        assert json.loads((ckpt / "verl-gke-run.json").read_text())["attempts"]["1"]["outcome"] == "STOPPED"

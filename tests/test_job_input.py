@@ -23,7 +23,7 @@ from pulumi.runtime import rpc
 
 from components.ray_job_input import JobInput, JobOutputs
 from components.ray_job_provider import RayJobProvider, diff_inputs
-from tests.provider_grpc import wire
+from tests.wire import wire
 
 DATA = Path(__file__).parent / "data"
 BEFORE = DATA / "job_diff_before_typing.json"

@@ -235,8 +235,9 @@ def test_staging_job_and_checkpoints_are_the_big_stacks_code():
         assert _shape(dev, prefixes) == _shape(big, prefixes) != []
     ckpt = [r for r in dev.resources if r.name == "storage-ckpt-pv"]
     assert ckpt and ckpt[0].type == [r for r in big.resources if r.name == "storage-ckpt-pv"][0].type
-    # The job's entrypoint: the same verl module with the checkpoint directory on the checkpoint mount.
+    # The job's entrypoint: the same trainer entry (verl's main_ppo) with the checkpoint directory on the
+    # checkpoint mount.
     for run in (dev, big):
         (job,) = [r for r in run.resources if r.name == "grpo"]
-        assert "verl.trainer.main_ppo" in job.inputs["entrypoint"]
+        assert "/verl_main.py " in job.inputs["entrypoint"]
         assert "trainer.default_local_dir=/checkpoints/" in job.inputs["entrypoint"]

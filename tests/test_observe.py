@@ -140,7 +140,9 @@ def test_tensorboard_dir_on_the_bucket_per_stack_and_model(b200):
     assert bucket_paths("h200", cfg.model, "x").tensorboard_dir != paths.tensorboard_dir
     assert bucket_paths("b200", "Qwen/Other", "x").tensorboard_dir != paths.tensorboard_dir
     job = [r for r in b200.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0].inputs
-    assert job["runtime_env"]["env_vars"]["TENSORBOARD_DIR"] == paths.tensorboard_dir
+    # verl writes its events to the pod's disk; the trainer's entry copies them to the bucket folder that
+    # tensorboardCommand reads (tests/test_tensorboard_copy.py).
+    assert job["runtime_env"]["env_vars"]["VERL_GKE_TENSORBOARD_BUCKET_DIR"] == paths.tensorboard_dir
     # The supervisor wraps verl's trainer: pick the Hydra overrides (dotted key=value) out of the command.
     overrides = dict(o.split("=", 1) for o in shlex.split(job["entrypoint"])
                      if "=" in o and re.fullmatch(r"[a-z_]+(\.[a-z_0-9]+)+", o.split("=", 1)[0]))

@@ -6,18 +6,14 @@ doubles, None dropped. RAY_ADDRESS points nowhere in every test: the provider mu
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 
 import pulumi
-import pulumi.dynamic as dyn
 import pytest
 import requests
 from pulumi.runtime import rpc
@@ -27,7 +23,6 @@ from components.ray_client import GONE, DashboardError, RayJobError, base_url, t
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
 from components.ray_job_input import JobInput
 from components.ray_job_provider import LAST_JOB_KEY, diff_inputs, pick_attempt
-from tests.provider_grpc import wire
 from tests.ray_fixtures import (
     REPO,
     RayNode,
@@ -43,6 +38,7 @@ from tests.ray_fixtures import (
     refused_address,
     wait_status,
 )
+from tests.wire import wire
 
 READY_S = 180  # a head's job agent can take a minute to register on a loaded 2-core machine
 # Tests that wait for a readiness deadline to pass and then read what the last answered poll found: one poll
@@ -171,69 +167,33 @@ def test_validate_inputs_names_the_property():
     assert {p for p, _ in validate_inputs({"address": "http://h"})} == {"submission_id", "entrypoint"}
 
 
-@pytest.fixture(scope="module")
-def provider_server():
-    """Pulumi's own dynamic provider server, started as the engine starts it (`python -m pulumi.dynamic`
-    in the project directory, port on stdout) and reached over gRPC: the engine's wire format."""
-    import grpc
-    from google.protobuf import struct_pb2
-    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
-
-    server = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=REPO, stdout=subprocess.PIPE)
-    try:
-        port = int(server.stdout.readline())
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = provider_pb2_grpc.ResourceProviderStub(channel)
-            stub.Configure(provider_pb2.ConfigureRequest(args=struct_pb2.Struct()), timeout=120)
-            yield stub
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def served_check(news: dict, olds: dict | None = None):
+    """Check as the SDK's provider server runs it at preview: the request's unknown values as the server hands them
+    over (pulumi.output.Unknown), the answer as it goes back on the wire. Returns (inputs, failures)."""
+    result = RayJobProvider().check(wire(olds or {}, keep_unknowns=True), wire(news, keep_unknowns=True))
+    return wire(result.inputs, keep_unknowns=True), {(f.property, f.reason) for f in result.failures}
 
 
-def _check_over_the_wire(stub, news: dict, olds: dict | None = None):
-    """Check as the engine calls it at preview: a CheckRequest whose unknown values are the wire
-    sentinel (rpc.UNKNOWN, as the engine marshals a computed value). Returns (inputs, failures)."""
-    from google.protobuf import struct_pb2
-    from pulumi.dynamic.dynamic import serialize_provider
-    from pulumi.runtime.proto import provider_pb2
-
-    def struct(props: dict) -> struct_pb2.Struct:
-        out = struct_pb2.Struct()
-        out.update(props)
-        return out
-
-    blob = serialize_provider(RayJobProvider())
-    request = provider_pb2.CheckRequest(
-        urn="urn:pulumi:dev::verl-gke::pulumi-python:dynamic:Resource::grpo",
-        olds=struct({**olds, "__provider": blob} if olds else {}),
-        news=struct({**news, "__provider": blob}),
-    )
-    response = stub.Check(request, timeout=120)
-    inputs = rpc.deserialize_properties(response.inputs, True)
-    return inputs, {(f.property, f.reason) for f in response.failures}
-
-
-def test_preview_unknowns_are_not_judged_over_the_wire(provider_server):
+def test_preview_unknowns_are_not_judged():
     unknown = rpc.UNKNOWN
     news = {"submission_id": unknown, "entrypoint": unknown, "expected_gpus": unknown,
             "ready_timeout_s": unknown, "gke": {"endpoint": unknown, "ca_certificate": unknown,
                                                "namespace": "verl", "service": unknown}}
-    inputs, failures = _check_over_the_wire(provider_server, news)
+    inputs, failures = served_check(news)
     assert failures == set()
     assert all(isinstance(inputs[k], pulumi.output.Unknown) for k in ("submission_id", "expected_gpus"))
     assert isinstance(inputs["gke"]["endpoint"], pulumi.output.Unknown) and inputs["gke"]["namespace"] == "verl"
     # known values next to unknown ones are still judged: the check is not simply skipped
     broken = {**news, "expected_gpus": -1, "gke": {**news["gke"], "namespace": ""}}
-    _, failures = _check_over_the_wire(provider_server, broken)
+    _, failures = served_check(broken)
     assert {prop for prop, _ in failures} == {"expected_gpus", "gke.namespace"}
 
 
-def test_check_carries_the_last_attempt_from_state(provider_server):
+def test_check_carries_the_last_attempt_from_state():
     news = {"submission_id": "s", "entrypoint": "e", "address": "http://h:8265"}
-    inputs, failures = _check_over_the_wire(provider_server, news, olds={**news, LAST_JOB_KEY: "s-r3"})
+    inputs, failures = served_check(news, olds={**news, LAST_JOB_KEY: "s-r3"})
     assert failures == set() and inputs[LAST_JOB_KEY] == "s-r3"
-    inputs, _ = _check_over_the_wire(provider_server, news)
+    inputs, _ = served_check(news)
     assert LAST_JOB_KEY not in inputs
 
 
@@ -467,7 +427,7 @@ def test_readiness_waits_for_the_job_agent(head, provider):
     assert created.outs["attempt"] == 1
 
 
-def test_gone_job_resubmits_as_the_next_attempt(head, provider, provider_server):
+def test_gone_job_resubmits_as_the_next_attempt(head, provider):
     """`pulumi up --refresh` after the job vanished (its cluster was recreated): attempt k+1, not 1.
 
     State says attempt 1 ran on this head, which has never heard of it: exactly what a recreated
@@ -480,7 +440,7 @@ def test_gone_job_resubmits_as_the_next_attempt(head, provider, provider_server)
                   "dashboard_url": head.address})
     refreshed = provider.read(sid, state)
     assert refreshed.outs["status"] == GONE and refreshed.inputs[LAST_JOB_KEY] == sid
-    inputs, failures = _check_over_the_wire(provider_server, p, olds=wire(refreshed.inputs))
+    inputs, failures = served_check(p, olds=wire(refreshed.inputs))
     assert failures == set() and inputs[LAST_JOB_KEY] == sid
     assert provider.diff(sid, wire(refreshed.outs), inputs).replaces == ["status"]
     provider.delete(sid, wire(refreshed.outs))  # nothing left to stop
@@ -491,7 +451,7 @@ def test_gone_job_resubmits_as_the_next_attempt(head, provider, provider_server)
     # the next refresh remembers attempt 2; the head has it, so it decides as before (adopt, no new job)
     again = provider.read(second.id, wire(second.outs))
     assert again.outs["status"] == "SUCCEEDED" and again.inputs[LAST_JOB_KEY] == f"{sid}-r2"
-    inputs, _ = _check_over_the_wire(provider_server, p, olds=wire(again.inputs))
+    inputs, _ = served_check(p, olds=wire(again.inputs))
     assert provider.create(wire(inputs)).id == f"{sid}-r2"
     assert [j["submission_id"] for j in jobs_on(head.address, sid)] == [f"{sid}-r2"]
 
@@ -613,53 +573,6 @@ def test_missing_google_credentials_is_a_clear_error(head, provider, monkeypatch
     assert "CLOUDSDK_AUTH_ACCESS_TOKEN" in str(err.value)
 
 
-def in_a_fresh_provider_process(blob: str, created: dyn.CreateResult, body: str, timeout: float) -> dict:
-    """Run `body` as `python -m pulumi.dynamic` would for a refresh or destroy from state: a fresh interpreter in
-    the project directory unpickles `blob` into `p` (pulumi.runtime._serialization._deserialize); `id_` and
-    `outs` are the created job's as the engine sends them; `body` sets `result`, returned here."""
-    script = (
-        "import base64, dill, json, sys\n"
-        "from pulumi.runtime._serialization import _deserialize\n"
-        "imported_before = [m for m in sys.modules if m.startswith('components')]\n"
-        "p = _deserialize(lambda: dill.loads(base64.b64decode(sys.argv[1])))\n"
-        "id_, outs = sys.argv[2], json.loads(sys.argv[3])\n"
-        f"{body}\n"
-        "print(json.dumps(result))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, "-c", script, blob, created.id, json.dumps(wire(created.outs))],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
-
-
-def test_provider_pickled_like_pulumi_runs_in_a_fresh_interpreter(head, provider):
-    from pulumi.dynamic.dynamic import serialize_provider
-
-    created = provider.create(props(head.address, "pickle", wait_for_completion=True))
-    blob = serialize_provider(RayJobProvider())  # the engine's own dill call (recurse=True)
-    outs = in_a_fresh_provider_process(blob, created, "assert not imported_before and vars(p) == {}\n"
-                                                      "result = p.read(id_, outs).outs", timeout=120)
-    assert outs["status"] == "SUCCEEDED" and outs["job_id"] == created.id
-
-
-@pytest.mark.parametrize("pickled", ["ray_job_provider_v1.dill.b64", "ray_job_provider_f611a47.dill.b64"])
-def test_provider_pickled_by_an_earlier_release_still_refreshes_and_deletes(head, provider, pickled):
-    """A state holds the provider as `pulumi up` pickled it then: before components/ray_job.py was split
-    (v1, by `components.ray_job`) and by the last release (f611a47, by `components.ray_job_provider`; made
-    by pulumi.dynamic.serialize_provider on that commit's code). `pulumi refresh` and `pulumi destroy`
-    unpickle it in a fresh process: it must still read and stop a running job."""
-    blob = (REPO / "tests" / "data" / pickled).read_text().strip()
-    assert b"components.ray_job" in base64.b64decode(blob)
-    created = provider.create(props(head.address, "oldstate", entrypoint="sleep 600"))
-    result = in_a_fresh_provider_process(blob, created, "read = p.read(id_, outs).outs\np.delete(id_, read)\n"
-                                         "result = {'read': read['status'], 'class': type(p).__module__}", timeout=180)
-    assert result["read"] in ("PENDING", "RUNNING")
-    assert result["class"] == "components.ray_job_provider"  # the shim resolved to the moved class
-    final = requests.get(f"{head.address}/api/jobs/{created.id}", timeout=10).json()["status"]
-    assert final == "STOPPED"
-
-
 # ----------------------------------------------------------------------------- why GPUs are missing
 
 PODS = json.loads((REPO / "tests" / "data" / "k8s_pods_pending_worker.json").read_text())
@@ -765,3 +678,17 @@ def test_in_run_recoveries_reported_by_the_supervisor_count_too(head, provider):
     assert adopted.id == sid and adopted.outs["recoveries"] == 3
     assert adopted.outs["message"].startswith("recovery budget spent (3 of 3)")
     # the logs hint after a failure seen by a waiting `pulumi up`: test_failing_job_surfaces_its_log_tail
+
+
+def test_readiness_fails_when_a_gpu_workers_first_container_is_not_the_ray_one(head, monkeypatch):
+    """Issue 43 item 11: once the GPUs have joined, the wait reads the worker pods through the API server; a
+    pod whose GCS FUSE sidecar went first (its RDMA NICs with it) fails the wait with the pod named."""
+    from tests.test_rdma_attach import NAMESPACE, worker_pod
+
+    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+    pods = {"kind": "PodList", "items": [worker_pod("standard", "rc-gpu-group-worker-a", native_sidecar=False)]}
+    with ServiceProxy(head.address, "tok", objects={f"/api/v1/namespaces/{NAMESPACE}/pods": pods}) as proxy, \
+            ray_client.Dashboard({"gke": proxy.gke()}) as dash:
+        with pytest.raises(RayJobError) as err:
+            ray_client.wait_until_ready(dash, 2, 120)
+    assert "GPU worker pod rc-gpu-group-worker-a: its first container is 'gke-gcsfuse-sidecar'" in str(err.value)

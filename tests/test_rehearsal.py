@@ -161,16 +161,17 @@ def job_inputs(p: dict, head: RayNode, steps: int, step_s: float) -> tuple[str, 
     words = shlex.split(job["entrypoint"])
     cut = words.index("--")
     supervisor, trainer = words[:cut], words[cut + 1:]
-    assert trainer[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert trainer[0] == "python3" and trainer[1].endswith("/verl_main.py")  # verl's main_ppo through our entry
     py = str(VENV_BIN / "python3")
     # No service account where the head pod's token would be: the GPU release is skipped, whatever this machine
     # holds at the default path (a CI runner that is itself a pod has a token there, and a real API server).
     supervisor = [py, supervisor[1], "--dashboard", head.address, "--settle-s", "30", "--backoff-s", "1",
                   "--gpu-wait-s", "300", "--merge-cmd", f"{py} {STANDIN_MERGE} merge --backend fsdp",
                   *supervisor[2:], "--k8s-sa-dir", os.path.join(head.temp_dir, "no-service-account")]
-    overrides = [w for w in trainer[3:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
+    overrides = [w for w in trainer[2:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
     trainer = [py, str(STANDIN_TRAINER), *overrides, f"trainer.total_training_steps={steps}",
-               "trainer.save_freq=1", f"+standin.step_s={step_s}", "+standin.resumed_step_s=0.2"]
+               "trainer.save_freq=1", f"+standin.step_s={step_s}", "+standin.resumed_step_s=0.2",
+               f"+standin.entry={trainer[1]}"]
     return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": dict(job["runtime_env"]["env_vars"])}
 
 
@@ -565,6 +566,18 @@ def assert_completed(run: Run, ckpt: Path, merged: Path, steps: int, world: int)
     return state
 
 
+def assert_tensorboard(run: Run, logs: str) -> None:
+    """The TaskRunner's event files, written on its pod's disk, are in the bucket folder TensorBoard reads (the
+    job's entry copies them: components/scripts/verl_main.py), each with every record of its run."""
+    env = rendered_job(run.plan)["runtime_env"]["env_vars"]
+    assert not env["TENSORBOARD_DIR"].startswith(("/data/", "/checkpoints/")), env["TENSORBOARD_DIR"]
+    names = re.findall(r"tensorboard events (events\.out\.tfevents\.\S+);", logs)
+    assert names, logs[-4000:]
+    folder = run.host(placement.WORKERS, env["VERL_GKE_TENSORBOARD_BUCKET_DIR"])
+    for name in names:
+        assert (folder / name).read_text().startswith("step "), name
+
+
 def assert_library_path(run: Run, logs: str) -> None:
     """The GPU actors see the job's LD_LIBRARY_PATH with `${LD_LIBRARY_PATH}` expanded from their node's own
     value (the image's entries kept after GKE's driver and gIB folders), not replaced and not left literal."""
@@ -731,10 +744,12 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         # `pulumi refresh`: the recovery shows in the outputs (jobRecoveries, jobMessage).
         refreshed = run.provider.read(job, run.outs[job]).outs
         assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
-        # jobMessage: the supervisor's last note, then Ray's (the note here: the GPU release was skipped, as the
-        # head pod has no service account token; tests/test_gpu_release.py has one)
+        # jobMessage: the supervisor's last line (the outcome, the exit, who releases the GPUs: here the release
+        # failed, as the head pod has no service account token; tests/test_gpu_release.py has one), then Ray's
         note, ray_says = refreshed["message"].rsplit(" | ", 1)
-        assert note.startswith("GPU release skipped") and ray_says == "Job finished successfully.", refreshed
+        assert note.startswith(f"run {job} attempt 1: SUCCEEDED, recoveries used 1 of {budget}") and \
+            'exit "succeeded" (code 0): the GPU release FAILED' in note, refreshed
+        assert ray_says == "Job finished successfully.", refreshed
         steps = [int(s) for s in (ckpt / "steps.log").read_text().split()]
         assert sorted(set(steps)) == [1, 2, 3, 4, 5, 6] and steps[-1] == 6
         # The restarted trainer resumed from a checkpoint the first one saved, read through the head's mount.
@@ -749,6 +764,7 @@ def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
         assert int(resumed[-1]) == restarts[0]["from_step"], (resumed, restarts)  # from the step the restart recorded
         assert "merging" in logs and "on a GPU node" in logs  # the merge ran on a GPU node (the head has no GPUs)
         assert_library_path(run, logs)
+        assert_tensorboard(run, logs)
     finally:
         run.close()
 
@@ -775,6 +791,7 @@ def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters, r
         assert [int(s) for s in (ckpt / "steps.log").read_text().split()] == [1, 2]
         assert_completed(run, ckpt, merged, steps=2, world=pods * gpus)
         assert_library_path(run, logs)
+        assert_tensorboard(run, logs)
     finally:
         run.close()
 

@@ -71,7 +71,8 @@ def test_nccl_timeout_covers_a_slow_save():
     assert checkpoints.nccl_timeout_s(100) == checkpoints.VERL_NCCL_TIMEOUT_S
     assert checkpoints.nccl_timeout_s(400) == 1200  # 3 x 400 s, whole minutes
     cfg = load("b200")
-    one_node = dataclasses.replace(cfg, gpu_nodes=1)  # 393 GB through one sidecar: ~393 s
+    full = dataclasses.replace(cfg.grpo, save_contents="full")  # model, optimizer, extra: 393 GB for 32B
+    one_node = dataclasses.replace(cfg, gpu_nodes=1, grpo=full)  # 393 GB through one sidecar: ~393 s
     assert checkpoints.nccl_timeout_for(one_node) >= 3 * 393
     item = [o for o in grpo.overrides(cfg.grpo, stack="b200", nnodes=1, gpus_per_node=8, paths=PATHS,
                                       nccl_timeout=checkpoints.nccl_timeout_for(one_node))

@@ -41,14 +41,16 @@ def test_the_plan_names_the_cap_that_ends_the_run_before_its_epochs():
 
 
 def test_checkpoints_count_the_last_step_and_the_keep_limit():
-    cfg = load()  # save_freq 30 over 58 steps: 30 and the last (58)
+    cfg = load(grpoSaveFreq="30", grpoSaveContents="full")  # save_freq 30 over 58 steps: 30 and the last (58)
     z = sizing.run_sizing(cfg)
     params = model_spec(cfg.model).params
     assert z.checkpoint_gb == pytest.approx(12 * params / 1e9)  # fp32 model + Adam m, v
     assert (z.checkpoints_saved, z.checkpoints_kept) == (2, 2)  # steps 30 and 58 (every grpoSaveFreq 30, and the last)
     assert z.bucket_gb == pytest.approx(2 * params / 1e9 + 2 * z.checkpoint_gb + sizing.DATA_GB)
     assert sizing.run_sizing(load(grpoMaxCheckpointsToKeep="10", grpoSaveFreq="10")).checkpoints_kept == 6
-    assert sizing.run_sizing(load(grpoSaveFreq="-1")).checkpoints_saved == 0
+    assert sizing.run_sizing(load(grpoSaveFreq="-1", jobMergeModel="false")).checkpoints_saved == 0
+    # Model-only checkpoints (grpoSaveContents): the fp32 shards alone, a third of the bytes.
+    assert sizing.run_sizing(load(grpoSaveContents="model")).checkpoint_gb == pytest.approx(4 * params / 1e9)
 
 
 def test_gpu_hours_are_gpus_times_the_run():

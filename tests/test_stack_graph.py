@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 
 import pytest
@@ -75,7 +76,8 @@ def test_job_inputs(stack):
     job = _job(run).inputs
     assert job["expected_gpus"] == cfg.total_gpus
     supervisor, trainer = job["entrypoint"].split(" -- ", 1)
-    assert trainer.startswith("python3 -m verl.trainer.main_ppo ")
+    # verl's main_ppo through the shipped entry (TensorBoard's events copied to the bucket), in the supervisor's folder
+    assert re.match(r"python3 /data/scripts/supervisor-[0-9a-f]{12}/verl_main\.py ", trainer), trainer[:200]
     assert job["submission_id"].startswith(f"verl-grpo-{cfg.stack}-")
     gke = job["gke"]
     assert gke["service"] == f"{cfg.prefix}-ray-head-svc" and gke["port"] == 8265
@@ -98,9 +100,11 @@ def test_supervisor_agrees_with_staging_raycluster_and_outputs(stack):
     args = container["command"] + container.get("args", [])
     shipped = [args[i + 1].split("=", 1)[1] for i, a in enumerate(args) if a == "--ship"]
     assert sup[:2] == ["python3", shipped[0]] and shipped[0].startswith(paths.scripts_dir + "/supervisor-")
-    # the protocol module it imports, and the NCCL check it runs, ship into the same folder
-    assert [posixpath.dirname(s) for s in shipped] == [posixpath.dirname(shipped[0])] * 3
-    assert [posixpath.basename(s) for s in shipped[1:]] == ["verl_gke_protocol.py", "nccl_check.py"]
+    # the protocol module it imports, the trainer's entry it runs and the NCCL check ship into the same folder
+    assert [posixpath.dirname(s) for s in shipped] == [posixpath.dirname(shipped[0])] * 4
+    assert [posixpath.basename(s) for s in shipped[1:]] == ["verl_gke_protocol.py", "verl_main.py", "nccl_check.py"]
+    trainer = shlex.split(job["entrypoint"].split(" -- ", 1)[1])
+    assert trainer[:2] == ["python3", shipped[2]]
     assert flags["--state"].startswith(paths.checkpoint_dir + "/") and flags["--checkpoint-dir"] == paths.checkpoint_dir
     assert flags["--merge-to"] == paths.merged_dir and flags["--expected-gpus"] == str(cfg.total_gpus)
     ray_cluster = run.one(RAYCLUSTER).inputs

@@ -7,7 +7,10 @@ after a restart the older steps stay unless the supervisor prunes them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shlex
+import subprocess
+import sys
 
 from catalog.paths import bucket_paths
 from recipe import grpo
@@ -16,6 +19,7 @@ from tests.ray_fixtures import REPO
 _SPEC = importlib.util.spec_from_file_location("supervise", REPO / "components" / "scripts" / "supervise.py")
 supervise = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(supervise)
+SUPERVISE = REPO / "components" / "scripts" / "supervise.py"
 
 
 def _save(ckpt, step):
@@ -54,3 +58,80 @@ def test_the_entrypoint_prunes_to_the_keep_limit_and_bounds_the_merge():
     args, _ = supervise.parse(["--run-id", "r", "--max-recoveries", "3", *shlex.split(cmd)[2:]])
     assert args.keep == 2 and args.merge_timeout_s == grpo.MERGE_TIMEOUT_S and args.merge_on_worker
     assert args.checkpoint_dir.endswith("/run-abc") and args.merge_to.endswith("/run-abc")
+
+
+# --- issue 43: a resubmission after training finished goes straight to prune and merge --------------------------
+
+TRAINER = REPO / "tests" / "standins" / "trainer.py"
+MERGER = REPO / "tests" / "standins" / "merge.py"
+
+
+def _attempt(tmp_path, attempt: int, *, merge_fail: bool = False, trainer_extra: tuple[str, ...] = ()):
+    py, ckpt = sys.executable, tmp_path / "ckpt"
+    merge_cmd = f"{py} {MERGER}{' --fail' if merge_fail else ''} merge --backend fsdp"
+    return subprocess.run(
+        [py, str(SUPERVISE), "--run-id", "run-f", "--max-recoveries", "3", "--attempt", str(attempt), "--state",
+         str(ckpt / "verl-gke-run.json"), "--expected-gpus", "0", "--dashboard", "http://127.0.0.1:9",
+         "--checkpoint-dir", str(ckpt), "--keep", "1", "--merge-to", str(tmp_path / "merged"), "--merge-cmd",
+         merge_cmd, "--", py, str(TRAINER), "--local", "--ckpt", str(ckpt), "--steps", "2", "--step-s", "0",
+         *trainer_extra], capture_output=True, text=True, timeout=300)
+
+
+def test_a_resubmission_after_training_finished_merges_without_training_again(tmp_path):
+    """The first attempt trains to step 2 and its merge fails; the provider's resubmission must merge step 2,
+    not resume verl there (which trains and saves step 3, and the merge would take that)."""
+    first = _attempt(tmp_path, 1, merge_fail=True)
+    assert first.returncode == 1 and "model merge of global_step_2 failed" in first.stdout, first.stdout[-2000:]
+    second = _attempt(tmp_path, 2)
+    assert second.returncode == 0, second.stdout[-2000:]
+    assert "starting the trainer" not in second.stdout and "training already finished at global_step_2" in \
+        second.stdout, second.stdout[-2000:]
+    ckpt = tmp_path / "ckpt"
+    assert (ckpt / "steps.log").read_text().split() == ["1", "2"]
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith("global_step_")) == ["global_step_2"]
+    assert json.loads((tmp_path / "merged" / supervise.MERGED_MARKER).read_text())["step"] == 2
+
+
+def test_a_longer_run_on_the_same_checkpoints_trains_on(tmp_path):
+    """More epochs or steps (the same checkpoint folder: they do not key it) is not a finished run."""
+    ckpt = tmp_path / "ckpt"
+    _save(ckpt, 58)
+    supervise.mark_trained(str(ckpt), ["python3", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=2"])
+    assert supervise.finished_step(str(ckpt), ["x", "trainer.total_epochs=2", "trainer.test_freq=5"]) == 58
+    assert supervise.finished_step(str(ckpt), ["x", "trainer.total_epochs=3"]) is None
+    assert supervise.finished_step(str(ckpt), ["x", "trainer.total_epochs=2", "trainer.total_training_steps=80"]) \
+        is None
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("60")  # a later save: the marker is stale
+    assert supervise.finished_step(str(ckpt), ["x", "trainer.total_epochs=2"]) is None
+
+
+def test_a_stop_while_the_trainer_starts_still_reaches_the_trainer(tmp_path, monkeypatch):
+    """SIGTERM landing inside Popen (after the fork, before the supervisor holds the child) must not leave a
+    trainer nobody signals or waits for: the stop is held until the child is known."""
+    import os
+    import signal
+
+    started = []
+    real_popen = supervise.subprocess.Popen
+
+    def popen_then_stop(*args, **kwargs):
+        child = real_popen(*args, **kwargs)
+        started.append(child)
+        os.kill(os.getpid(), signal.SIGTERM)  # `ray job stop` right now
+        return child
+
+    monkeypatch.setattr(supervise.subprocess, "Popen", popen_then_stop)
+    args, trainer = supervise.parse(["--run-id", "r", "--max-recoveries", "1", "--state", str(tmp_path / "s.json"),
+                                     "--expected-gpus", "0", "--dashboard", "http://127.0.0.1:9", "--stop-grace-s",
+                                     "30", "--", sys.executable, "-c", "import time; time.sleep(120)"])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert supervise.run(args, trainer) == supervise.EXITS["stopped"]
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+    (child,) = started
+    assert child.returncode == -signal.SIGTERM  # forwarded, and waited for

@@ -31,6 +31,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.scripts.verl_main import BUCKET_ENV as TENSORBOARD_BUCKET_ENV
+
 DRIVER_ON_WORKERS_ENV = "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES"
 ENTRYPOINT_RESOURCE_KEYS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
                             "entrypoint_resources")
@@ -194,8 +196,10 @@ def processes(plan: dict[str, Any], all_pods: dict[str, Pod]) -> list[Process]:
         if ckpt:
             p.uses.append(Use(ckpt, "keep" in sup, BUCKET, "--checkpoint-dir (tracker; pruning)"))
         procs.append(p)
+    entry = [Use(trainer[1], False, BUCKET, "trainer script (verl_main.py)")] \
+        if len(trainer) > 1 and trainer[1].endswith(".py") else []
     procs.append(Process("verl main_ppo (driver's child)", driver_pod, "child process of the driver",
-                         list(imports)))
+                         [*imports, *entry]))
     head_cpus = all_pods[HEAD].head_cpus
     runner = Process("verl TaskRunner", WORKERS if head_cpus == "0" else HEAD,
                      "a 1-CPU actor (verl main_ppo.py); the head has num-cpus "
@@ -206,8 +210,10 @@ def processes(plan: dict[str, Any], all_pods: dict[str, Pod]) -> list[Process]:
             runner.uses.append(Use(hydra[key], False, BUCKET, key))
     if ckpt:
         runner.uses.append(Use(ckpt, True, BUCKET, "trainer.default_local_dir (tracker, dataloader state)"))
-    if "TENSORBOARD_DIR" in env:
-        runner.uses.append(Use(env["TENSORBOARD_DIR"], True, BUCKET, "TENSORBOARD_DIR"))
+    if "TENSORBOARD_DIR" in env:  # the event files, one append per record: the pod's own disk
+        runner.uses.append(Use(env["TENSORBOARD_DIR"], True, LOCAL, "TENSORBOARD_DIR"))
+    if TENSORBOARD_BUCKET_ENV in env:  # their copies (components/scripts/verl_main.py): the bucket
+        runner.uses.append(Use(env[TENSORBOARD_BUCKET_ENV], True, BUCKET, TENSORBOARD_BUCKET_ENV))
     if "HF_HOME" in env:
         runner.uses.append(Use(env["HF_HOME"], False, BUCKET, "HF_HOME"))
     datasets = env.get("HF_DATASETS_CACHE") or all_pods[WORKERS].env.get("HF_DATASETS_CACHE") or \

@@ -183,6 +183,7 @@ def checkpoint_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     return {"folder": folder, "run": run, "saveSeconds": round(t.seconds, 1), "saves": t.saves,
             "saveShare": round(t.share, 3), "ncclTimeoutS": t.nccl_timeout_s,
             "writeGBpsPerNode": checkpoints.WRITE_GBPS_PER_NODE,
+            "cadence": checkpoints.stack_cadence(cfg).as_dict(), "capacity": cfg.capacity.kind,
             "cleanup": (f'gcloud storage ls "gs://$(pulumi stack output bucket)/{prefix}" | grep -v "/{run}/$" '
                         "| xargs -r gcloud storage rm -r")}
 
@@ -221,6 +222,7 @@ def report(plan: dict[str, Any]) -> str:
         f"bucket {z['bucket_gb']} GB (model {z['model_gb']})",
         *([f"  saves       {c['saves']} x ~{c['saveSeconds']} s at {c['writeGBpsPerNode']} GB/s per node = "
            f"{c['saveShare']:.0%} of the run (kept under 10 %); nccl_timeout {c['ncclTimeoutS']} s",
+           *_cadence_lines(c),
            f"  run folder  {c['folder']} (a changed run starts in a new one)",
            f"  superseded  {c['cleanup']}"] if (c := plan.get("checkpoints")) else []),
         f"  ESTIMATE    {z['est_step_seconds_low']} / {z['est_step_seconds']} / {z['est_step_seconds_high']} s per "
@@ -230,6 +232,19 @@ def report(plan: dict[str, Any]) -> str:
         f"{z['gpu_hours']} GPU-hours expected (the whole run, start-up to scale-down: the run estimate below)",
     ]
     return "\n".join(lines)  # the warnings: printed once, last (main)
+
+
+def _cadence_lines(c: dict[str, Any]) -> list[str]:
+    """How often the run saves, why, and the work one preemption costs (stacks.checkpoints.cadence)."""
+    k = c["cadence"]
+    every = (f"every {k['save_freq']} steps" if k["save_freq"] > 0 else "never") + \
+        (" (derived: Young's optimum for the save time and the interruption rate)" if k["derived"] else
+         f" ({stack_config.KEYS_BY_NAME['grpoSaveFreq'].full})")
+    return [f"  cadence     {every}, {k['contents']} checkpoints ({stack_config.KEYS_BY_NAME['grpoSaveContents'].full}"
+            f"); {c['capacity']}: a GPU node of the run lost every ~{k['group_interruption_hours']} h "
+            f"({k['basis']})",
+            f"  ESTIMATE    {k['expected_interruptions']} interruptions expected in the run; each redoes "
+            f"~{k['lost_minutes']} min of training (half of the {k['interval_minutes']} min between saves)"]
 
 
 def _steps(z: dict[str, Any]) -> str:

@@ -19,8 +19,10 @@ GPUs stop billing; the next submission scales it back.
 Standard library only: it runs in the training image before anything else is known to work. What it
 shares with the job provider (the attempt's env vars, its `[verl-gke]` lines, the worker group's patch)
 is verl_gke_protocol, shipped into the same folder.
-Exit codes: the trainer's on a deterministic failure, 0 success, 1 budget spent / GPUs never
-returned / merge failed, 2 bad arguments, 143 stopped.
+Every way it ends is named in EXITS (with its exit code: the trainer's on a deterministic failure, 0
+success, 1 budget spent / GPUs never returned / merge failed / refused / crashed, 2 bad arguments, 143
+stopped), each one releases the GPUs, and the last `[verl-gke] exit "<name>"` line says whether it did.
+docs/gpu-release.md lists them with the job provider's failure paths.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.error
 import urllib.request
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # verl_gke_protocol ships next to this script
 import nccl_check  # noqa: E402
@@ -303,14 +307,121 @@ def wait_for_one_node(dashboard: str, timeout_s: float) -> None:
         time.sleep(5.0)
 
 
+# ----------------------------------------------------------------------------- a run that already finished
+
+TRAINED_MARKER = ".verl-gke-trained.json"
+# What fixes a run's last step besides what keys its checkpoint folder (batch size, data, world size:
+# stacks.checkpoints.run_identity): the trainer's length, as its Hydra overrides set it (the last one wins).
+LENGTH_KEYS = ("trainer.total_epochs", "trainer.total_training_steps")
+
+
+def run_length(trainer: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = dict.fromkeys(LENGTH_KEYS)
+    for word in trainer:
+        key, sep, value = word.lstrip("+").partition("=")
+        if sep and key in found:
+            found[key] = value
+    return found
+
+
+def finished_step(checkpoint_dir: str, trainer: list[str]) -> int | None:
+    """The step this run's training finished at, while the tracker still names it (a trainer of the same
+    length exited 0 there: mark_trained); None otherwise. Resumed there, verl 0.6.1 would train one step
+    more and save it (trainer/ppo/ray_trainer.py fit: global_steps is the checkpoint's N, then N + 1, and
+    is_last_step = N + 1 >= total holds at once), and the merge would take step N + 1."""
+    if not checkpoint_dir:
+        return None
+    try:
+        with open(os.path.join(checkpoint_dir, TRAINED_MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return None
+    step = latest_step(checkpoint_dir)
+    if isinstance(marker, dict) and step is not None and marker.get("step") == step \
+            and marker.get("length") == run_length(trainer):
+        return step
+    return None
+
+
+def mark_trained(checkpoint_dir: str, trainer: list[str]) -> None:
+    """Record that the trainer exited 0 at the tracker's step (nothing when it saved nothing)."""
+    step = latest_step(checkpoint_dir) if checkpoint_dir else None
+    if step is None:
+        return
+    path = os.path.join(checkpoint_dir, TRAINED_MARKER)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"step": step, "length": run_length(trainer)}, f)
+    os.replace(tmp, path)
+
+
+def merged_already(args: argparse.Namespace) -> int | None:
+    """The step whose merge is already in args.merge_to (its marker names the tracker's checkpoint)."""
+    step = latest_step(args.checkpoint_dir)
+    try:
+        with open(os.path.join(args.merge_to, MERGED_MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return None
+    source = os.path.join(args.checkpoint_dir, f"global_step_{step}", "actor")
+    if step is not None and isinstance(marker, dict) and marker.get("step") == step and marker.get("source") == source:
+        return step
+    return None
+
+
 # ----------------------------------------------------------------------------- releasing the GPUs
 
+RELEASE_ATTEMPTS, RELEASE_TIMEOUT_S = 3, 30.0
+# Ray's job supervisor SIGKILLs the entrypoint's whole process tree this many seconds after its SIGTERM
+# (ray/dashboard/modules/job/job_supervisor.py, ray 2.60: int(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S",
+# DEFAULT_RAY_JOB_STOP_WAIT_TIME_S = 3)), read from the env the job's runtime env gives it, as this
+# process gets it too. catalog.ray.JOB_STOP_WAIT_S sets it; of that wait, STOP_RECORD_S stays for the
+# stop record and the trainer's exit, the rest bounds the release.
+STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+RAY_DEFAULT_STOP_WAIT_S = 3
+STOP_RECORD_S = 15.0
 
-def release_gpus(args: argparse.Namespace, replicas: int = 0) -> bool:
+
+def stop_release_s() -> float:
+    """Seconds the release may take once the job is stopped."""
+    try:
+        wait = int(os.environ.get(STOP_WAIT_ENV, RAY_DEFAULT_STOP_WAIT_S))
+    except ValueError:
+        wait = RAY_DEFAULT_STOP_WAIT_S  # Ray's int() raises too, and SIGKILLs nothing: the default is the bound
+    return max(1.0, wait - STOP_RECORD_S)
+
+
+def add_release_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--release-raycluster", default="", help="scale this RayCluster's GPU group to 0 at the end")
+    p.add_argument("--release-group", default="gpu-group")
+    p.add_argument("--release-group-index", type=int, default=0)
+    p.add_argument("--k8s-api", default=K8S_API)
+    p.add_argument("--k8s-sa-dir", default=SA_DIR)
+
+
+class _QuietParser(argparse.ArgumentParser):
+    def error(self, message: str):  # no usage printed, no exit: the caller decides
+        raise ValueError(message)
+
+
+def release_options(argv: list[str]) -> argparse.Namespace | None:
+    """The release options alone, from a command line the full parser refused (None: those too are unreadable)."""
+    p = _QuietParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    add_release_options(p)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    try:
+        args, _ = p.parse_known_args(argv[:cut])
+    except (argparse.ArgumentError, ValueError):
+        return None
+    return args
+
+
+def release_gpus(args: argparse.Namespace, replicas: int = 0, deadline: float | None = None) -> bool:
     """Scale the RayCluster's GPU worker group to `replicas` (and minReplicas: KubeRay clamps to min).
 
     A JSON patch with a `test` on the group's name: it never scales another group by position.
-    Best effort: a failure is printed, never turns a good run into a failed job.
+    Best effort: a failure is printed, never turns a good run into a failed job. `deadline` (monotonic)
+    bounds all attempts together.
     """
     if not args.release_raycluster:
         return False
@@ -331,9 +442,13 @@ def release_gpus(args: argparse.Namespace, replicas: int = 0) -> bool:
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json-patch+json"})
     ca = os.path.join(sa_dir, "ca.crt")
     context = ssl.create_default_context(cafile=ca) if os.path.exists(ca) else None
-    for attempt in range(3):
+    for attempt in range(RELEASE_ATTEMPTS):
+        left = RELEASE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            log("GPU release failed: out of time")
+            return False
         try:
-            with urllib.request.urlopen(request, timeout=30, context=context):
+            with urllib.request.urlopen(request, timeout=min(RELEASE_TIMEOUT_S, left), context=context):
                 log(f"released the GPUs: {args.release_raycluster}/{args.release_group} scaled to {replicas} "
                     "(the node pool drains the idle nodes; the next submission scales it back)")
                 return True
@@ -344,65 +459,217 @@ def release_gpus(args: argparse.Namespace, replicas: int = 0) -> bool:
                 return False
         except OSError as err:
             log(f"GPU release failed: {err}")
-        time.sleep(2 * (attempt + 1))
+        pause = 2.0 * (attempt + 1)
+        time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
     return False
 
 
+def release_note(args: argparse.Namespace | None, released: bool) -> str:
+    """Who releases the GPUs now, for the supervisor's last line (docs/gpu-release.md)."""
+    if released:
+        return "the GPUs are released"
+    if args is None:
+        return ("the release options cannot be read either: the GPU group stays up until the next `pulumi up` "
+                "replaces the job, or you scale it to 0 (docs/gpu-release.md has the command)")
+    if not args.release_raycluster:
+        return "no GPU release asked for (--release-raycluster): the GPU group stays as it is"
+    patch = json.dumps(protocol.worker_group_patch(args.release_group_index, args.release_group, 0))
+    return (f"the GPU release FAILED: the GPU nodes keep billing until the next `pulumi up` replaces the job "
+            f"or you run: kubectl patch raycluster {args.release_raycluster} --type json -p '{patch}' "
+            "(in the RayCluster's namespace)")
+
+
 # ----------------------------------------------------------------------------- the loop
+
+# Every way the supervisor ends, by name -> exit code (None: the trainer's own). Each has a row in
+# docs/gpu-release.md, and each releases the GPU group: Supervisor.run's `finally`, main for bad arguments.
+EXITS: dict[str, int | None] = {
+    "bad arguments": 2,
+    "refused before training": EXIT_GIVE_UP,  # before_training: the state file or folder, the checks
+    "budget spent before this attempt": EXIT_GIVE_UP,
+    "NCCL check failed": EXIT_GIVE_UP,  # before each trainer start on RDMA stacks: components/scripts/nccl_check.py
+    "trainer failed, no node lost": None,
+    "node lost, budget spent": EXIT_GIVE_UP,
+    "GPUs did not return": EXIT_GIVE_UP,
+    "merge failed": EXIT_GIVE_UP,
+    "succeeded": 0,
+    "stopped": EXIT_STOPPED,
+    "crashed": EXIT_GIVE_UP,  # an error of the supervisor itself (a bug, the bucket mount gone)
+}
+
+
+class Ending(NamedTuple):  # not a dataclass: the tests load this file without registering it as a module
+    exit: str  # a key of EXITS
+    code: int
+    summary: str  # the outcome, as the run's last line says it (the job provider's message)
+
+
+def ending(name: str, summary: str, code: int | None = None) -> Ending:
+    fixed = EXITS[name]
+    return Ending(name, fixed if fixed is not None else int(code or 0), summary)
+
+
+def announce(end: Ending, args: argparse.Namespace | None, released: bool) -> None:
+    """The run's last line, after the release: the outcome, the exit's name and who releases the GPUs."""
+    log(f'{end.summary}; exit "{end.exit}" (code {end.code}): {release_note(args, released)}')
+
+
+def before_training(args: argparse.Namespace) -> str | None:
+    """Why this attempt must not start (None: it may). Runs inside the release guard, before the budget:
+    a check added here ends the run as "refused before training", with the GPUs released."""
+    return state_problem(args.state, args.run_id)
 
 
 class StoppedError(Exception):
     pass
 
 
-def run(args: argparse.Namespace, trainer: list[str]) -> int:
-    if problem := state_problem(args.state, args.run_id):
-        log(f"run {args.run_id} attempt {args.attempt}: FAILED before training, {problem}")
-        return EXIT_GIVE_UP
-    budget = Budget(args.state, args.run_id, args.attempt, args.used, args.max_recoveries)
-    if budget.used > budget.limit:
-        budget.record(outcome="FAILED", reason="recovery budget spent before this attempt")
-        log(f"run {args.run_id} attempt {args.attempt}: FAILED, recovery budget spent ({budget.tally()})")
-        return EXIT_GIVE_UP
-    budget.record(outcome="RUNNING")
-    child: subprocess.Popen | None = None
-    released = False
+class Supervisor:
+    """One attempt of a run. `run` is the guard around everything else: whatever ends it, the GPUs are
+    released exactly once (first thing on a stop, where Ray's SIGKILL is near)."""
 
-    def on_stop(signum, _frame):
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
+    def __init__(self, args: argparse.Namespace, trainer: list[str]):
+        self.args, self.trainer = args, trainer
+        self.budget: Budget | None = None
+        self.child: subprocess.Popen | None = None
+        self.released = False
+        self.release_tried = False
+        self._starting = False  # inside Popen: a stop is held (_stop_pending) until the child is known
+        self._stop_pending: int | None = None
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        end: Ending | None = None
+        try:
+            try:
+                end = self._supervise()
+            except StoppedError:
+                end = self._stopped()
+        except Exception:  # noqa: BLE001 - a bug or a lost mount: the traceback is printed, the GPUs still go
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            end = ending("crashed", f"{self._who()}: FAILED, the supervisor crashed ({sys.exc_info()[1]!r}, "
+                                    "traceback above)")
+            self._record(outcome="FAILED", reason="the supervisor crashed")
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release below must not be cut short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if not self.release_tried:
+                self.released = release_gpus(self.args)
+            if end is not None:
+                announce(end, self.args, self.released)
+        return end.code
+
+    def _on_stop(self, signum, _frame):
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+        if self._starting:
+            self._stop_pending = signum
+            return
         raise StoppedError()
 
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    try:
+    def _start_trainer(self) -> None:
+        """Popen, where a stop raised after the fork would lose the trainer (never signalled, never waited
+        for): the stop is held until self.child is set, then passed on. A blocked signal mask would not do:
+        the trainer would inherit it and ignore Ray's SIGTERM."""
+        self._starting = True
+        try:
+            self.child = subprocess.Popen(self.trainer)
+        finally:
+            self._starting = False
+        if self._stop_pending is not None:
+            self.child.send_signal(self._stop_pending)
+            raise StoppedError()
+
+    def _record(self, **fields) -> None:
+        """A record that must not end the run: a failure to write it is printed."""
+        if self.budget is None:
+            return
+        try:
+            self.budget.record(**fields)
+        except OSError as err:
+            log(f"could not write the run's state {self.args.state}: {err}")
+
+    def _stopped(self) -> Ending:
+        # `ray job stop` (or a replacement by `pulumi up`): Ray SIGKILLs the process group
+        # RAY_JOB_STOP_WAIT_TIME_S after its SIGTERM, so release first, then record, then wait for the trainer.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.release_tried = True  # once: a second try would run past Ray's SIGKILL
+        self.released = release_gpus(self.args, deadline=time.monotonic() + stop_release_s())
+        self._record(outcome="STOPPED")
+        if self.child is not None:
+            try:
+                self.child.wait(timeout=self.args.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+        return ending("stopped", f"{self._who()}: STOPPED{f' ({self.budget.tally()})' if self.budget else ''}")
+
+    def _who(self) -> str:
+        return f"run {self.args.run_id} attempt {self.args.attempt}"
+
+    def _supervise(self) -> Ending:
+        args = self.args
+        if problem := before_training(args):
+            return ending("refused before training", f"{self._who()}: FAILED before training, {problem}")
+        self.budget = budget = Budget(args.state, args.run_id, args.attempt, args.used, args.max_recoveries)
+        if budget.used > budget.limit:
+            budget.record(outcome="FAILED", reason="recovery budget spent before this attempt")
+            return ending("budget spent before this attempt",
+                          f"{self._who()}: FAILED, recovery budget spent ({budget.tally()})")
+        budget.record(outcome="RUNNING")
+        done = finished_step(args.checkpoint_dir, self.trainer)
+        if done is not None:
+            log(f"training already finished at global_step_{done} ({TRAINED_MARKER}): the trainer is not started "
+                "again (verl would train one step more); pruning and merging only")
+            prune(args.checkpoint_dir, args.keep)
+        elif (failed := self._train(budget)) is not None:
+            return failed
+        if args.merge_to:
+            if (step := merged_already(args)) is not None:
+                log(f"global_step_{step} is already merged into {args.merge_to}")
+            else:
+                nodes = alive_gpu_nodes(args.dashboard) or {}
+                if len(nodes) > 1 and release_gpus(args, replicas=1):
+                    # The merge needs one GPU node: the others stop billing now, not after the merge.
+                    wait_for_one_node(args.dashboard, args.settle_s)
+                if problem := merge(args):
+                    budget.record(outcome="FAILED", reason=problem.splitlines()[0])
+                    return ending("merge failed", f"{self._who()}: FAILED, {problem} ({budget.tally()})")
+            budget.record(merged=args.merge_to, merged_step=latest_step(args.checkpoint_dir))
+        budget.record(outcome="SUCCEEDED")
+        where = f", merged model at {args.merge_to}" if args.merge_to else ""
+        return ending("succeeded", f"{self._who()}: SUCCEEDED, {budget.tally()}{where}")
+
+    def _train(self, budget: Budget) -> Ending | None:
+        """The trainer until it succeeds (None), restarted after each lost GPU node while the budget lasts."""
+        args = self.args
         while True:
-            if args.nccl_check and (code := nccl_check.in_subprocess(args.nccl_check)):  # issue 43 item 9
+            if args.nccl_check and (code := nccl_check.in_subprocess(args.nccl_check)):
                 budget.record(outcome="FAILED", reason=f"the NCCL check failed (exit code {code})")
-                log(f"run {args.run_id} attempt {args.attempt}: FAILED before training, the NCCL check failed "
-                    f"(its log above) ({budget.tally()})")
-                return code
+                return ending("NCCL check failed", f"{self._who()}: FAILED before training, the NCCL check failed "
+                              f"with exit code {code} (its log above) ({budget.tally()})")
             before = alive_gpu_nodes(args.dashboard) or {}
             step = latest_step(args.checkpoint_dir) if args.checkpoint_dir else None
             log(f"starting the trainer (attempt {args.attempt}, {budget.tally()}, "
-                f"resuming from {f'global_step_{step}' if step else 'the start'}): {shlex.join(trainer)}")
-            child = subprocess.Popen(trainer)
-            code = child.wait()
-            child = None
+                f"resuming from {f'global_step_{step}' if step else 'the start'}): {shlex.join(self.trainer)}")
+            self._start_trainer()
+            code = self.child.wait()
+            self.child = None
             prune(args.checkpoint_dir, args.keep)
             if code == 0:
-                break
+                mark_trained(args.checkpoint_dir, self.trainer)
+                return None
             why = lost_nodes(args.dashboard, before, args.expected_gpus, args.settle_s)
             if why is None:
                 budget.record(outcome="FAILED", reason=f"trainer exit code {code}, no node lost: not retried")
-                log(f"run {args.run_id} attempt {args.attempt}: FAILED, the trainer exited with code {code} "
-                    f"and no GPU node was lost, so it would fail the same way again: not retried "
-                    f"({budget.tally()})")
-                return code
+                return ending("trainer failed, no node lost",
+                              f"{self._who()}: FAILED, the trainer exited with code {code} and no GPU node was "
+                              f"lost, so it would fail the same way again: not retried ({budget.tally()})", code)
             if budget.used >= budget.limit:
                 budget.record(outcome="FAILED", reason=f"{why}; recovery budget spent")
-                log(f"run {args.run_id} attempt {args.attempt}: FAILED, {why}; no recovery left ({budget.tally()})")
-                return EXIT_GIVE_UP
+                return ending("node lost, budget spent", f"{self._who()}: FAILED, {why}; no recovery left "
+                                                         f"({budget.tally()})")
             budget.restarts.append({"reason": why, "exit_code": code, "from_step": latest_step(args.checkpoint_dir),
                                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             budget.record(outcome="RECOVERING")
@@ -413,42 +680,12 @@ def run(args: argparse.Namespace, trainer: list[str]) -> int:
             time.sleep(pause)
             if wait_for_gpus(args.dashboard, args.expected_gpus, args.gpu_wait_s) is None:
                 budget.record(outcome="FAILED", reason=f"{why}; the GPUs did not return in {args.gpu_wait_s:g}s")
-                log(f"run {args.run_id} attempt {args.attempt}: FAILED, the GPUs did not return within "
-                    f"{args.gpu_wait_s:g}s ({budget.tally()})")
-                return EXIT_GIVE_UP
-        if args.merge_to:
-            nodes = alive_gpu_nodes(args.dashboard) or {}
-            if len(nodes) > 1 and release_gpus(args, replicas=1):
-                # The merge needs one GPU node: the others stop billing now, not after the merge.
-                wait_for_one_node(args.dashboard, args.settle_s)
-            problem = merge(args)
-            if problem:
-                budget.record(outcome="FAILED", reason=problem.splitlines()[0])
-                log(f"run {args.run_id} attempt {args.attempt}: FAILED, {problem} ({budget.tally()})")
-                return EXIT_GIVE_UP
-            budget.record(merged=args.merge_to, merged_step=latest_step(args.checkpoint_dir))
-        budget.record(outcome="SUCCEEDED")
-        where = f", merged model at {args.merge_to}" if args.merge_to else ""
-        log(f"run {args.run_id} attempt {args.attempt}: SUCCEEDED, {budget.tally()}{where}")
-        return 0
-    except StoppedError:
-        # `ray job stop` (or a replacement by `pulumi up`): Ray kills the process group a few seconds
-        # after its SIGTERM (RAY_JOB_STOP_WAIT_TIME_S), so release first, then wait for the trainer.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        release_gpus(args)
-        released = True
-        log(f"run {args.run_id} attempt {args.attempt}: STOPPED ({budget.tally()})")
-        budget.record(outcome="STOPPED")
-        if child is not None:
-            try:
-                child.wait(timeout=args.stop_grace_s)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        return EXIT_STOPPED
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the release below must not be cut short
-        if not released:
-            release_gpus(args)
+                return ending("GPUs did not return", f"{self._who()}: FAILED, the GPUs did not return within "
+                                                     f"{args.gpu_wait_s:g}s ({budget.tally()})")
+
+
+def run(args: argparse.Namespace, trainer: list[str]) -> int:
+    return Supervisor(args, trainer).run()
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -480,11 +717,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="keep the newest N checkpoints after each trainer run (verl's max_actor_ckpt_to_keep)")
     p.add_argument("--merge-on-worker", action="store_true",
                    help="run the merge as a Ray task on a GPU node: it holds the whole model in memory")
-    p.add_argument("--release-raycluster", default="", help="scale this RayCluster's GPU group to 0 at the end")
-    p.add_argument("--release-group", default="gpu-group")
-    p.add_argument("--release-group-index", type=int, default=0)
-    p.add_argument("--k8s-api", default=K8S_API)
-    p.add_argument("--k8s-sa-dir", default=SA_DIR)
+    add_release_options(p)
     p.add_argument("--nccl-check", default="",
                    help="arguments of nccl_check.py (next to this script), run before each trainer start: "
                         "a failed check fails the job before training")
@@ -501,6 +734,20 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, trainer
 
 
+def main(argv: list[str]) -> int:
+    """Bad arguments release too: what of the release options can be read is used."""
+    try:
+        args, trainer = parse(argv)
+    except SystemExit as err:
+        if not err.code:
+            raise  # --help
+        release = release_options(argv)
+        released = release is not None and release_gpus(release)
+        announce(ending("bad arguments", "FAILED before training, bad arguments (the usage error above)"),
+                 release, released)
+        return EXITS["bad arguments"]
+    return run(args, trainer)
+
+
 if __name__ == "__main__":
-    options, command = parse(sys.argv[1:])
-    sys.exit(run(options, command))
+    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,10 @@
 """A stand-in for verl's trainer: a Ray driver whose steps run on the GPU nodes and that writes and
 resumes from checkpoints in verl's layout (global_step_N/actor/..., latest_checkpointed_iteration.txt).
 
-Every step it runs is appended to <ckpt>/steps.log, so a test can see where a rerun resumed.
+Every step it runs is appended to <ckpt>/steps.log, so a test can see where a rerun resumed. Resumed at
+or past the last step it still trains one step more and saves it, as verl 0.6.1 does (trainer/ppo/
+ray_trainer.py fit: global_steps is the checkpoint's N, then N + 1, and is_last_step holds at once).
+`--local` runs the steps in this process, without Ray (a test of the supervisor alone).
 `--fail-at-step K` fails deterministically at step K, every time. `--resumed-step-s` is the step time
 of a run resumed from a checkpoint (a test kills a node during the first run, not after the resume).
 """
@@ -48,6 +51,7 @@ def main() -> int:
     p.add_argument("--resumed-step-s", type=float, default=None)
     p.add_argument("--fail-at-step", type=int, default=0)
     p.add_argument("--gpus", type=int, default=2, help="the GPUs of the node it trains on")
+    p.add_argument("--local", action="store_true", help="no Ray: the steps run here")
     args = p.parse_args()
     os.makedirs(args.ckpt, exist_ok=True)
     try:
@@ -57,13 +61,17 @@ def main() -> int:
         start = 1
     step_s = args.step_s if start == 1 or args.resumed_step_s is None else args.resumed_step_s
     print(f"standin: starting at step {start}", flush=True)
-    ray.init()
-    workers = [Worker.options(num_gpus=args.gpus).remote()]
-    for step in range(start, args.steps + 1):
+    if not args.local:
+        ray.init()
+        workers = [Worker.options(num_gpus=args.gpus).remote()]
+    for step in range(start, max(args.steps, start) + 1):
         if step == args.fail_at_step:
             print(f"standin: deterministic failure at step {step}", flush=True)
             return 3
-        ray.get([w.step.remote(step, step_s) for w in workers])
+        if args.local:
+            time.sleep(step_s)
+        else:
+            ray.get([w.step.remote(step, step_s) for w in workers])
         with open(os.path.join(args.ckpt, "steps.log"), "a") as f:
             f.write(f"{step}\n")
         save(args.ckpt, step)

@@ -11,6 +11,9 @@ trainer/main_ppo.py, trainer/ppo/ray_trainer.py, utils/checkpoint/fsdp_checkpoin
 - rotation forgets what an earlier process saved: only this process's own saves beyond
   `trainer.max_actor_ckpt_to_keep` are deleted (checkpoint_manager.py).
 The driver prints what the GPU actors see as LD_LIBRARY_PATH (the job's runtime env over the node's own value).
+Given `+standin.entry=<the job's verl_main.py>`, the TaskRunner is wrapped as that entry wraps verl's
+(syncing_task_runner) and appends a record per step to an event file in TENSORBOARD_DIR, as verl's
+tensorboard logger does: the copy to the bucket then runs in the TaskRunner's pod, with its mounts.
 Each completed step is appended to `<default_local_dir>/steps.log`. `+standin.step_s=S` sets the step time,
 `+standin.resumed_step_s=S` the step time of a run resumed from a checkpoint (a test that kills a node
 needs time to do so before the first run ends, not after the resume).
@@ -23,9 +26,11 @@ lost-node run) for nothing it checks.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 
@@ -65,7 +70,6 @@ class NodeRanks:
                 json.dump(self.config, f)
 
 
-@ray.remote(num_cpus=1)
 class TaskRunner:
     def run(self, cfg: dict[str, str]) -> str:
         for key in ("data.train_files", "data.val_files"):
@@ -91,8 +95,16 @@ class TaskRunner:
             list(range(n * per_node, (n + 1) * per_node)), world, model) for n in range(nodes)]
         paths = " | ".join(sorted(set(ray.get([r.library_path.remote() for r in ranks]))))
         saved: list[int] = []
+        events = None
+        if os.environ.get("TENSORBOARD_DIR"):
+            os.makedirs(os.environ["TENSORBOARD_DIR"], exist_ok=True)
+            events = os.path.join(os.environ["TENSORBOARD_DIR"], f"events.out.tfevents.{int(time.time())}."
+                                  f"{socket.gethostname()}.{os.getpid()}.0")
         for step in range(start, total + 1):
             ray.get([r.step.remote(step_s) for r in ranks])
+            if events:
+                with open(events, "a") as f:  # one open, append and close per record, as tensorboard's stub does
+                    f.write(f"step {step}\n")
             os.makedirs(ckpt, exist_ok=True)
             with open(os.path.join(ckpt, "steps.log"), "a") as f:
                 f.write(f"{step}\n")
@@ -105,14 +117,24 @@ class TaskRunner:
                 saved.append(step)
                 while keep and len(saved) > keep:
                     shutil.rmtree(os.path.join(ckpt, f"global_step_{saved.pop(0)}"), ignore_errors=True)
-        return f"trained steps {start}..{total} on {world} ranks; LD_LIBRARY_PATH on the GPU nodes: {paths}"
+        written = f"; tensorboard events {os.path.basename(events)}" if events else ""
+        return f"trained steps {start}..{total} on {world} ranks{written}; LD_LIBRARY_PATH on the GPU nodes: {paths}"
 
 
 def main(argv: list[str]) -> int:
     cfg = dict(a.lstrip("+").split("=", 1) if not a.startswith("+standin") else a.split("=", 1)
                for a in argv if "=" in a)
     ray.init()
-    print("standin main_ppo:", ray.get(TaskRunner.remote().run.remote(cfg)), flush=True)
+    runner = TaskRunner
+    if "+standin.entry" in cfg:  # the job's own entry: its TaskRunner wrapper, pickled by value as in the job
+        spec = importlib.util.spec_from_file_location("verl_main", cfg["+standin.entry"])
+        entry = importlib.util.module_from_spec(spec)
+        sys.modules["verl_main"] = entry
+        spec.loader.exec_module(entry)
+        ray.cloudpickle.register_pickle_by_value(entry)
+        runner = entry.syncing_task_runner(TaskRunner)
+    actor = ray.remote(num_cpus=1)(runner).remote()
+    print("standin main_ppo:", ray.get(actor.run.remote(cfg)), flush=True)
     return 0
 
 
