@@ -1,10 +1,12 @@
-"""A citation a user can follow: tools/, bench/, tests/ and the README cite upstream sources (repository, path,
+"""A citation a user can follow: tools/, bench/, tests/, the README and docs/ cite upstream sources (repository, path,
 commit) or files of this repository, never a design note the repository does not ship (issue 25)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+
+from tests import docs
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_SHIPPED = ("REFERENCE" + ".md", "README.md next to this file")  # split: this file names them too
@@ -13,7 +15,7 @@ MACHINE_PATHS = ("/" + "work/", ".." + "/shared")
 
 
 def _texts() -> list[Path]:
-    files = [ROOT / "README.md"]
+    files = list(docs.FILES)
     for folder in ("tools", "bench", "tests"):
         files += [p for p in sorted((ROOT / folder).rglob("*")) if p.is_file() and "__pycache__" not in p.parts
                   and p.suffix in (".py", ".json", ".yaml", ".md", ".txt") and p.resolve() != Path(__file__).resolve()]

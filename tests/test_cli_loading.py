@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import pulumi_cli
+from tests import docs, pulumi_cli
 from tests.cli_programs import RECORD_ENV, SECRET
 from tools import stack_file
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.cli
 
 ROOT = pulumi_cli.ROOT
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
-README = (ROOT / "README.md").read_text()
+README = docs.text()  # the README, then docs/*.md
 GCP_PLUGIN_MISSING = "no resource plugin 'pulumi-resource-gcp' found"
 ACCEPTED = re.compile(r"^config of stack \S+ accepted: ")
 

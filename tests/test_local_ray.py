@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import docs
 from tools import local_ray
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ def test_the_bench_imports_nothing_from_the_tests():
 
 
 def test_the_readme_runs_the_bench_with_the_venvs_python():
-    text = (ROOT / "README.md").read_text()
+    text = docs.text()
     assert "bench/job_submit.py" in text
     assert not re.search(r"(?<!venv/bin/)python3? bench/", text)
 

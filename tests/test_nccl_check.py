@@ -24,6 +24,7 @@ import requests
 from components.ray_client import TERMINAL
 from components.scripts import nccl_check
 from components.scripts.nccl_check import RankResult, problems, read_log, relevant_lines
+from tests import docs
 from tests.ray_fixtures import REPO, RayNode, gpus_on, job_logs, wait_for, wait_for_no_gpu_workers, wait_status
 
 DATA = REPO / "tests" / "data" / "nccl"
@@ -115,7 +116,7 @@ def test_bad_arguments_exit_2_before_touching_ray(argv, monkeypatch):
 
 
 def test_the_readme_quotes_what_a_passing_and_a_failing_check_print():
-    readme = (REPO / "README.md").read_text()
+    readme = docs.text()
     assert f"`[verl-gke] {nccl_check.passed_line('gIB', 8, '<version>')}`" in readme
     assert "`[verl-gke] NCCL check FAILED: ...`" in readme
 

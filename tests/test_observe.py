@@ -12,6 +12,7 @@ import pytest
 
 from catalog.paths import MOUNT, bucket_paths
 from stacks import config
+from tests import docs
 from tests.stack_helpers import BASE, ROOT, STACK_FILES, composed, composed_file
 from tools import mocking, plan
 
@@ -78,7 +79,7 @@ def test_readme_names_the_status_line_pulumi_kubernetes_prints_for_the_wait(b200
     absent and "Found" after; neither prints "Waiting for {path}" for a path without a value."""
     wait_for = b200.one(RAYCLUSTER).inputs["metadata"]["annotations"][AWAIT["wait_for_annotation"]]
     ((_, path, _),) = _waits(wait_for)
-    readme = (ROOT / "README.md").read_text()
+    readme = docs.text()
     messages = AWAIT["jsonpath_status_messages"]
     for line in messages["missing"].values():
         assert line.format(path=path) in readme

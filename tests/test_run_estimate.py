@@ -15,6 +15,7 @@ from catalog.accelerators import ACCELERATORS
 from catalog.models import model_spec
 from recipe import sizing
 from stacks import config, run_time
+from tests import docs
 from tests.stack_helpers import ROOT
 from tools import plan
 
@@ -76,7 +77,7 @@ def test_the_readme_staging_figure_is_the_plans():
     weights = model_spec("Qwen/Qwen2.5-32B-Instruct").weights_gb
     fast, expected, slow = phases.DOWNLOAD_MB_PER_S_RANGE
     minutes = [weights * 1000 / rate / 60 for rate in (expected, fast, slow)]
-    readme = (ROOT / "README.md").read_text()
+    readme = docs.text()
     assert (f"~{minutes[0]:.1f} min for 32B ({weights:g} GB at {expected:g} MB/s; {minutes[1]:.1f}–{minutes[2]:.0f} "
             f"min at {fast:g}–{slow:g} MB/s") in readme
     assert phases.staging(weights).source.startswith(f"{weights:g} GB of weights at {expected:g} MB/s")

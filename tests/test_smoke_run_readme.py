@@ -1,5 +1,5 @@
-"""Issue 43 item 8: the README's smoke-run lines about NCCL and the head's /tmp/ray volume say what the
-program renders and quote NCCL's log lines as NCCL's source prints them (NVIDIA/nccl at the tag in
+"""Issue 43 item 8: the smoke-run lines (docs/troubleshooting.md) about NCCL and the head's /tmp/ray volume
+say what the program renders and quote NCCL's log lines as NCCL's source prints them (NVIDIA/nccl at the tag in
 tests/data/nccl_init_messages.json)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from catalog.accelerators import ACCELERATORS
 from recipe import grpo
 from tests.stack_helpers import ROOT, composed_file
 
-README = " ".join((ROOT / "README.md").read_text().split())
+README = " ".join((ROOT / "docs" / "troubleshooting.md").read_text().split())
 SECTION = README[README.index("**What to read on the first `dev-b200` run**"):]
-SECTION = SECTION[:SECTION.index("## Train on your own task")]
+SECTION = SECTION[:SECTION.index("## Destroy and the bucket")]
 NCCL = json.loads((Path(__file__).parent / "data" / "nccl_init_messages.json").read_text())
 
 
