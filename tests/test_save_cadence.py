@@ -120,10 +120,12 @@ def test_the_plan_shows_the_cadence_and_the_work_a_preemption_loses():
     assert f"each redoes ~{c['lost_minutes']} min of training" in text and "ASSUMPTION: one preemption" in text
 
 
-def test_the_readme_states_b200s_cadence_as_the_plan_derives_it():
+def test_the_docs_state_b200s_cadence_as_the_plan_derives_it():
+    from tests import docs
+
     cfg = stack("b200")
     c, z = checkpoints.stack_cadence(cfg), sizing.run_sizing(cfg)
-    readme = " ".join((plan.ROOT / "README.md").read_text().split())
+    readme = " ".join(docs.text().split())
     line = (f"b200 (spot, {cfg.gpu_nodes} nodes) then saves every {c.save_freq} of its {z.total_steps} steps, "
             f"~{round(c.save_seconds)} s each, and a preemption redoes ~{round(c.lost_minutes)} min of training")
     assert line in readme, line
