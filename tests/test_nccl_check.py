@@ -14,6 +14,7 @@ this machine has no torch, so every rank's all-reduce fails the way a broken NCC
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import uuid
@@ -92,7 +93,19 @@ def test_gib_on_every_nic_of_every_rank_passes():
 
 def test_gib_on_fewer_nics_than_the_node_has_fails():
     (found,) = problems([rank(gib_log(nics=4))], world=1, net="gIB", nics=8)
-    assert found == "rank 0 on gke-a4-0: NET/gIB lists 4 of 8 NICs"
+    assert found == "gke-a4-0: NET/gIB lists 4 of 8 NICs over the node's ranks"
+
+
+def test_a_nodes_ranks_each_on_their_own_nic_cover_the_node_without_a_using_line():
+    """Each rank's channels name only the NIC paired with its GPU; gIB may print no "Using [..]" line."""
+    def own_nic(i: int) -> str:
+        return "\n".join(re.sub(r"NET/gIB/\d+/", f"NET/gIB/{i}/", ln) for ln in gib_log().splitlines()
+                         if " : Using " not in ln)
+    ranks = [RankResult(rank=i, node="gke-a4-0", ok=True, error="", log=own_nic(i), rdma_devices=UVERBS)
+             for i in range(8)]
+    assert problems(ranks, world=8, net="gIB", nics=8) == []
+    assert problems(ranks[:3], world=3, net="gIB", nics=8) == [
+        "gke-a4-0: NET/gIB lists 3 of 8 NICs over the node's ranks"]
 
 
 def test_a_ray_container_without_the_rdma_devices_fails_naming_the_first_container_rule():

@@ -97,6 +97,10 @@ def problems(results: list[RankResult], *, world: int, net: str, nics: int) -> l
     found: list[str] = []
     if len(results) < world:
         found.append(f"only {len(results)} of {world} ranks answered")
+    # NICs NCCL used, per node: a rank's channels may name only its own NIC (NCCL_CROSS_NIC=0, GPU and NIC
+    # paired by PCI), so the node's ranks together must cover them, in a "Using [..]" line or their channels.
+    listed: dict[str, int] = {}
+    used: dict[str, set[int]] = {}
     for r in sorted(results, key=lambda r: r.rank):
         where = f"rank {r.rank} on {r.node}"
         if not r.ok:
@@ -106,12 +110,17 @@ def problems(results: list[RankResult], *, world: int, net: str, nics: int) -> l
             found.append(f"{where}: NCCL logged no 'Using network' line (no communicator came up)")
         elif any(n.lower() != net.lower() for n in log.networks):
             found.append(f"{where}: NCCL used network {sorted(set(log.networks))}, not {net}")
-        elif nics and (listed := max((log.nics(n) for n in set(log.networks)), default=0)) < nics:
-            found.append(f"{where}: NET/{net} lists {listed} of {nics} NICs")
+        else:
+            for n in set(log.networks):
+                listed[r.node] = max(listed.get(r.node, 0), log.devices.get(n, 0))
+                used.setdefault(r.node, set()).update(log.channel_nics.get(n, ()))
         if nics and len(r.rdma_devices) < nics:
             found.append(f"{where}: the Ray container holds {len(r.rdma_devices)} of {nics} RDMA devices in "
                          f"{RDMA_DEVICES} ({', '.join(r.rdma_devices) or 'none'}): GKE attaches a pod's RDMA NICs to "
                          "its first container only, which must be the Ray container")
+    for node in sorted(listed):
+        if nics and (count := max(listed[node], len(used.get(node, ())))) < nics:
+            found.append(f"{node}: NET/{net} lists {count} of {nics} NICs over the node's ranks")
     return found
 
 
