@@ -78,7 +78,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     network = RdmaNetwork("network", RdmaNetworkArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
         primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
-        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu, migrations=cl.migrations),
+        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu),
         opts=after_apis)
     nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
     # Lookup checks (stacks.preflight) gate the cluster, the first billable resource.

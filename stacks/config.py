@@ -31,7 +31,6 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.gcp_provider import GCP_PROVIDER_KEYS, provider_keys
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
-from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from recipe import tuning
 from recipe.grpo import GrpoSettings, preflight, task_override_problems
@@ -97,7 +96,6 @@ class ClusterConfig:
     zonal: bool = False  # Standard: the cluster lives in gcp:zone (zonalCluster)
     head_cpu: int = 12  # the Ray head's request (rayHeadCpu / rayHeadMemoryGib)
     head_memory_gib: int = 32
-    migrations: frozenset[str] = frozenset()  # catalog.migrations names applied to live resources
 
     @property
     def autopilot(self) -> bool:
@@ -728,16 +726,7 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
-                         r.v["deletionProtection"], zonal, head_cpu, head_memory, _migrations(r))
-
-
-def _migrations(r: _Reader) -> frozenset[str]:
-    names = r.v["migrations"]
-    for name in names:
-        if name not in MIGRATIONS:
-            r.bad("migrations", name, "is not a migration: allowed are " + ", ".join(
-                f"{k} ({v})" for k, v in MIGRATIONS.items()))
-    return frozenset(n for n in names if n in MIGRATIONS)
+                         r.v["deletionProtection"], zonal, head_cpu, head_memory)
 
 
 def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: int) -> list[str]:
