@@ -38,9 +38,6 @@ from components.task_files import (
 from stacks import component_rules, config, cost, derived, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
-# The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
-GRPO_JOB_ALIAS = pulumi.Alias(type_="pulumi-python:dynamic/verl-gke:GrpoJob")
-
 
 def program(allow_placeholder_project: bool = False) -> None:
     """Load the stack's config (the one validation gate), compose the stack, export its outputs.
@@ -289,7 +286,7 @@ def _grpo_job(cfg: StackConfig, d: derived.Derived, cluster: GkeCluster, storage
         # The supervisor released the GPUs when the last run ended: the next submission brings them back.
         scale={"namespace": storage.namespace, "name": ray.name, "group": job.worker_group, "index": 0,
                "replicas": cfg.gpu_nodes},
-    ), opts=pulumi.ResourceOptions(depends_on=depends, aliases=[GRPO_JOB_ALIAS]))
+    ), opts=pulumi.ResourceOptions(depends_on=depends))
     # Needs dashboardCommand's port-forward running; the watch command needs none.
     logs = ray_job.job_id.apply(
         lambda job_id: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {job_id}")

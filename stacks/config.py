@@ -68,8 +68,7 @@ _DATA_BOUND = {**dict.fromkeys(_BATCH_KEYS, f"the run's training rows ({GSM8K.tr
                **dict.fromkeys(_MICRO_KEYS, "a full batch's samples (the run's rows x "
                                f"{KEYS_BY_NAME['grpoRolloutN'].maximum})")}
 # The keys the recipe's arithmetic reads: it runs only when every one passed the table and its rules.
-_RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
-                         | {"gpuNodes", "model"})
+_RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} | {"gpuNodes", "model"})
 
 
 @dataclass(frozen=True)
@@ -398,7 +397,6 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             found = preflight(grpo, accelerator=acc, data=data, **shape)
             r.problems += _named(found)
             warnings += [] if found else _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape))
-    warnings += _ignored_keys(r)
     _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
     if "wandb" in grpo.logger and not has_wandb_key:
@@ -488,17 +486,6 @@ def _invisible(key: str) -> bool:
 def _visible(key: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKC", key)
                    if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
-
-
-def _ignored_keys(r: _Reader) -> list[str]:
-    """Keys older stack files may set that no longer change anything: a warning, not an error, so
-    those stacks keep loading (refusing them would block `pulumi up` on a live stack)."""
-    offload = r.v["grpoRefParamOffload"].lower()
-    if offload == "auto":
-        return []
-    return [f"{KEYS_BY_NAME['grpoRefParamOffload'].full} = {offload}: ignored. verl 0.6.1 always keeps the reference "
-            "model on the host (fsdp_workers.py: CPUOffloadPolicy for every role but the actor) and never "
-            "reads ref.fsdp_config.param_offload; remove the key"]
 
 
 def unknown_keys(raw: Mapping[str, str]) -> list[str]:

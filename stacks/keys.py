@@ -245,11 +245,6 @@ KEYS: tuple[Key, ...] = (
     Key("grpoLogProbMaxTokenLenPerGpu", "integer", 0,
         "rollout/ref log_prob_max_token_len_per_gpu; 0 = up to 2x the update budget, as memory allows.",
         minimum=0, **_TOKENS),
-    # Kept so existing stack files still load: verl 0.6.1 always CPU-offloads the reference and never
-    # reads ref.fsdp_config.param_offload (fsdp_workers.py), so any value is ignored with a warning.
-    Key("grpoRefParamOffload", "string", "auto",
-        "Ignored (warns when set): verl 0.6.1 always keeps the reference model on the host.",
-        choices=("auto", "true", "false")),
     Key("grpoFsdpSize", "integer", 0,
         "actor.fsdp_config.fsdp_size: -1 = shard over all GPUs, n = HSDP groups of n; 0 = the faster that fits.",
         minimum=-1, maximum=4096, why="GPUs in one FSDP shard group; more is a typo"),
