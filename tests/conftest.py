@@ -3,7 +3,8 @@
 Every test is in exactly one tier, a pytest marker: `pytest -m fast` is the inner loop, `.ci/run` runs them all.
 A test is marked here from what it uses, so a new one lands in its tier without anyone marking it:
 - `ray` when it requests a fixture that starts a real local Ray head (RAY_FIXTURES, directly or through a
-  fixture of its own); a test or fixture that starts Ray nodes itself carries `@pytest.mark.ray`;
+  fixture of its own); a test that starts Ray nodes itself, or through a fixture of its module (the
+  rehearsal's), carries `@pytest.mark.ray`;
 - `cli`, `k8s` as the test or its module marks itself (the real Pulumi CLI, a real Kubernetes API server);
 - `fast` otherwise: Pulumi mocks and plain Python.
 Two tiers on one test is an error at collection. A test that starts a real Ray node (tools.local_ray) outside the
