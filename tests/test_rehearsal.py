@@ -47,6 +47,8 @@ from tests.ray_fixtures import (
     REPO,
     VENV_BIN,
     RayNode,
+    file_json,
+    file_text,
     image_env,
     job_logs,
     no_mount_namespace,
@@ -512,14 +514,6 @@ class Finished:
     library_path: str  # the job's LD_LIBRARY_PATH as the stack renders it
 
 
-def _text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
-def _json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def finished(run: Run, job: str, steps: int, world: int, timeout: float = 900) -> Finished:
     status, logs = wait_done(run, job, timeout)
     ckpt, merged = output_paths(run)
@@ -527,12 +521,12 @@ def finished(run: Run, job: str, steps: int, world: int, timeout: float = 900) -
     return Finished(
         stack=run.stack, job=job, status=status, logs=logs, steps=steps, world=world,
         refreshed=run.provider.read(job, run.outs[job]).outs,
-        steps_run=[int(s) for s in _text(ckpt / "steps.log").split()],
-        tracker=_text(ckpt / "latest_checkpointed_iteration.txt"),
+        steps_run=[int(s) for s in file_text(ckpt / "steps.log").split()],
+        tracker=file_text(ckpt / "latest_checkpointed_iteration.txt"),
         saved=sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) if ckpt.exists() else [],
         shards=len(list(last.glob("model_world_size_*_rank_*.pt"))),
-        state=_json(ckpt / "verl-gke-run.json"),
-        merged_model=_text(merged / "model.safetensors"), merged_marker=_json(merged / ".verl-gke-merged.json"),
+        state=file_json(ckpt / "verl-gke-run.json"),
+        merged_model=file_text(merged / "model.safetensors"), merged_marker=file_json(merged / ".verl-gke-merged.json"),
         datasets_cache=[str(p) for p in run.bucket.rglob("train.arrow")],
         library_path=rendered_job(run.plan)["runtime_env"]["env_vars"].get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}"))
 

@@ -24,6 +24,8 @@ from components.ray_job_provider import RayJobProvider
 from tests.ray_fixtures import (
     REPO,
     RayNode,
+    file_json,
+    file_text,
     gpus_on,
     job_logs,
     no_mount_namespace,
@@ -165,21 +167,13 @@ def lost_node_run(head, _kept, tmp_path_factory) -> LostNodeRun:
         return LostNodeRun(
             status=status, logs=logs(head, job), refreshed=provider.read(job, created.outs).outs,
             recoveries_seen_while_running=seen, state=json.loads((tmp / "ckpt" / "verl-gke-run.json").read_text()),
-            steps=steps_run(tmp), merged_marker=_json(tmp / "merged" / ".verl-gke-merged.json"),
-            merged_model=_text(tmp / "merged" / "model.safetensors"))
+            steps=steps_run(tmp), merged_marker=file_json(tmp / "merged" / ".verl-gke-merged.json"),
+            merged_model=file_text(tmp / "merged" / "model.safetensors"))
     finally:
         stop_running_jobs(head.address)
         for node in (worker, replacement):
             if node is not None:
                 node.stop()
-
-
-def _text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
-def _json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 @needs_no_rehearsal
