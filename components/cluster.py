@@ -19,7 +19,6 @@ import pulumi_kubernetes as k8s
 from catalog.accelerators import GPU_RESOURCE, Accelerator, installer_url
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gke import NODE_OAUTH_SCOPES
-from catalog.migrations import DNS_ENDPOINT, MIGRATIONS, NO_COMPACT_PLACEMENT, PRIVATE_CLUSTER, PRIVATE_NODES
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
 from components.problems import Problem, require
@@ -39,11 +38,10 @@ MAINTENANCE_WINDOW_START = "09:00"  # cluster-toolkit gke-cluster default daily 
 GPU_POOL_IGNORE_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig", "nodeConfig.localNvmeSsdBlockConfig"]
 # cluster-toolkit gke-node-pool upgrade_settings (@1047080): SURGE with max_surge 0, max_unavailable 1.
 # A surge of 1 would need a spare 8-GPU node (spot or reserved) that a job's pool rarely has; the
-# maintenance exclusion keeps upgrades off a running job either way. Updated in place on live pools.
+# maintenance exclusion keeps upgrades off a running job either way. Updated in place.
 GPU_POOL_UPGRADE = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
 # Chosen by GKE, never by the program: see GkeCluster's ignore_changes.
 PRIVATE_ENDPOINT_SUBNETWORK = "privateClusterConfig.privateEndpointSubnetwork"
-
 
 
 def maintenance_policy(autopilot: bool) -> gcp.container.ClusterMaintenancePolicyArgs:
@@ -55,6 +53,8 @@ def maintenance_policy(autopilot: bool) -> gcp.container.ClusterMaintenancePolic
             exclusion_name=ex["exclusion_name"], start_time=ex["start_time"],
             exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
                 scope=ex["scope"], end_time_behavior=ex["end_time_behavior"]))])
+
+
 # Pool names are inputs we choose: pods select a pool by this constant, so they need not wait for
 # the pool resource in Pulumi (a pod pends until the pool's first node is Ready, which is sooner).
 CPU_POOL_NAME = "cpu-pool"
@@ -100,8 +100,6 @@ class GkeClusterArgs:
     image_streaming: bool = True
     # Nodes without external addresses (egress through the network's Cloud NAT).
     private_nodes: bool = True
-    # catalog.migrations names this stack applies to its live resources; the rest only shape new ones.
-    migrations: frozenset[str] = frozenset()
 
     def problems(self) -> list[Problem]:
         acc = self.accelerator
@@ -114,8 +112,6 @@ class GkeClusterArgs:
             found.append(("location", f"must be None, the region {self.region} or the zone {self.zone}"))
         if self.location == self.zone and self.autopilot:
             found.append(("location", "Autopilot clusters are regional; pass None"))
-        if unknown := sorted(set(self.migrations) - set(MIGRATIONS)):
-            found.append(("migrations", f"has {unknown}: allowed are {sorted(MIGRATIONS)}"))
         if self.gpu_nodes < 1:
             found.append(("gpu_nodes", "must be >= 1"))
         return found
@@ -206,21 +202,13 @@ class GkeCluster(pulumi.ComponentResource):
         # ignores min_master_version and node_config the same way).
         # It also depends on every VPC and subnet of the network (not only the primary ones it names):
         # `pulumi destroy` then deletes it, its nodes and instance templates, before them.
-        keep = ["min_master_version", "node_config"]
-        if PRIVATE_CLUSTER not in args.migrations:
-            keep.append("privateClusterConfig")
-        else:
-            # GKE fills private_endpoint_subnetwork on a PSC cluster (the node subnet) that the program
-            # never sets; the field is ForceNew and not Computed, and the provider suppresses its diff
-            # only when master_ipv4_cidr_block is set (resource_container_cluster.go @e03b7622,
-            # containerClusterPrivateClusterConfigSuppress), so the migrated block would replace the
-            # cluster (terraform-provider-google #20429: "private_endpoint_subnetwork = ... # forces
-            # replacement"). The bridge drops ignored paths from the provider's diff.
-            keep.append(PRIVATE_ENDPOINT_SUBNETWORK)
-        if DNS_ENDPOINT not in args.migrations:
-            # A live cluster keeps its IP endpoint (and the provider its kubeconfig) until the stack
-            # names the migration; a new one is created with it off.
-            keep.append("controlPlaneEndpointsConfig.ipEndpointsConfig")
+        # GKE fills private_endpoint_subnetwork on a PSC cluster (the node subnet) that the program never
+        # sets; the field is ForceNew and not Computed, and the provider suppresses its diff only when
+        # master_ipv4_cidr_block is set (resource_container_cluster.go @e03b7622,
+        # containerClusterPrivateClusterConfigSuppress), so the next `up` after a refresh would replace the
+        # cluster (terraform-provider-google #20429: "private_endpoint_subnetwork = ... # forces
+        # replacement"). The bridge drops ignored paths from the provider's diff.
+        keep = ["min_master_version", "node_config", PRIVATE_ENDPOINT_SUBNETWORK]
         cluster_opts = pulumi.ResourceOptions(parent=self, depends_on=list(net.resources), ignore_changes=keep)
         pools: list[gcp.container.NodePool] = []
         if args.autopilot:
@@ -262,8 +250,9 @@ class GkeCluster(pulumi.ComponentResource):
             # login, an address outside the authorized networks, a control-plane upgrade) drops every
             # Kubernetes object from the state. A cluster already gone is destroyed with
             # PULUMI_K8S_DELETE_UNREACHABLE=true (README "Destroy").
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster],
-                                        ignore_changes=provider_keep(args.migrations) or None))
+            # No ignore_changes: a replaced cluster's new endpoint must reach the provider. An update that
+            # leaves the kubeconfig unknown at preview replaces nothing: cluster_identifier says why.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
         # Deleted by `pulumi destroy` before the GPU pool and the cluster (it depends on both). Its
         # DaemonSet runs on GPU nodes only: it waits for the GPU pool, not the CPU pool.
         self.installer = k8s.yaml.v2.ConfigFile(
@@ -291,7 +280,7 @@ class GkeCluster(pulumi.ComponentResource):
             network_config=private,
             # No deleted_with: that would make the pool's delete a no-op (Pulumi skips the delete of a
             # resource whose deleted_with target is deleted too), so nothing would order it first.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=_pool_keep(args, compact=False) or None))
+            opts=pulumi.ResourceOptions(parent=self))
 
     def _gpu_pool(self, name: str, args: GkeClusterArgs) -> gcp.container.NodePool:
         acc = args.accelerator
@@ -315,7 +304,6 @@ class GkeCluster(pulumi.ComponentResource):
         )
         # No placement policy: Google's A4 and A3 Ultra blueprints set none (cluster-toolkit gke-a4,
         # gke-a3-ultragpu @1047080), and COMPACT on spot would take nodes only from one placement group.
-        placement = None
         # Order matters (catalog.nics): the gVNIC network first, then RDMA NIC 0..N-1 (eth1, eth2..).
         extra_networks = [gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
             network=nic.network, subnetwork=nic.subnet) for nic in args.network.nics]
@@ -329,38 +317,13 @@ class GkeCluster(pulumi.ComponentResource):
             # flex-start requires auto-repair off (cluster-toolkit gke-node-pool precondition).
             management=gcp.container.NodePoolManagementArgs(auto_upgrade=True,
                                                             auto_repair=not args.capacity.flex_start),
-            placement_policy=placement,
             network_config=gcp.container.NodePoolNetworkConfigArgs(
                 additional_node_network_configs=extra_networks or None,
                 enable_private_nodes=True if args.private_nodes else None,
             ) if extra_networks or args.private_nodes else None,
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(**GPU_POOL_UPGRADE),
             node_config=node_config,
-            opts=pulumi.ResourceOptions(parent=self,
-                                        ignore_changes=GPU_POOL_IGNORE_CHANGES + _pool_keep(args, compact=True)))
-
-
-def _pool_keep(args: GkeClusterArgs, compact: bool) -> list[str]:
-    """The pool fields a live pool keeps (MIGRATIONS) unless the stack applies their migration."""
-    keep = [] if PRIVATE_NODES in args.migrations else ["networkConfig.enablePrivateNodes"]
-    if compact and NO_COMPACT_PLACEMENT not in args.migrations:
-        keep.append("placementPolicy")
-    return keep
-
-
-def provider_keep(migrations: frozenset[str]) -> list[str]:
-    """The Kubernetes provider inputs a live provider keeps until the stack names the dns-endpoint migration.
-
-    Its kubeconfig is always the DNS endpoint's, decided from config, never from the cluster's
-    control_plane_endpoints_config: in the `up` that first records clusterIdentifier (a stack from before
-    it), pulumi-kubernetes replaces the provider, and every Kubernetes object with it, when the kubeconfig
-    is unknown or names another server (provider/pkg/provider/provider.go DiffConfig @94977969d: the
-    identifier suppresses replacement only once it is the same on both sides), and that `up` changes the
-    very block the DNS endpoint is read from. Ignored, the engine hands DiffConfig the kubeconfig from the
-    state (pkg/v3 v3.276.0 resource/deploy/step_generator.go processIgnoreChanges, before Check and Diff):
-    a live stack's, byte for byte (the IP endpoint it still has); a new stack's is this one, as created.
-    """
-    return [] if DNS_ENDPOINT in migrations else ["kubeconfig"]
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=GPU_POOL_IGNORE_CHANGES))
 
 
 def _endpoints_field(config: object, block: str, field: str) -> object:
@@ -397,9 +360,9 @@ def cluster_identifier(args: GkeClusterArgs) -> str:
     panic fixed in 4.17.1: its CHANGELOG.md). With it set, DiffConfig replaces the provider (and every
     object it manages) only when this string changes, not when the kubeconfig does (a new endpoint, a
     rotated CA, a kubeconfig unknown at preview): pulumi/pulumi-kubernetes provider/pkg/provider/provider.go
-    `DiffConfig`, commit 94977969d641. Adding it to an existing provider is not a replacement there
-    either, as long as the kubeconfig does not change in the same `up`. Built from what names the
-    cluster and what replaces it (project, location, name, mode), all known at preview."""
+    `DiffConfig`, commit 94977969d641: with the identifier the same on both sides it drops every
+    replacement, an unknown kubeconfig's too. Built from what names the cluster and what replaces it
+    (project, location, name, mode), all known at preview."""
     mode = "autopilot" if args.autopilot else "standard"
     return f"projects/{args.project}/locations/{args.location or args.region}/clusters/{args.name}/{mode}"
 
@@ -412,7 +375,7 @@ def _node_locations(args: GkeClusterArgs) -> list[str] | None:
 
 
 def authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
-    """None (no block: the endpoint accepts any address) when empty, as before this setting existed."""
+    """None (no block: the endpoint accepts any address) when empty."""
     if not cidrs:
         return None
     # gcp_public_cidrs_access_enabled false: otherwise GKE also admits every Compute Engine VM's public

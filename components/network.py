@@ -21,7 +21,6 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import naming
-from catalog.migrations import PRIMARY_MTU as PRIMARY_MTU_MIGRATION
 from catalog.nics import NicSpec, additional_nics
 from components.problems import Problem, require
 
@@ -74,7 +73,7 @@ class RdmaNetworkArgs:
     pods_range_name: str = "pods"
     services_range_name: str = "services"
     # The cluster VPC's MTU (cluster-toolkit modules/network/vpc `mtu` default 8896, used by gke-a4's
-    # net-0 @1047080). None sends none (GCP's 1460), as stacks created before this setting did.
+    # net-0 @1047080). None sends none (GCP's 1460).
     primary_mtu: int | None = PRIMARY_MTU
     # External addresses of the region's Cloud NAT (cluster-toolkit vpc `ips_per_nat`; gke-a4 sets 6
     # for a fleet of A4 nodes, the module default is 2). Reserved here, so `pulumi up` fails on quota
@@ -83,8 +82,6 @@ class RdmaNetworkArgs:
     # What the reserved addresses (billed by the hour from their creation) register after: pass the
     # preflight gate (stacks.preflight.Gate.after), so a refused quota reserves none.
     addresses_after: tuple[pulumi.Input[pulumi.Resource], ...] = ()
-    # catalog.migrations names this stack applies to its live network (primary-mtu); else kept as created.
-    migrations: frozenset[str] = frozenset()
 
     def problems(self) -> list[Problem]:
         return [("zone", problem)] if (problem := naming.zone_in_region(self.zone, self.region)) else []
@@ -106,9 +103,7 @@ class RdmaNetwork(pulumi.ComponentResource):
 
         primary = gcp.compute.Network(
             f"{name}-primary-net", name=f"{p}-net", project=args.project,
-            auto_create_subnetworks=False, mtu=args.primary_mtu,
-            opts=pulumi.ResourceOptions(parent=self,
-                                        ignore_changes=None if PRIMARY_MTU_MIGRATION in args.migrations else ["mtu"]))
+            auto_create_subnetworks=False, mtu=args.primary_mtu, opts=child)
         primary_sub = gcp.compute.Subnetwork(
             f"{name}-primary-sub", name=f"{p}-sub", project=args.project, region=args.region,
             network=primary.id, ip_cidr_range=args.primary_cidr, private_ip_google_access=True,

@@ -15,8 +15,7 @@ BucketKeeper prints, on `pulumi destroy`, the bucket that outlives the stack and
 Like the job provider: importable module, nothing on `self`, no import-time side effects. Pulumi pickles
 both providers by reference (dill: `components.stack_guard.StackGuardProvider`/`BucketKeeperProvider`) and
 refresh/destroy/removal unpickle them from the state. Their default diff leaves the diff to the engine, which
-compares the inputs, the pickle too: a moved class is an update that stores the new pickle. A checkout older than
-these resources cannot unpickle them (README "Upgrading a live stack": rolling back).
+compares the inputs, the pickle too: a moved class is an update that stores the new pickle.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ def _unknown(value: Any) -> bool:
 def refusals(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]]:
     """(config key, why and the way out) for each guarded value that changed since the last deployment.
 
-    `fixed` maps a config key to {"value", "replaces"}. A key absent from the old inputs (a stack from
-    before the guard, or a newly guarded key) is never refused: the first `up` only records it.
+    `fixed` maps a config key to {"value", "replaces"}. A key absent from the old inputs (a newly guarded
+    key) is never refused: the first `up` only records it.
     """
     old, new = olds.get("fixed") or {}, news.get("fixed") or {}
     if _unknown(new):

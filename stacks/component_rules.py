@@ -46,7 +46,7 @@ def gke_cluster_args(cfg, *, network: ClusterNetwork, min_version: Input,
         location=cfg.cluster_location if cl.zonal else None,
         cpu_pool=CpuPool(cl.cpu_machine_type, cl.cpu_nodes_min, cl.cpu_nodes_max, d.cpu_boot_disk_gb),
         deletion_protection=cl.deletion_protection, node_service_account=node_service_account,
-        authorized_networks=cl.authorized_networks, migrations=cl.migrations)
+        authorized_networks=cl.authorized_networks)
 
 
 def storage_args(cfg, *, project_number: Input, hf_token: pulumi.Output[str] | None = None,

@@ -38,9 +38,6 @@ from components.task_files import (
 from stacks import component_rules, config, cost, derived, keys, preflight, quotas, singletons
 from stacks.config import StackConfig
 
-# The GRPO job's type before the job resource became the generic RayJob: keeps existing stacks' URN.
-GRPO_JOB_ALIAS = pulumi.Alias(type_="pulumi-python:dynamic/verl-gke:GrpoJob")
-
 
 def program(allow_placeholder_project: bool = False) -> None:
     """Load the stack's config (the one validation gate), compose the stack, export its outputs.
@@ -94,7 +91,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     network = RdmaNetwork("network", RdmaNetworkArgs(
         project=cfg.project, region=cfg.region, zone=cfg.zone, prefix=cfg.prefix,
         primary_cidr=net.primary_cidr, pods_cidr=net.pods_cidr, services_cidr=net.services_cidr,
-        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu, migrations=cl.migrations,
+        gvnic_cidr=net.gvnic_cidr, rdma_cidrs=net.rdma_cidrs, mtu=net.mtu,
         addresses_after=(gate.after(apis),)), opts=after_apis)
     nodes = NodeServiceAccount("node-identity", cfg.project, cfg.name("nodes"), opts=after_apis)
     cluster = GkeCluster("gke", component_rules.gke_cluster_args(
@@ -302,7 +299,7 @@ def _grpo_job(cfg: StackConfig, d: derived.Derived, cluster: GkeCluster, storage
         # The supervisor released the GPUs when the last run ended: the next submission brings them back.
         scale={"namespace": storage.namespace, "name": ray.name, "group": job.worker_group, "index": 0,
                "replicas": cfg.gpu_nodes},
-    ), opts=pulumi.ResourceOptions(depends_on=depends, aliases=[GRPO_JOB_ALIAS]))
+    ), opts=pulumi.ResourceOptions(depends_on=depends))
     # Needs dashboardCommand's port-forward running; the watch command needs none.
     logs = ray_job.job_id.apply(
         lambda job_id: f"ray job logs --follow --address http://localhost:{ray.dashboard_port} {job_id}")

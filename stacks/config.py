@@ -32,7 +32,6 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.gcp_provider import GCP_PROVIDER_KEYS, provider_keys
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
-from catalog.migrations import MIGRATIONS
 from catalog.models import is_gated
 from recipe import tuning
 from recipe.grpo import GrpoSettings, preflight, task_override_problems
@@ -77,8 +76,7 @@ _DATA_BOUND = {**dict.fromkeys(_BATCH_KEYS, f"the run's training rows ({GSM8K.tr
                **dict.fromkeys(_MICRO_KEYS, "a full batch's samples (the run's rows x "
                                f"{KEYS_BY_NAME['grpoRolloutN'].maximum})")}
 # The keys the recipe's arithmetic reads: it runs only when every one passed the table and its rules.
-_RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
-                         | {"gpuNodes", "model"})
+_RECIPE_KEYS = frozenset({k.name for k in KEYS if k.name.startswith("grpo")} | {"gpuNodes", "model"})
 
 
 @dataclass(frozen=True)
@@ -105,7 +103,6 @@ class ClusterConfig:
     zonal: bool = False  # Standard: the cluster lives in gcp:zone (zonalCluster)
     head_cpu: int = 12  # the Ray head's request (rayHeadCpu / rayHeadMemoryGib)
     head_memory_gib: int = 32
-    migrations: frozenset[str] = frozenset()  # catalog.migrations names applied to live resources
 
     @property
     def autopilot(self) -> bool:
@@ -432,7 +429,6 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             warnings += [] if found else _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape))
             grpo = checkpoints.resolve_save_freq(grpo, model=model, acc=acc, nnodes=gpu_nodes,
                                                  capacity_kind=capacity.kind, data=data)
-    warnings += _ignored_keys(r)
     _secret_problems(r, raw, grpo.extra_overrides)
     has_wandb_key = bool(raw.get(KEYS_BY_NAME["wandbApiKey"].full))
     if "wandb" in grpo.logger and not has_wandb_key:
@@ -522,17 +518,6 @@ def _invisible(key: str) -> bool:
 def _visible(key: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKC", key)
                    if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
-
-
-def _ignored_keys(r: _Reader) -> list[str]:
-    """Keys older stack files may set that no longer change anything: a warning, not an error, so
-    those stacks keep loading (refusing them would block `pulumi up` on a live stack)."""
-    offload = r.v["grpoRefParamOffload"].lower()
-    if offload == "auto":
-        return []
-    return [f"{KEYS_BY_NAME['grpoRefParamOffload'].full} = {offload}: ignored. verl 0.6.1 always keeps the reference "
-            "model on the host (fsdp_workers.py: CPUOffloadPolicy for every role but the actor) and never "
-            "reads ref.fsdp_config.param_offload; remove the key"]
 
 
 def unknown_keys(raw: Mapping[str, str]) -> list[str]:
@@ -760,16 +745,7 @@ def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> Clu
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
     return ClusterConfig(mode, pin, channel, floors, _authorized_networks(r), machine, lo, hi,
-                         r.v["deletionProtection"], zonal, head_cpu, head_memory, _migrations(r))
-
-
-def _migrations(r: _Reader) -> frozenset[str]:
-    names = r.v["migrations"]
-    for name in names:
-        if name not in MIGRATIONS:
-            r.bad("migrations", name, "is not a migration: allowed are " + ", ".join(
-                f"{k} ({v})" for k, v in MIGRATIONS.items()))
-    return frozenset(n for n in names if n in MIGRATIONS)
+                         r.v["deletionProtection"], zonal, head_cpu, head_memory)
 
 
 def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: int) -> list[str]:

@@ -3,8 +3,8 @@
 Pulumi.yaml's `config:` block is generated from it (`python -m tools.schema --write`) and a test
 keeps the two equal. The gate (stacks.config) checks every key against its row in one loop (the type
 as the Pulumi CLI reads it, the bounds, the choices) before its cross-key rules; messages name the
-key and what its row allows. Descriptions that name catalog facts (accelerators, capacity types,
-migrations) are written from the catalog.
+key and what its row allows. Descriptions that name catalog facts (accelerators, capacity types)
+are written from the catalog.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 from catalog import versions
 from catalog.accelerators import ACCELERATORS
 from catalog.capacity import CAPACITIES
-from catalog.migrations import MIGRATIONS
 from catalog.naming import PROJECT
 
 
@@ -129,9 +128,6 @@ KEYS: tuple[Key, ...] = (
     Key("masterAuthorizedNetworks", "array", [],
         "IPv4 CIDRs allowed to reach the control plane's IP endpoint; empty = the IP endpoint is off. pulumi "
         "and kubectl use the DNS-based endpoint, authorized by IAM, from any address."),
-    Key("migrations", "array", [],
-        f"Changes a stack created before them applies to its live resources: {', '.join(MIGRATIONS)} "
-        "(README 'Upgrading a live stack'); new stacks get them all."),
     Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
     Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard).", minimum=1, **_GKE_POOL),
     Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard).", minimum=1, **_GKE_POOL),
@@ -262,11 +258,6 @@ KEYS: tuple[Key, ...] = (
     Key("grpoLogProbMaxTokenLenPerGpu", "integer", 0,
         "rollout/ref log_prob_max_token_len_per_gpu; 0 = up to 2x the update budget, as memory allows.",
         minimum=0, **_TOKENS),
-    # Kept so existing stack files still load: verl 0.6.1 always CPU-offloads the reference and never
-    # reads ref.fsdp_config.param_offload (fsdp_workers.py), so any value is ignored with a warning.
-    Key("grpoRefParamOffload", "string", "auto",
-        "Ignored (warns when set): verl 0.6.1 always keeps the reference model on the host.",
-        choices=("auto", "true", "false")),
     Key("grpoFsdpSize", "integer", 0,
         "actor.fsdp_config.fsdp_size: -1 = shard over all GPUs, n = HSDP groups of n; 0 = the faster that fits.",
         minimum=-1, maximum=4096, why="GPUs in one FSDP shard group; more is a typo"),

@@ -8,6 +8,7 @@ import datetime
 import functools
 import http.server
 import ipaddress
+import json
 import os
 import shutil
 import socket
@@ -19,15 +20,17 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import requests
 
 from tools.local_ray import VENV_BIN, RayNode, free_port, gpus_on
 
 __all__ = ["BOGUS_RAY_ADDRESS", "IMAGE_LIBRARY_PATH", "QuietHandler", "REPO", "VENV_BIN", "RayNode", "ServiceProxy",
-           "b64_pem", "delete_job", "free_port", "gpus_on", "image_env", "job_logs", "jobs_on", "make_ca",
-           "make_server_cert", "no_mount_namespace", "pem", "point_ray_env_nowhere", "refused_address",
-           "stop_running_jobs", "wait_for", "wait_for_line", "wait_for_no_gpu_workers", "wait_status"]
+           "b64_pem", "delete_job", "file_json", "file_text", "free_port", "gpus_on", "image_env", "job_logs",
+           "jobs_on", "make_ca", "make_server_cert", "no_mount_namespace", "pem", "point_ray_env_nowhere",
+           "refused_address", "stop_running_jobs", "wait_for", "wait_for_line", "wait_for_no_gpu_workers",
+           "wait_status"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -113,6 +116,16 @@ def wait_for_no_gpu_workers(head: RayNode, timeout: float = 180, also: float = 0
 
 
 @functools.cache
+def file_text(path: Path) -> str:
+    """What a run left in a file, "" when it left none."""
+    return path.read_text() if path.exists() else ""
+
+
+def file_json(path: Path) -> Any:
+    """What a run left in a JSON file, None when it left none."""
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def no_mount_namespace() -> str | None:
     """Why this machine cannot give each simulated pod a mount namespace (tests/test_rehearsal.py), or None when
     it can.

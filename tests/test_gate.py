@@ -174,18 +174,16 @@ def test_the_gate_enforces_each_row_of_the_key_table(key, value, allowed):
 
 
 def test_catalog_facts_in_descriptions_come_from_the_catalog():
-    """A new accelerator, capacity type or migration shows in Pulumi.yaml without anyone retyping it."""
+    """A new accelerator or capacity type shows in Pulumi.yaml without anyone retyping it."""
     from catalog.accelerators import ACCELERATORS
     from catalog.capacity import CAPACITIES
-    from catalog.migrations import MIGRATIONS
     from stacks.keys import KEYS_BY_NAME
 
-    text = {name: KEYS_BY_NAME[name].description for name in ("accelerator", "gpuNodes", "capacity", "migrations")}
+    text = {name: KEYS_BY_NAME[name].description for name in ("accelerator", "gpuNodes", "capacity")}
     for acc in ACCELERATORS.values():
         assert acc.key in text["accelerator"] and acc.machine_type in text["accelerator"], acc.key
         assert f"{acc.gpus_per_node} " in text["gpuNodes"] and acc.key in text["gpuNodes"], acc.key
     assert all(c in text["capacity"] for c in CAPACITIES)
-    assert all(m in text["migrations"] for m in MIGRATIONS), text["migrations"]
     assert tuple(KEYS_BY_NAME["accelerator"].choices) == tuple(ACCELERATORS)
     assert KEYS_BY_NAME["capacity"].choices == CAPACITIES
 

@@ -40,7 +40,6 @@ STRINGS: dict[str, list[str]] = {
     "grpoRolloutEngine": ["vllm", "sglang"],
     "grpoActorStrategy": ["fsdp", "fsdp2"],
     "grpoKlLossType": ["kl", "low_var_kl", "mse"],
-    "grpoRefParamOffload": ["auto", "true", "false"],
     "model": sorted(MODELS)[:4] + ["Qwen/Qwen2.5-0.5B-Instruct", "someone/uncatalogued-7b"],
     "cpuMachineType": ["e2-standard-8", "c2-standard-16", "n2-highcpu-16", "e2-standard-4"],
     "grpoLearningRate": ["1e-6", "3e-7", "0.5", "1"],

@@ -7,6 +7,8 @@ the API server are stood in by tests/kuberay_fixture.py (real Ray worker nodes f
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib.util
 import json
 import signal
@@ -63,36 +65,94 @@ def released_run(head, kube: FakeKubeRay, tmp_path, run: str, gpus: int, steps: 
             f"--k8s-sa-dir {sa} -- {py} {TRAINER} --ckpt {ckpt} --gpus {GPUS} --steps {steps} --step-s {step_s}")
 
 
-def test_run_end_releases_the_gpus_and_the_next_submission_brings_them_back(head, idle, tmp_path, monkeypatch):
-    """Issue 22: after training, every GPU node but one is released before the merge, which runs there; at the
-    run's end the last one too. The next `pulumi up` scales the group back and waits for its GPUs."""
-    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=2, gpus_per_worker=GPUS, idle=idle) as kube:
+@dataclasses.dataclass
+class ReleaseCycle:
+    """A supervised run that releases its GPUs, then the next submission, on one RayCluster stand-in."""
+
+    status: str  # the supervised run's
+    logs: str
+    patches: list[list[dict]]  # the RayCluster patches, in order: the run's, then the next submission's
+    group: dict  # the worker group as the run left it
+    run_queries: list[str]  # the query string of each request to the RayCluster during the run
+    next_queries: list[str]  # and during the next submission
+    merged: bool  # the merged model's marker was written
+    workers_left: bool  # the released worker nodes left Ray
+    replicas_after_scale: int  # as the next submission's create returned
+    gpus_after_scale: int
+    next_status: str
+
+
+@pytest.fixture(scope="module")
+def cycle(head, idle, tmp_path_factory) -> ReleaseCycle:
+    """Issue 22: after training the supervisor releases every GPU node but one, merges there, releases the last;
+    the next `pulumi up` (a changed run, or a resubmission) scales the group back, waits for its GPUs, submits.
+    One node then (the scale's `replicas`), which the stopped run's test takes."""
+    tmp_path = tmp_path_factory.mktemp("release")
+    with FakeKubeRay(head, TOKEN, name="rc", group=GROUP, replicas=2, gpus_per_worker=GPUS, idle=idle) as kube, \
+            pytest.MonkeyPatch.context() as mp:
         wait_for(lambda: gpus_on(head.address) == 2 * GPUS, 600, "both GPU workers to join")
         merge = (f"--settle-s 120 --merge-to {tmp_path / 'merged'} --merge-on-worker --merge-timeout-s 600 "
                  f"--merge-cmd '{sys.executable} {MERGER} merge --backend fsdp' ")
         job = submit(head, released_run(head, kube, tmp_path, "run-r", 2 * GPUS, steps=2, step_s=0.2, options=merge))
-        assert wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900) == "SUCCEEDED", \
-            logs(head, job)[-3000:]
-        text = logs(head, job)
-        assert text.index("scaled to 1") < text.index("merging") < text.index("scaled to 0")
-        assert [p[-1]["value"] for p in kube.patches] == [1, 0]
-        assert (tmp_path / "merged" / ".verl-gke-merged.json").exists()
-        group = kube.obj["spec"]["workerGroupSpecs"][0]
-        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 2)
-        assert "released the GPUs: rc/gpu-group scaled to 0" in text
-        assert "fieldManager=verl-gke-supervisor" in kube.queries  # not Pulumi's: it leaves the field alone
-        wait_for(lambda: gpus_on(head.address) == 0, 300, "the released workers to leave")
-
-        # The next `pulumi up` (a changed run, or a resubmission): scale back, wait for the GPUs, submit. One
-        # node here (the scale's `replicas`), which the stopped run's test takes.
-        monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
+        status = wait_status(head.address, job, {"SUCCEEDED", "FAILED"}, timeout=900)
+        text, group = logs(head, job), copy.deepcopy(kube.obj["spec"]["workerGroupSpecs"][0])
+        try:
+            wait_for(lambda: gpus_on(head.address) == 0, 300, "the released workers to leave")
+            left = True
+        except AssertionError:
+            left = False
+        run_queries = list(kube.queries)
+        mp.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", TOKEN)
         props = {"submission_id": "next-run", "entrypoint": "echo next", "expected_gpus": GPUS,
                  "ready_timeout_s": 600, "gke": kube.gke(),
                  "scale": {"namespace": kube.namespace, "name": "rc", "group": GROUP, "index": 0, "replicas": 1}}
         created = RayJobProvider().create(props)
-        assert kube.patches[-1][0] == {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": GROUP}
-        assert kube.replicas == 1 and gpus_on(head.address) == GPUS and kube.queries[-1] == "fieldManager=verl-gke-job"
-        assert wait_status(head.address, created.id, {"SUCCEEDED", "FAILED"}, timeout=300) == "SUCCEEDED"
+        replicas, gpus = kube.replicas, gpus_on(head.address)
+        next_status = wait_status(head.address, created.id, {"SUCCEEDED", "FAILED"}, timeout=300)
+        return ReleaseCycle(status=status, logs=text, patches=copy.deepcopy(kube.patches), group=group,
+                            run_queries=run_queries, next_queries=kube.queries[len(run_queries):],
+                            merged=(tmp_path / "merged" / ".verl-gke-merged.json").exists(), workers_left=left,
+                            replicas_after_scale=replicas, gpus_after_scale=gpus, next_status=next_status)
+
+
+def test_every_gpu_node_but_one_is_released_before_the_merge(cycle):
+    assert cycle.status == "SUCCEEDED", cycle.logs[-3000:]
+    assert cycle.logs.index("scaled to 1") < cycle.logs.index("merging")
+    assert cycle.patches[0][-1]["value"] == 1
+
+
+def test_the_merge_runs_on_the_gpu_node_left_and_writes_its_marker(cycle):
+    assert "on a GPU node" in cycle.logs and cycle.merged, cycle.logs[-3000:]
+
+
+def test_the_last_gpu_node_is_released_after_the_merge(cycle):
+    assert cycle.logs.index("merging") < cycle.logs.index("scaled to 0")
+    assert "released the GPUs: rc/gpu-group scaled to 0" in cycle.logs
+    assert [p[-1]["value"] for p in cycle.patches[:2]] == [1, 0]
+
+
+def test_the_release_keeps_the_groups_bounds_around_zero(cycle):
+    assert (cycle.group["replicas"], cycle.group["minReplicas"], cycle.group["maxReplicas"]) == (0, 0, 2)
+
+
+def test_the_supervisor_patches_as_a_field_manager_of_its_own(cycle):
+    """Not Pulumi's: Pulumi leaves the field alone (the RayCluster ignores the worker group's replicas)."""
+    assert "fieldManager=verl-gke-supervisor" in cycle.run_queries
+
+
+def test_the_released_workers_leave_ray(cycle):
+    assert cycle.workers_left
+
+
+def test_the_next_submission_scales_the_group_back_by_its_name(cycle):
+    """A JSON patch that tests the group's name first: a group that moved is never scaled by position."""
+    patch = cycle.patches[-1]
+    assert patch[0] == {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": GROUP}
+    assert cycle.replicas_after_scale == 1 and cycle.next_queries[-1] == "fieldManager=verl-gke-job"
+
+
+def test_the_next_submission_waits_for_the_gpus_then_runs(cycle):
+    assert cycle.gpus_after_scale == GPUS and cycle.next_status == "SUCCEEDED"
 
 
 def test_a_create_that_adopts_a_spent_run_scales_the_group_back_to_zero(head, idle, monkeypatch):

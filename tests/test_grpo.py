@@ -40,8 +40,7 @@ def overrides_map(items: list[str]) -> dict[str, str]:
 
 def test_every_setting_has_its_config_key():
     fields = {f.name for f in dataclasses.fields(grpo.GrpoSettings) if f.compare}  # layout_options: derived
-    # grpoRefParamOffload is read only to warn that verl 0.6.1 ignores it (stacks.config._ignored_keys).
-    keys = {k.name for k in config.KEYS if k.name.startswith("grpo")} - {"grpoRefParamOffload"}
+    keys = {k.name for k in config.KEYS if k.name.startswith("grpo")}
     assert {field_key(f).split(":", 1)[1] for f in fields} == keys
 
 

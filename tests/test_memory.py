@@ -228,17 +228,6 @@ def test_eager_entropy_that_does_not_fit_is_refused_and_compiled_entropy_is_not(
     assert "eager entropy" in problem and "use_torch_compile=false" in problem
 
 
-def test_ref_param_offload_is_accepted_ignored_and_warned_about():
-    for value in ("true", "false"):
-        cfg = config.load(raw(accelerator="h200", grpoRefParamOffload=value), "s")
-        assert cfg.grpo == config.load(raw(accelerator="h200"), "s").grpo
-        assert any(w.startswith(f"verl-gke:grpoRefParamOffload = {value}: ignored") for w in cfg.warnings)
-    assert not config.load(raw(accelerator="h200", grpoRefParamOffload="auto"), "s").warnings
-    assert "param_offload" not in " ".join(grpo.overrides(
-        config.load(raw(accelerator="h200"), "s").grpo, stack="s", nnodes=2, gpus_per_node=8,
-        paths=_paths()))
-
-
 def _paths():
     from catalog.paths import bucket_paths
     return bucket_paths("s", "Qwen/Qwen2.5-32B-Instruct", "v0.6.1")

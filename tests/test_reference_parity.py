@@ -341,4 +341,4 @@ def test_changed_claims_show_in_the_plan():
     assert pool.inputs["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
     primary = next(r for r in composed("b200", "standard").of_type("gcp:compute/network:Network")
                    if r.inputs["name"] == "verl-net")
-    assert primary.inputs["mtu"] == 8896 and "mtu" in primary.ignore_changes  # primary-vpc-mtu, new stacks only
+    assert primary.inputs["mtu"] == 8896  # primary-vpc-mtu

@@ -10,17 +10,13 @@ job runs the real supervisor (components/scripts/supervise.py, shipped to the bu
 would) around a stand-in trainer with verl's process layout and checkpoint files
 (tests/standins/verl_trainer.py) and the stand-in merger (tests/standins/merge.py).
 
-Each run is submitted by the job provider with the rendered job's inputs, as `pulumi up` does. Covered: on
-b200 (two GPU nodes) a GPU node lost mid-run with the trainer resumed from the last checkpoint, pruning to
-the keep limit after the restart, the merge on a GPU node with its marker, the recovery state on the
-bucket, the recovery in the provider's refresh; on every other shipped stack a shorter run through the
-same path in its own layout (train, save, merge, state), unless what its rehearsal would build and submit is
-what an earlier stack's run this session does, the two stack files planned under one name (`rehearsed_as`:
-h200's is b200's, NCCL's settings aside); and the layout before issue 22 (no checkpoint mount on the head)
-failing as it would. Stacks whose pods mount alike share one Ray head (the slowest thing to start), and a run
-takes the worker pods of its shape the run before it left, as KubeRay keeps a cluster's pods across its jobs
-(the rest are stopped: a run's pods are its own); the layout before issue 22 is the dev stack's cluster with
-the head's checkpoint mount covered. The module starts 5 Ray nodes where it started 10.
+Each run is submitted by the job provider with the rendered job's inputs, as `pulumi up` does, once per module
+(the `rehearsed` fixture); each test reads one behaviour of what a run left. On b200 (two GPU nodes) a GPU node
+is lost mid-run: the recovery, the resume from the last checkpoint, pruning after the restart, the merge on a GPU
+node, the refresh. Every shipped stack's run trains, saves, keeps its state on the bucket and merges in its own
+layout. A head without the checkpoint mount fails as it would, which shows the rehearsal sees the layout.
+Stacks whose pods mount alike share one Ray head (the slowest thing to start), and a run takes the worker pods
+of its shape the run before it left, as KubeRay keeps a cluster's pods across its jobs.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ import contextlib
 import copy
 import dataclasses
 import fcntl
-import functools
 import json
 import os
 import re
@@ -41,11 +36,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import requests
 
+from catalog.paths import TENSORBOARD_BUCKET_ENV, TENSORBOARD_LOCAL_ENV
 from components.ray_client import TERMINAL
 from components.ray_job_provider import RayJobProvider
 from tests.ray_fixtures import (
@@ -53,6 +48,8 @@ from tests.ray_fixtures import (
     REPO,
     VENV_BIN,
     RayNode,
+    file_json,
+    file_text,
     image_env,
     job_logs,
     no_mount_namespace,
@@ -60,7 +57,6 @@ from tests.ray_fixtures import (
 )
 from tests.stack_helpers import shipped_plan
 from tools import placement
-from tools import plan as plan_tool
 
 NO_NAMESPACE = no_mount_namespace()
 needs_namespaces = pytest.mark.skipif(NO_NAMESPACE is not None, reason=NO_NAMESPACE or "")
@@ -480,73 +476,17 @@ def worker_shape(p: dict) -> tuple[int, int]:
     return int(group["replicas"]), per_pod
 
 
-STACKS = [f.stem.split(".", 1)[1] for f in sorted(REPO.glob("Pulumi.*.yaml"))]
 # The costly case (a lost node, the restart, pruning) on the multi-node production stack; every other
 # stack runs the same path through a shorter run of its own layout (train, save, merge, state).
 FULL_STACK = "b200"
-# Largest stacks first (b200's test, then h200, dev-b200, dev): a run takes the pods of its shape the one before
-# it left and stops the rest, so each later, smaller run finds its pods among them. Any order is correct.
-SHORT_RUNS = sorted((s for s in STACKS if s != FULL_STACK), reverse=True)
+# Largest stacks first: a run takes the pods of its shape the one before it left and stops the rest, so each
+# later, smaller run finds its pods among them. Any order is correct.
+STACKS = [FULL_STACK, *sorted((f.stem.split(".", 1)[1] for f in REPO.glob("Pulumi.*.yaml")
+                               if f.stem != f"Pulumi.{FULL_STACK}"), reverse=True)]
 
 
 def stack_plan(stack: str) -> dict:
     return shipped_plan(stack)
-
-
-def without_nccl(env: dict[str, str]) -> dict[str, str]:
-    """NCCL's settings are left out of what a rehearsal compares: no NCCL runs here, and nothing the rehearsal
-    runs reads them (the stand-ins read LD_LIBRARY_PATH and the Hugging Face folders; a test holds that)."""
-    return {k: v for k, v in env.items() if not k.startswith("NCCL_")}
-
-
-def rehearsal_inputs(p: dict) -> dict:
-    """Everything a rehearsal builds its cluster from and submits: every pod as tools.placement reads it (its
-    mounts, PV options and environment), the GPU workers' shape, the staging Job's arguments and shipped files,
-    and the job as submit() sends it, entrypoint included. Left out: what the provider never receives here
-    (NOT_HERE), the submission id, and NCCL's settings (without_nccl)."""
-    head = SimpleNamespace(address="<head>", temp_dir="<head-temp>")
-    entrypoint, runtime_env = job_inputs(p, head, steps=2, step_s=0.5)
-    job = {k: v for k, v in rendered_job(p).items() if k not in (*NOT_HERE, "submission_id")}
-    job.update(entrypoint=entrypoint, runtime_env=without_nccl(runtime_env["env_vars"]))
-    pods = {role: {**dataclasses.asdict(pod), "env": without_nccl(pod.env)} for role, pod in placement.pods(p).items()}
-    return {"pods": pods, "workers": worker_shape(p), "job": job, "shipped": shipped_files(p),
-            "staging": staging_args(p)}
-
-
-NAME_PREFIX = "verl-gke:namePrefix"
-NEUTRAL = "rehearsed"  # a stack name (and namePrefix verl-rehearsed) no shipped stack has
-
-
-@functools.cache
-def neutral_inputs(stack: str) -> str:
-    """The rehearsal inputs of `stack`'s stack file had it been created as the stack NEUTRAL, with the name prefix
-    its resources are named from to match: what differs between two stacks' is what their config makes differ.
-    (Not the other stack's name: the gate refuses a name that names another accelerator.)"""
-    raw, secret_keys = plan_tool.read_stack_file(REPO / f"Pulumi.{stack}.yaml", stack)
-    raw[NAME_PREFIX] = f"verl-{NEUTRAL}"
-    return json.dumps(rehearsal_inputs(plan_tool.build_plan(NEUTRAL, raw, secret_keys)), sort_keys=True)
-
-
-def rehearsed_as(stack: str, selected: set[str]) -> str | None:
-    """The stack rehearsed before this one (the full run's, then SHORT_RUNS in order; its test among the
-    `selected` test names) whose rehearsal this one's would repeat, both under one name, if any."""
-    mine = stack_plan(stack)
-    for other in [FULL_STACK, *SHORT_RUNS[:SHORT_RUNS.index(stack)]]:
-        if rehearsal_test(other) not in selected:
-            continue
-        theirs = stack_plan(other)
-        if (worker_shape(mine), layout(placement.pods(mine))) != (worker_shape(theirs), layout(placement.pods(theirs))):
-            continue  # a different cluster: no need to plan either again to know
-        if neutral_inputs(stack) == neutral_inputs(other):
-            return other
-    return None
-
-
-def rehearsal_test(stack: str) -> str:
-    """The name of the test that rehearses `stack`."""
-    if stack == FULL_STACK:
-        return "test_a_whole_run_with_a_lost_node_resume_prune_and_merge"
-    return f"test_each_stack_trains_saves_and_merges_in_its_own_layout[{stack}]"
 
 
 def output_paths(run: Run) -> tuple[Path, Path]:
@@ -557,37 +497,55 @@ def output_paths(run: Run) -> tuple[Path, Path]:
     return run.host(placement.WORKERS, ckpt), run.host(placement.WORKERS, merged)
 
 
-def assert_completed(run: Run, ckpt: Path, merged: Path, steps: int, world: int) -> dict:
-    """A finished run's files, each where the pod that wrote it mounts it; the recovery state."""
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == str(steps)
-    assert len(list((ckpt / f"global_step_{steps}" / "actor").glob("model_world_size_*_rank_*.pt"))) == world
-    state = json.loads((ckpt / "verl-gke-run.json").read_text())  # on the bucket, not the head's disk
-    assert state["attempts"]["1"]["outcome"] == "SUCCEEDED"
-    assert f"rank 0 after step {steps}" in (merged / "model.safetensors").read_text()
-    assert json.loads((merged / ".verl-gke-merged.json").read_text())["step"] == steps
-    assert not list(run.bucket.rglob("train.arrow"))  # the datasets cache stayed on the pod's disk
-    return state
+@dataclasses.dataclass
+class Finished:
+    """What a rehearsal's run left, read as soon as its job ended (a later run may reuse its bucket folders)."""
+
+    stack: str
+    job: str
+    status: str
+    logs: str
+    steps: int  # the run's total_training_steps
+    world: int  # GPU worker processes: pods x GPUs each
+    refreshed: dict  # the job's outputs after a `pulumi refresh` (the provider's read)
+    steps_run: list[int]  # steps.log: every step the trainer ran, in order (again after a resume)
+    tracker: str  # latest_checkpointed_iteration.txt
+    saved: list[str]  # the global_step_* folders left
+    shards: int  # the last step's model shards
+    state: dict | None  # the supervisor's recovery state on the bucket
+    merged_model: str
+    merged_marker: dict | None
+    datasets_cache: list[str]  # train.arrow files on the bucket (the datasets cache belongs on the pod's disk)
+    library_path: str  # the job's LD_LIBRARY_PATH as the stack renders it
+    tensorboard_local_dir: str  # where verl writes its events: the TaskRunner pod's own disk
+    tensorboard: dict[str, str]  # event file -> what its copy in the bucket folder TensorBoard reads holds
 
 
-def assert_tensorboard(run: Run, logs: str) -> None:
-    """The TaskRunner's event files, written on its pod's disk, are in the bucket folder TensorBoard reads (the
-    job's entry copies them: components/scripts/verl_main.py), each with every record of its run."""
+def finished(run: Run, job: str, steps: int, world: int, timeout: float = 900) -> Finished:
+    status, logs = wait_done(run, job, timeout)
+    ckpt, merged = output_paths(run)
     env = rendered_job(run.plan)["runtime_env"]["env_vars"]
-    assert not env["TENSORBOARD_DIR"].startswith(("/data/", "/checkpoints/")), env["TENSORBOARD_DIR"]
-    names = re.findall(r"tensorboard events (events\.out\.tfevents\.\S+);", logs)
-    assert names, logs[-4000:]
-    folder = run.host(placement.WORKERS, env["VERL_GKE_TENSORBOARD_BUCKET_DIR"])
-    for name in names:
-        assert (folder / name).read_text().startswith("step "), name
+    last = ckpt / f"global_step_{steps}" / "actor"
+    return Finished(
+        stack=run.stack, job=job, status=status, logs=logs, steps=steps, world=world,
+        refreshed=run.provider.read(job, run.outs[job]).outs,
+        steps_run=[int(s) for s in file_text(ckpt / "steps.log").split()],
+        tracker=file_text(ckpt / "latest_checkpointed_iteration.txt"),
+        saved=sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) if ckpt.exists() else [],
+        shards=len(list(last.glob("model_world_size_*_rank_*.pt"))),
+        state=file_json(ckpt / "verl-gke-run.json"),
+        merged_model=file_text(merged / "model.safetensors"), merged_marker=file_json(merged / ".verl-gke-merged.json"),
+        datasets_cache=[str(p) for p in run.bucket.rglob("train.arrow")],
+        library_path=env.get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}"),
+        tensorboard_local_dir=env[TENSORBOARD_LOCAL_ENV],
+        tensorboard={name: file_text(run.host(placement.WORKERS, env[TENSORBOARD_BUCKET_ENV]) / name)
+                     for name in re.findall(r"tensorboard events (events\.out\.tfevents\.\S+);", logs)})
 
 
-def assert_library_path(run: Run, logs: str) -> None:
-    """The GPU actors see the job's LD_LIBRARY_PATH with `${LD_LIBRARY_PATH}` expanded from their node's own
-    value (the image's entries kept after GKE's driver and gIB folders), not replaced and not left literal."""
-    rendered = rendered_job(run.plan)["runtime_env"]["env_vars"].get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}")
-    assert rendered.endswith(":${LD_LIBRARY_PATH}") or rendered == "${LD_LIBRARY_PATH}", rendered
-    seen = rendered.replace("${LD_LIBRARY_PATH}", image_env()["LD_LIBRARY_PATH"])
-    assert f"LD_LIBRARY_PATH on the GPU nodes: {seen}\n" in logs, logs[-4000:]
+def clear_outputs(run: Run) -> None:
+    """No earlier run's checkpoints or merged model in this run's folders (stacks of one layout share a bucket)."""
+    for folder in output_paths(run):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_host_mount_points_are_removed_when_the_head_fails_to_start(tmp_path, monkeypatch):
@@ -661,169 +619,200 @@ def test_a_mount_point_another_run_still_uses_is_kept(tmp_path):
     assert not point.exists()
 
 
-def test_a_rehearsal_is_repeated_only_for_inputs_that_are_the_same():
-    """What rehearsed_as compares: a change to anything the rehearsal builds or submits makes a plan's inputs
-    its own; NCCL's settings and the submission id do not, and nothing the rehearsal runs reads NCCL's."""
-    p = stack_plan(FULL_STACK)
-    base = rehearsal_inputs(p)
-
-    def changed(edit) -> bool:
-        q = copy.deepcopy(p)
-        edit(q)
-        return rehearsal_inputs(q) != base
-
-    def head_mounts(q: dict) -> list[dict]:
-        return raycluster(q)["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-
-    def workers(q: dict) -> dict:
-        return raycluster(q)["workerGroupSpecs"][0]
-
-    def pv_options(q: dict) -> list[str]:
-        return next(r["inputs"]["spec"]["mountOptions"] for r in q["resources"]
-                    if r["type"] == "kubernetes:core/v1:PersistentVolume"
-                    and any(o.startswith("only-dir=") for o in r["inputs"]["spec"].get("mountOptions") or []))
-
-    def env(q: dict) -> dict:
-        return rendered_job(q)["runtime_env"]["env_vars"]
-
-    def toggle(options: list[str], option: str) -> None:
-        options.remove(option) if option in options else options.append(option)
-
-    only_dir = next(o for o in pv_options(p) if o.startswith("only-dir="))
-    assert changed(lambda q: head_mounts(q).remove(next(m for m in head_mounts(q) if m["mountPath"] == "/checkpoints")))
-    assert changed(lambda q: workers(q).update(replicas=workers(q)["replicas"] + 1))
-    assert changed(lambda q: workers(q)["template"]["spec"]["containers"][0]["resources"]["requests"]
-                   .update({"nvidia.com/gpu": 4}))
-    assert changed(lambda q: toggle(pv_options(q), "ro"))
-    assert changed(lambda q: pv_options(q).__setitem__(pv_options(q).index(only_dir), only_dir + "-elsewhere"))
-    assert changed(lambda q: staging_args(q).__setitem__(slice(None), [a.replace("/data/models/", "/data/m/")
-                                                                       for a in staging_args(q)]))
-    assert changed(lambda q: shipped_files(q).update({"supervise.py": "# another supervisor\n"}))
-    job = rendered_job
-    assert changed(lambda q: job(q).update(entrypoint=job(q)["entrypoint"].replace("--keep 2", "--keep 3")))
-    assert changed(lambda q: job(q).update(max_recoveries=job(q)["max_recoveries"] + 1))
-    assert changed(lambda q: job(q).update(resubmit_on_failure=not job(q).get("resubmit_on_failure")))
-    for name in ("LD_LIBRARY_PATH", "HF_HOME", "PYTHONPATH"):
-        assert changed(lambda q, name=name: env(q).update({name: "/elsewhere"})), name
-    assert not changed(lambda q: env(q).update(NCCL_TUNER_CONFIG_PATH="/x.txtpb"))
-    assert not changed(lambda q: job(q).update(submission_id="verl-grpo-b200-000000000000"))
-    # What the rehearsal runs never reads NCCL's settings: the stand-ins, the supervisor and what it ships with.
-    readers = [*(REPO / "tests" / "standins").glob("*.py"),
-               *(f for f in (REPO / "components" / "scripts").glob("*.py") if f.name != "nccl_check.py")]
-    assert readers and not [f.name for f in readers if "NCCL_" in f.read_text()]
-    # Today: h200 and b200 under one name plan alike, NCCL's tuner file aside; dev-b200 has one GPU node, dev other
-    # GPUs.
-    selected = {rehearsal_test(s) for s in STACKS}
-    assert {s: rehearsed_as(s, selected) for s in SHORT_RUNS} == {"h200": "b200", "dev-b200": None, "dev": None}
-    assert rehearsed_as("h200", selected - {rehearsal_test(FULL_STACK)}) is None  # b200's run not selected: h200 runs
 
 
-@needs_namespaces
-def test_a_whole_run_with_a_lost_node_resume_prune_and_merge(clusters):
-    p = stack_plan(FULL_STACK)
-    run = Run(p, clusters(placement.pods(p)), FULL_STACK)
-    try:
-        pods, gpus = worker_shape(p)
-        workers = run.start_workers(pods, gpus)
-        job = submit(run, steps=6, step_s=2)
-        ckpt, merged = output_paths(run)
-        deadline = time.monotonic() + 900
-        # The node is lost once step 3's checkpoint is complete (the tracker names it): steps.log grows
-        # before the save, and a kill between the two would resume from step 2 on a slow machine.
-        while saved_step(ckpt) < 3:
-            assert time.monotonic() < deadline, "the trainer never saved step 3"
-            status = requests.get(f"{run.head.address}/api/jobs/{job}", timeout=30).json()["status"]
-            assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
-            time.sleep(1)
-        run.stop(workers[0])  # a spot preemption: the node and everything on it are gone
-        # The replacement pod comes after the loss was seen: the supervisor says so, then waits for GPUs.
-        budget = rendered_job(p)["max_recoveries"]
-        recovery = f"recovery 1 of {budget}"
-        wait_for_line(run.head.address, job, recovery, timeout=max(0, deadline - time.monotonic()))
-        run.start(placement.WORKERS, gpus=gpus, cpus=2)
-        status, logs = wait_done(run, job, timeout=1500)
-        assert status == "SUCCEEDED", logs[-4000:]
-        # The run id and the attempt the provider passed in the attempt's env vars reached the supervisor.
-        assert recovery in logs and f"run {job} attempt 1: SUCCEEDED, recoveries used 1 of {budget}" in logs
-        # `pulumi refresh`: the recovery shows in the outputs (jobRecoveries, jobMessage).
-        refreshed = run.provider.read(job, run.outs[job]).outs
-        assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
-        # jobMessage: the supervisor's last line (the outcome, the exit, who releases the GPUs: here the release
-        # failed, as the head pod has no service account token; tests/test_gpu_release.py has one), then Ray's
-        note, ray_says = refreshed["message"].rsplit(" | ", 1)
-        assert note.startswith(f"run {job} attempt 1: SUCCEEDED, recoveries used 1 of {budget}") and \
-            'exit "succeeded" (code 0): the GPU release FAILED' in note, refreshed
-        assert ray_says == "Job finished successfully.", refreshed
-        steps = [int(s) for s in (ckpt / "steps.log").read_text().split()]
-        assert sorted(set(steps)) == [1, 2, 3, 4, 5, 6] and steps[-1] == 6
-        # The restarted trainer resumed from a checkpoint the first one saved, read through the head's mount.
-        resumed = re.findall(r"resuming from global_step_(\d+)", logs)
-        assert resumed and int(resumed[-1]) >= 3, logs[-4000:]
-        # the two-node NCCL check (its stand-in here) ran before each of the two trainer starts
-        checks = re.findall(r"NCCL check \(stand-in\) passed: 2 nodes x 8 GPUs, 8 NICs each", logs)
-        assert len(checks) == logs.count("starting the trainer") == 2, logs[-4000:]
-        # verl's rotation in the second process forgot the first one's saves; the supervisor pruned them.
-        assert sorted(d.name for d in ckpt.iterdir() if d.name.startswith("global_step_")) == \
-            ["global_step_5", "global_step_6"]
-        state = assert_completed(run, ckpt, merged, steps=6, world=pods * gpus)
-        restarts = state["attempts"]["1"]["restarts"]
-        assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"] and state["used"] == 1, state
-        assert int(resumed[-1]) == restarts[0]["from_step"], (resumed, restarts)  # from the step the restart recorded
-        assert "merging" in logs and "on a GPU node" in logs  # the merge ran on a GPU node (the head has no GPUs)
-        assert_library_path(run, logs)
-        assert_tensorboard(run, logs)
-    finally:
-        run.close()
+def rehearsal(test):
+    """A test of a rehearsal's run: real Ray nodes, each in its pod's mount namespace."""
+    return pytest.mark.ray(needs_namespaces(test))
 
 
-@needs_namespaces
-@pytest.mark.parametrize("stack", SHORT_RUNS)
-def test_each_stack_trains_saves_and_merges_in_its_own_layout(stack, clusters, request):
-    """Every other shipped stack's own paths and mounts: the driver on the head finds the tracker and
-    keeps its state on the bucket, the workers write shards and the merged model, nothing else. A stack whose
-    rehearsal would repeat one this session runs (the two stack files planned under one name give the same inputs:
-    h200's and b200's, NCCL's settings aside) is not run again; every check here is also made on that run."""
-    same = rehearsed_as(stack, {item.name for item in request.session.items})
-    if same:
-        pytest.skip(f"{stack}'s rehearsal would repeat {rehearsal_test(same)}'s: planned under one name, the two have "
-                    "the same pods, worker shape, staging and job (rehearsal_inputs)")
-    p = stack_plan(stack)
-    run = Run(p, clusters(placement.pods(p)), stack)
-    try:
-        pods, gpus = worker_shape(p)
-        run.start_workers(pods, gpus)
-        status, logs = wait_done(run, submit(run, steps=2))
-        assert status == "SUCCEEDED", logs[-4000:]
-        ckpt, merged = output_paths(run)
-        assert [int(s) for s in (ckpt / "steps.log").read_text().split()] == [1, 2]
-        assert_completed(run, ckpt, merged, steps=2, world=pods * gpus)
-        assert_library_path(run, logs)
-        assert_tensorboard(run, logs)
-    finally:
-        run.close()
+FULL_STEPS, SHORT_STEPS = 6, 2
 
 
-@needs_namespaces
-def test_the_layout_before_issue_22_fails_the_merge(clusters):
-    """The head without the checkpoint mount: the supervisor finds no tracker and its state is lost. The dev
-    stack's cluster with its head's /checkpoints covered by the pod's own disk (a head of its own would cost a
-    node start and a pod more, ~15 CPU-seconds, for the same namespace)."""
+def lose_a_node_and_finish(run: Run) -> Finished:
+    """b200's run: a GPU node lost once step 3's checkpoint is complete (the tracker names it; steps.log grows
+    before the save, and a kill between the two would resume from step 2 on a slow machine), its replacement
+    pod started once the supervisor has seen the loss."""
+    pods, gpus = worker_shape(run.plan)
+    workers = run.start_workers(pods, gpus)
+    job = submit(run, steps=FULL_STEPS, step_s=2)
+    ckpt, _ = output_paths(run)
+    deadline = time.monotonic() + 900
+    while saved_step(ckpt) < 3:
+        assert time.monotonic() < deadline, "the trainer never saved step 3"
+        status = requests.get(f"{run.head.address}/api/jobs/{job}", timeout=30).json()["status"]
+        assert status in ("PENDING", "RUNNING"), wait_done(run, job)[1][-4000:]
+        time.sleep(1)
+    run.stop(workers[0])  # a spot preemption: the node and everything on it are gone
+    recovery = f"recovery 1 of {rendered_job(run.plan)['max_recoveries']}"
+    wait_for_line(run.head.address, job, recovery, timeout=max(0, deadline - time.monotonic()))
+    run.start(placement.WORKERS, gpus=gpus, cpus=2)
+    return finished(run, job, FULL_STEPS, pods * gpus, timeout=1500)
+
+
+def train_and_finish(run: Run) -> Finished:
+    pods, gpus = worker_shape(run.plan)
+    run.start_workers(pods, gpus)
+    return finished(run, submit(run, steps=SHORT_STEPS), SHORT_STEPS, pods * gpus)
+
+
+@pytest.fixture(scope="module")
+def rehearsed(clusters):
+    """stack -> its finished run, each run once per module: b200's loses a node, every other stack's is a short
+    run of its own layout."""
+    done: dict[str, Finished] = {}
+
+    def get(stack: str) -> Finished:
+        if stack not in done:
+            p = stack_plan(stack)
+            run = Run(p, clusters(placement.pods(p)), stack)
+            try:
+                clear_outputs(run)
+                done[stack] = (lose_a_node_and_finish if stack == FULL_STACK else train_and_finish)(run)
+            finally:
+                run.close()
+        return done[stack]
+
+    return get
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stacks_run_succeeds(stack, rehearsed):
+    run = rehearsed(stack)
+    assert run.status == "SUCCEEDED", run.logs[-4000:]
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stack_saves_every_step_with_a_shard_per_gpu(stack, rehearsed):
+    run = rehearsed(stack)
+    assert sorted(set(run.steps_run)) == list(range(1, run.steps + 1)) and run.steps_run[-1] == run.steps
+    assert run.tracker == str(run.steps) and run.shards == run.world
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stack_keeps_the_recovery_state_on_the_bucket(stack, rehearsed):
+    """The driver on the head writes it through the head's checkpoint mount, not to the head's own disk."""
+    state = rehearsed(stack).state
+    assert state is not None and state["attempts"]["1"]["outcome"] == "SUCCEEDED", state
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stack_merges_the_last_checkpoint_into_the_bucket(stack, rehearsed):
+    run = rehearsed(stack)
+    assert f"rank 0 after step {run.steps}" in run.merged_model
+    assert run.merged_marker is not None and run.merged_marker["step"] == run.steps
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stack_keeps_the_datasets_cache_on_the_pods_disk(stack, rehearsed):
+    assert rehearsed(stack).datasets_cache == []
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stacks_gpu_actors_extend_the_library_path_of_their_node(stack, rehearsed):
+    """`${LD_LIBRARY_PATH}` in the job's env is expanded from the GPU node's own value (the image's entries kept
+    after GKE's driver and gIB folders), not replaced and not left literal."""
+    run = rehearsed(stack)
+    assert run.library_path.endswith(":${LD_LIBRARY_PATH}") or run.library_path == "${LD_LIBRARY_PATH}"
+    seen = run.library_path.replace("${LD_LIBRARY_PATH}", image_env()["LD_LIBRARY_PATH"])
+    assert f"LD_LIBRARY_PATH on the GPU nodes: {seen}\n" in run.logs, run.logs[-4000:]
+
+
+@rehearsal
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stacks_tensorboard_events_are_written_on_the_pod_and_copied_to_the_bucket(stack, rehearsed):
+    """verl writes its events on the TaskRunner pod's disk (one upload per record through GCS FUSE otherwise);
+    the job's entry (components/scripts/verl_main.py) copies them to the bucket folder TensorBoard reads."""
+    run = rehearsed(stack)
+    assert not run.tensorboard_local_dir.startswith(("/data/", "/checkpoints/")), run.tensorboard_local_dir
+    assert run.tensorboard and all(text.startswith("step ") for text in run.tensorboard.values()), run.logs[-4000:]
+
+
+@rehearsal
+def test_the_nccl_check_runs_before_each_trainer_start(rehearsed):
+    """b200 spans two GPU nodes over RDMA: the supervisor runs the two-node check (its stand-in here) before
+    the first trainer start and again before the restart after the lost node."""
+    run = rehearsed(FULL_STACK)
+    checks = re.findall(r"NCCL check \(stand-in\) passed: 2 nodes x 8 GPUs, 8 NICs each", run.logs)
+    assert len(checks) == run.logs.count("starting the trainer") == 2, run.logs[-4000:]
+
+
+@rehearsal
+def test_the_run_id_and_attempt_reach_the_supervisor_through_the_attempts_env(rehearsed):
+    run = rehearsed(FULL_STACK)
+    assert f"run {run.job} attempt 1: SUCCEEDED" in run.logs, run.logs[-4000:]
+
+
+@rehearsal
+def test_a_lost_gpu_node_is_recovered_within_the_recovery_budget(rehearsed):
+    run = rehearsed(FULL_STACK)
+    budget = rendered_job(stack_plan(FULL_STACK))["max_recoveries"]
+    assert f"recovery 1 of {budget}" in run.logs and f"recoveries used 1 of {budget}" in run.logs, run.logs[-4000:]
+    restarts = run.state["attempts"]["1"]["restarts"]
+    assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"] and run.state["used"] == 1
+
+
+@rehearsal
+def test_refresh_reports_the_recovery(rehearsed):
+    """`pulumi refresh`: the recovery shows in the outputs (jobRecoveries)."""
+    refreshed = rehearsed(FULL_STACK).refreshed
+    assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1, refreshed
+
+
+@rehearsal
+def test_refresh_reports_the_supervisors_last_note_then_rays(rehearsed):
+    """jobMessage: the supervisor's last note, then Ray's (here the GPU release was skipped: the head pod has no
+    service account token; tests/test_gpu_release.py has one)."""
+    note, ray_says = rehearsed(FULL_STACK).refreshed["message"].rsplit(" | ", 1)
+    assert note.startswith("GPU release skipped") and ray_says == "Job finished successfully."
+
+
+@rehearsal
+def test_the_restarted_trainer_resumes_from_the_step_the_restart_recorded(rehearsed):
+    """Read through the head's mount: a checkpoint the first trainer saved, not a start from the model."""
+    run = rehearsed(FULL_STACK)
+    resumed = re.findall(r"resuming from global_step_(\d+)", run.logs)
+    assert resumed and int(resumed[-1]) >= 3, run.logs[-4000:]
+    assert int(resumed[-1]) == run.state["attempts"]["1"]["restarts"][0]["from_step"]
+
+
+@rehearsal
+def test_the_supervisor_prunes_the_steps_verls_rotation_forgot_after_the_restart(rehearsed):
+    """verl's rotation in the second trainer process knows only its own saves; the supervisor keeps the limit."""
+    assert rehearsed(FULL_STACK).saved == [f"global_step_{FULL_STEPS - 1}", f"global_step_{FULL_STEPS}"]
+
+
+@rehearsal
+def test_the_merge_runs_on_a_gpu_node(rehearsed):
+    """The head has no GPUs: the supervisor runs the merge on a worker."""
+    logs = rehearsed(FULL_STACK).logs
+    assert "merging" in logs and "on a GPU node" in logs, logs[-4000:]
+
+
+@rehearsal
+def test_a_head_without_the_checkpoint_mount_fails_the_merge_and_loses_the_recovery_state(clusters):
+    """The check that the rehearsal sees the layout: the dev stack's cluster with its head's /checkpoints covered
+    by the pod's own disk. The supervisor finds no tracker, and its state dies with the head; the workers saved."""
     p = copy.deepcopy(stack_plan("dev"))
     cluster = clusters(placement.pods(p))
     container = raycluster(p)["headGroupSpec"]["template"]["spec"]["containers"][0]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["mountPath"] != "/checkpoints"]
     with cluster.head_on_its_own_disk("/checkpoints"):
-        run = Run(p, cluster, "dev-before-22")
+        run = Run(p, cluster, "dev-without-checkpoints")
         try:
-            ckpt, merged = output_paths(run)
-            for folder in (ckpt, merged):  # what the dev stack's own rehearsal left there
-                shutil.rmtree(folder, ignore_errors=True)
+            clear_outputs(run)
             pods, gpus = worker_shape(p)
             run.start_workers(pods, gpus)
-            status, logs = wait_done(run, submit(run, steps=2))
-            assert status == "FAILED", logs[-4000:]
-            assert "no checkpoint to merge" in logs
-            assert not (ckpt / "verl-gke-run.json").exists()  # the recovery state died with the head
-            assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "2"  # the workers did save
+            status, logs = wait_done(run, submit(run, steps=SHORT_STEPS))
+            ckpt, _ = output_paths(run)
+            assert status == "FAILED" and "no checkpoint to merge" in logs, logs[-4000:]
+            assert not (ckpt / "verl-gke-run.json").exists()
+            assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == str(SHORT_STEPS)
         finally:
             run.close()

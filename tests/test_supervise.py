@@ -9,6 +9,7 @@ with the rendered job, covers that case in the pods' own mounts, and the one her
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -23,6 +24,8 @@ from components.ray_job_provider import RayJobProvider
 from tests.ray_fixtures import (
     REPO,
     RayNode,
+    file_json,
+    file_text,
     gpus_on,
     job_logs,
     no_mount_namespace,
@@ -110,48 +113,108 @@ def steps_run(tmp: Path) -> list[int]:
     return [int(s) for s in path.read_text().split()] if path.exists() else []
 
 
-# Where the rehearsal runs (root and a mount namespace per pod), its lost-node run covers this case through the
-# rendered job (tests/test_rehearsal.py); elsewhere it would skip, and this keeps the lost node's recovery tested.
-@pytest.mark.skipif(no_mount_namespace() is None, reason="the rehearsal's lost-node run covers it here")
-def test_lost_worker_node_is_recovered_from_the_checkpoint(head, worker, tmp_path):
-    # Submitted by the job provider, as `pulumi up` does: the run id and the cap reach the supervisor
-    # through the attempt's runtime env, not its command line.
-    steps = ["--steps", "8", "--step-s", "2", "--resumed-step-s", "0.2"]
-    cmd = supervise_cmd(head, tmp_path, "ignored", steps, on_worker=True)
-    cmd = cmd.replace(" --run-id ignored", "").replace(" --max-recoveries 3", "")
-    provider = RayJobProvider()
-    created = provider.create({"submission_id": "run-a", "entrypoint": cmd, "expected_gpus": GPUS,
-                               "address": head.address, "ready_timeout_s": 300, "max_recoveries": 3})
-    job = created.id
-    wait_for(lambda: len(steps_run(tmp_path)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
-    worker[0].stop()  # the spot VM is gone, and its GPUs with it
-    # KubeRay's replacement comes after the loss was seen: the supervisor says so, then waits for GPUs.
-    wait_for_line(head.address, job, "recovery 1 of 3", JOB_TIMEOUT_S)
-    worker.append(RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180))  # KubeRay's replacement pod
-    # `pulumi refresh` (while it runs, or just after: the resumed run is short): the recovery shows in the
-    # outputs (jobRecoveries, jobMessage).
-    wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
-    status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
-    text = logs(head, job)
-    assert status == "SUCCEEDED", text[-4000:]
-    refreshed = provider.read(job, created.outs).outs
-    assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
-    assert refreshed["message"].startswith("run run-a attempt 1: SUCCEEDED, recoveries used 1 of 3")
+@dataclasses.dataclass
+class LostNodeRun:
+    """A supervised run whose GPU worker node was lost mid-run, as it ended."""
 
-    state = json.loads((tmp_path / "ckpt" / "verl-gke-run.json").read_text())
+    status: str
+    logs: str
+    refreshed: dict  # the provider's read after the run (`pulumi refresh`)
+    recoveries_seen_while_running: bool  # a refresh during the resumed run already reported the recovery
+    state: dict  # the supervisor's recovery state file
+    steps: list[int]  # every step the trainer ran, in order
+    merged_marker: dict | None
+    merged_model: str
+
+
+# Where the rehearsal runs (root and a mount namespace per pod), its lost-node run covers these through the
+# rendered job (tests/test_rehearsal.py); elsewhere the rehearsal skips, and these keep the recovery tested.
+needs_no_rehearsal = pytest.mark.skipif(no_mount_namespace() is None,
+                                        reason="the rehearsal's lost-node run covers it here")
+
+
+@pytest.fixture(scope="module")
+def lost_node_run(head, _kept, tmp_path_factory) -> LostNodeRun:
+    """Submitted by the job provider, as `pulumi up` does: the run id and the cap reach the supervisor through the
+    attempt's runtime env, not its command line. The worker node is stopped after two checkpointed steps (a spot
+    VM gone, its GPUs with it); KubeRay's replacement pod comes once the supervisor has seen the loss."""
+    tmp = tmp_path_factory.mktemp("lost-node")
+    for node in _kept:  # the run counts exactly its own node's GPUs
+        node.stop()
+    _kept.clear()
+    wait_for_no_gpu_workers(head)
+    worker = RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)
+    replacement = None
+    try:
+        wait_for(lambda: gpus_on(head.address) == head.gpus + GPUS, 180, "exactly one GPU worker on the head")
+        steps = ["--steps", "8", "--step-s", "2", "--resumed-step-s", "0.2"]
+        cmd = supervise_cmd(head, tmp, "ignored", steps, on_worker=True)
+        cmd = cmd.replace(" --run-id ignored", "").replace(" --max-recoveries 3", "")
+        provider = RayJobProvider()
+        created = provider.create({"submission_id": "run-a", "entrypoint": cmd, "expected_gpus": GPUS,
+                                   "address": head.address, "ready_timeout_s": 300, "max_recoveries": 3})
+        job = created.id
+        wait_for(lambda: len(steps_run(tmp)) >= 2, JOB_TIMEOUT_S, "two checkpointed steps")
+        worker.stop()
+        wait_for_line(head.address, job, "recovery 1 of 3", JOB_TIMEOUT_S)
+        replacement = RayNode(gpus=GPUS, cpus=1, join=head).start(timeout=180)
+        try:
+            wait_for(lambda: provider.read(job, created.outs).outs["recoveries"] == 1, JOB_TIMEOUT_S, "the recovery")
+            seen = True
+        except AssertionError:
+            seen = False
+        status = wait_status(head.address, job, TERMINAL, timeout=JOB_TIMEOUT_S)
+        return LostNodeRun(
+            status=status, logs=logs(head, job), refreshed=provider.read(job, created.outs).outs,
+            recoveries_seen_while_running=seen, state=json.loads((tmp / "ckpt" / "verl-gke-run.json").read_text()),
+            steps=steps_run(tmp), merged_marker=file_json(tmp / "merged" / ".verl-gke-merged.json"),
+            merged_model=file_text(tmp / "merged" / "model.safetensors"))
+    finally:
+        stop_running_jobs(head.address)
+        for node in (worker, replacement):
+            if node is not None:
+                node.stop()
+
+
+@needs_no_rehearsal
+def test_a_run_that_loses_its_gpu_node_succeeds_after_one_recovery(lost_node_run):
+    run = lost_node_run
+    assert run.status == "SUCCEEDED", run.logs[-4000:]
+    assert "recovery 1 of 3" in run.logs and "SUCCEEDED, recoveries used 1 of 3" in run.logs
+
+
+@needs_no_rehearsal
+def test_the_recovery_state_records_the_lost_node(lost_node_run):
+    state = lost_node_run.state
     restarts = state["attempts"]["1"]["restarts"]
     assert len(restarts) == 1 and "left the Ray cluster" in restarts[0]["reason"], state
     assert state["used"] == 1 and state["attempts"]["1"]["outcome"] == "SUCCEEDED"
-    # Resumed: after the kill the trainer continued after the last checkpoint, it did not restart at 1.
-    steps = steps_run(tmp_path)
-    assert steps[-1] == 8 and steps.count(1) == 1, steps
-    resumed_at = restarts[0]["from_step"] + 1
-    assert f"standin: starting at step {resumed_at}" in text
-    assert "recovery 1 of 3" in text and "SUCCEEDED, recoveries used 1 of 3" in text
-    # The model handed over: the last checkpoint merged.
-    assert "on a GPU node" in text and "standin merge: 1 shard(s)" in text
-    marker = json.loads((tmp_path / "merged" / ".verl-gke-merged.json").read_text())
-    assert marker["step"] == 8 and (tmp_path / "merged" / "model.safetensors").read_text() == "weights after step 8\n"
+
+
+@needs_no_rehearsal
+def test_refresh_reports_the_recovery_while_the_run_goes_on_and_after(lost_node_run):
+    """`pulumi refresh` during the resumed run, or just after it: jobRecoveries and jobMessage."""
+    refreshed = lost_node_run.refreshed
+    assert lost_node_run.recoveries_seen_while_running
+    assert refreshed["status"] == "SUCCEEDED" and refreshed["recoveries"] == 1
+    assert refreshed["message"].startswith("run run-a attempt 1: SUCCEEDED, recoveries used 1 of 3")
+
+
+@needs_no_rehearsal
+def test_the_trainer_resumes_after_the_last_checkpoint(lost_node_run):
+    """After the loss the trainer continued after its last checkpoint: it did not start again at step 1."""
+    run = lost_node_run
+    assert run.steps[-1] == 8 and run.steps.count(1) == 1, run.steps
+    resumed_at = run.state["attempts"]["1"]["restarts"][0]["from_step"] + 1
+    assert f"standin: starting at step {resumed_at}" in run.logs
+
+
+@needs_no_rehearsal
+def test_the_last_checkpoint_is_merged_on_a_gpu_node(lost_node_run):
+    run = lost_node_run
+    assert "on a GPU node" in run.logs and "standin merge: 1 shard(s)" in run.logs
+    assert run.merged_marker is not None and run.merged_marker["step"] == 8
+    assert run.merged_model == "weights after step 8\n"
 
 
 def test_deterministic_failure_is_not_retried(head, worker, tmp_path):

@@ -67,3 +67,31 @@ def replay() -> None:
                                                              opts)
         else:
             made[node["urn"]] = pulumi.ComponentResource(node["type"], node["name"], None, opts)
+
+
+STAGE_ENV = "VERL_URN_STAGE"  # `moved`: before, aliased or unaliased
+
+
+def moved() -> None:
+    """A tree as released (`before`), then moved (`aliased`: with the aliases that keep every URN; `unaliased`:
+    without): a component renamed and retyped (its child, named after it, inherits the move), a resource moved
+    under the component from the root, one renamed."""
+    from components.stack_guard import StackGuard
+
+    stage = os.environ[STAGE_ENV]
+    if stage == "before":
+        app = pulumi.ComponentResource("verl-gke:urns:OldApp", "old-app")
+        StackGuard("old-app-guard", {}, pulumi.ResourceOptions(parent=app))
+        StackGuard("loose", {})
+        StackGuard("renamed-before", {})
+        return
+    aliased = stage == "aliased"
+
+    def aliases(*given: pulumi.Alias) -> list[pulumi.Alias] | None:
+        return list(given) if aliased else None
+
+    app = pulumi.ComponentResource("verl-gke:urns:App", "app", None, pulumi.ResourceOptions(
+        aliases=aliases(pulumi.Alias(name="old-app", type_="verl-gke:urns:OldApp"))))
+    StackGuard("app-guard", {}, pulumi.ResourceOptions(parent=app))
+    StackGuard("loose", {}, pulumi.ResourceOptions(parent=app, aliases=aliases(pulumi.Alias(parent=None))))
+    StackGuard("renamed-after", {}, pulumi.ResourceOptions(aliases=aliases(pulumi.Alias(name="renamed-before"))))
