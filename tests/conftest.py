@@ -7,8 +7,9 @@ A test is marked here from what it uses, so a new one lands in its tier without 
   rehearsal's), carries `@pytest.mark.ray`;
 - `cli`, `k8s` as the test or its module marks itself (the real Pulumi CLI, a real Kubernetes API server);
 - `fast` otherwise: Pulumi mocks and plain Python.
-Two tiers on one test is an error at collection. A test that starts a real Ray node (tools.local_ray) outside the
-`ray` tier, or runs the Pulumi CLI (tests/pulumi_cli.py) outside `cli`, fails and says which marker it needs.
+Two tiers on one test is an error at collection. A test that starts a real Ray node (tools.local_ray) in the
+`fast` tier (the `cli` and `k8s` tiers drive a Ray head too), or runs the Pulumi CLI (tests/pulumi_cli.py)
+outside `cli`, fails and says which marker it needs.
 
 pytest-xdist runs whole modules on its workers (pyproject's `--dist loadfile`): a module's fixtures (a Ray
 head, a composed stack) are set up once.
@@ -71,16 +72,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         _freeze_after_imports()
 
 
-def _outside_tier(tier: str, what: str) -> None:
-    """Fail the running test (its setup, call or teardown) unless it is in `tier`."""
-    if _running and _running[-1].get_closest_marker(tier) is None:
+def _outside_tier(tier: str, what: str, also: tuple[str, ...] = ()) -> None:
+    """Fail the running test (its setup, call or teardown) unless it is in `tier` (or one of `also`)."""
+    if _running and all(_running[-1].get_closest_marker(t) is None for t in (tier, *also)):
         pytest.fail(f"{_running[-1].nodeid} {what} outside the `{tier}` tier: use a fixture of that tier or mark "
                     f"the test @pytest.mark.{tier} (tests/conftest.py)", pytrace=False)
 
 
 def _guard_real_systems() -> None:
-    """A real Ray node only in the ray tier (a test that swaps tools.local_ray.RAY for a stand-in starts none);
-    the Pulumi CLI only in the cli tier."""
+    """A real Ray node never in the fast tier (a test that swaps tools.local_ray.RAY for a stand-in starts
+    none); the Pulumi CLI only in the cli tier."""
     from tests import pulumi_cli
     from tools import local_ray
 
@@ -89,7 +90,8 @@ def _guard_real_systems() -> None:
 
     def guarded_start(self, *args, **kwargs):
         if local_ray.RAY == real_ray:
-            _outside_tier("ray", "started a real Ray node")
+            # The real CLI and Kubernetes tiers drive a real Ray head too (the job provider against it).
+            _outside_tier("ray", "started a real Ray node", also=("cli", "k8s"))
         return start(self, *args, **kwargs)
 
     def guarded_workspace(self, *args, **kwargs):

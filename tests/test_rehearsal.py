@@ -767,10 +767,14 @@ def test_refresh_reports_the_recovery(rehearsed):
 
 @rehearsal
 def test_refresh_reports_the_supervisors_last_note_then_rays(rehearsed):
-    """jobMessage: the supervisor's last note, then Ray's (here the GPU release was skipped: the head pod has no
-    service account token; tests/test_gpu_release.py has one)."""
-    note, ray_says = rehearsed(FULL_STACK).refreshed["message"].rsplit(" | ", 1)
-    assert note.startswith("GPU release skipped") and ray_says == "Job finished successfully."
+    """jobMessage: the supervisor's last note (the run's outcome, its exit and who releases the GPUs: here the
+    release failed, as the head pod has no service account token; tests/test_gpu_release.py has one), then
+    Ray's."""
+    run = rehearsed(FULL_STACK)
+    note, ray_says = run.refreshed["message"].rsplit(" | ", 1)
+    assert note.startswith(f"run {run.job} attempt 1: SUCCEEDED, recoveries used 1 of ") and \
+        'exit "succeeded" (code 0): the GPU release FAILED' in note, note
+    assert ray_says == "Job finished successfully."
 
 
 @rehearsal
