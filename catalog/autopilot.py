@@ -15,6 +15,11 @@ from catalog import gcsfuse
 
 GiB = 1024**3
 COMPUTE_CLASS_SELECTOR = "cloud.google.com/compute-class"
+# Autopilot does not evict a pod with this annotation for node auto-upgrades or scale-down for up to 7 days
+# ("Extend the run time of Autopilot Pods", cloud.google.com/kubernetes-engine/docs/how-to/extended-duration-pods).
+# The Ray head carries it: the run supervisor runs there, and a drained head kills it before it can release
+# the GPU group (Ray SIGKILLs the entrypoint when its job supervisor actor dies).
+EXTENDED_DURATION = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
 # Autopilot's default for a container without an ephemeral-storage request ("Resource requests in
 # Autopilot", default requests: "all other containers: ephemeral storage 1 GiB").
 DEFAULT_CONTAINER_EPHEMERAL_GIB = 1.0

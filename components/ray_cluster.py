@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from catalog import naming
 from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
-from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, PERFORMANCE
+from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, EXTENDED_DURATION, PERFORMANCE
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gcsfuse import (
     BUFFER_VOLUME,
@@ -381,7 +381,8 @@ class RayCluster(pulumi.ComponentResource):
             # The job's driver still runs here (Ray's job entrypoint needs no CPU by default).
             "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
             "template": {
-                "metadata": {"annotations": gcsfuse_pod_annotations(args.autopilot, HEAD_SIDECAR)},
+                "metadata": {"annotations": {**gcsfuse_pod_annotations(args.autopilot, HEAD_SIDECAR),
+                                             **(EXTENDED_DURATION if args.autopilot else {})}},
                 "spec": pod_spec,
             },
         }

@@ -25,3 +25,11 @@ def test_dynamic_provider_plugin_is_bundled_next_to_the_cli() -> None:
     plugin = pulumi_cli.BIN / "pulumi-resource-pulumi-python"
     assert plugin.is_file() and plugin.stat().st_mode & 0o111
     assert "-m pulumi.dynamic" in plugin.read_text()
+
+
+def test_the_python_sdk_is_the_release_requirements_pin():
+    """The pair the tier tests: the SDK the program and its dynamic provider import, as requirements.txt pins it."""
+    from importlib.metadata import version
+
+    pinned = re.search(r"^pulumi==(\S+)", (pulumi_cli.ROOT / "requirements.txt").read_text(), re.M).group(1)
+    assert version("pulumi") == pinned

@@ -89,9 +89,12 @@ class EventCopy:
 
 
 @contextlib.contextmanager
-def copying(env: dict[str, str] | os._Environ = os.environ) -> Iterator[EventCopy | None]:
+def copying(env: dict[str, str] | None = None) -> Iterator[EventCopy | None]:
     """Copy TensorBoard's events while the block runs and once at its end (also when it raises);
-    nothing when the job names no bucket folder."""
+    nothing when the job names no bucket folder. `env` defaults to the environment of the process that
+    runs the block (the TaskRunner actor's), read then: a default bound at definition would be pickled
+    with the TaskRunner class and carry the driver's environment to the actor."""
+    env = os.environ if env is None else env
     local, bucket = env.get(LOCAL_ENV), env.get(BUCKET_ENV)
     if not local or not bucket:
         yield None

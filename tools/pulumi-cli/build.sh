@@ -10,6 +10,13 @@ bin="$root/build/pulumi-cli/bin"
 mkdir -p "$bin"
 cd "$here"
 start=$(date +%s)
+# go.mod's `go` line: an older Go refuses the module (with GOTOOLCHAIN=local it cannot fetch a newer one).
+need=$(sed -n 's/^go //p' go.mod)
+have=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
+  echo "tools/pulumi-cli: Go $need or newer is needed, this machine has $have" >&2
+  exit 1
+fi
 version=$(go list -m -f '{{.Version}}' github.com/pulumi/pulumi/pkg/v3)
 sdk=$(go list -m -f '{{.Version}}' github.com/pulumi/pulumi/sdk/v3)
 # The CLI and the SDK module it is linked with come from one release.
@@ -25,5 +32,5 @@ GOFLAGS=-mod=readonly GOBIN="$bin" go install \
 # module (python/dist), found next to the pulumi binary.
 dist="$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)/python/dist"
 install -m 0755 "$dist/pulumi-resource-pulumi-python" "$bin/pulumi-resource-pulumi-python"
-"$bin/pulumi" version >/dev/null
+PULUMI_SKIP_UPDATE_CHECK=true PULUMI_HOME="$root/build/pulumi-cli/home" "$bin/pulumi" version >/dev/null
 echo "pulumi CLI $version built in $(( $(date +%s) - start )) s: $bin"
