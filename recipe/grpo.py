@@ -90,10 +90,11 @@ class GrpoSettings:
     save_freq_derived: bool = dataclasses.field(default=False, compare=False)
 
 
-# What a checkpoint holds (actor.checkpoint.save_contents; load_contents follows it: verl v0.6.1
-# trainer/config/actor/actor.yaml). "model": the fp32 shards, the RNG and the LR scheduler ('extra'), not
-# AdamW's moments: a third of the bytes, and a resume restarts the moments (utils/checkpoint/
-# fsdp_checkpoint_manager.py loads only what load_contents names). The merge needs only the model.
+# What a checkpoint holds (actor.checkpoint.save_contents). "model": the fp32 shards, the RNG and the LR
+# scheduler ('extra'), not AdamW's moments: a third of the bytes, and a resume restarts the moments (verl
+# v0.6.1 utils/checkpoint/fsdp_checkpoint_manager.py loads only what load_contents names). load_contents
+# follows save_contents in verl (trainer/config/actor/actor.yaml); the run supervisor sets it to
+# [model,extra] for a start whose latest checkpoint has no optimizer shards. The merge needs only the model.
 SAVE_CONTENTS = {"full": ("model", "optimizer", "extra"), "model": ("model", "extra")}
 SAVE_CONTENTS_KEY = "actor_rollout_ref.actor.checkpoint.save_contents"
 # verl/utils/tracking.py Tracking.supported_backend (v0.6.1); the deprecated alias "tracking" is left out.
@@ -439,7 +440,8 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]
     owned = {**{k: f"set {named(f)} instead" for k, f in _FROM_SETTINGS.items()},
              **{k: "is fixed by the recipe" for k in _FIXED},
              SAVE_CONTENTS_KEY: f"comes from {named('save_contents')}",
-             "actor_rollout_ref.actor.checkpoint.load_contents": f"follows {named('save_contents')}",
+             "actor_rollout_ref.actor.checkpoint.load_contents": "is chosen by the run supervisor from what the latest "
+                                                                 "checkpoint holds",
              **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
              **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
              **{k: f"comes from {named(field)}" for k, field in _TASK.items()}}

@@ -31,10 +31,12 @@ from recipe.grpo import GrpoSettings, parse_extras
 # total_epochs, total_training_steps, save_freq, test_freq, val_before_train, logger,
 # max_checkpoints_to_keep and the throughput knobs (micro-batches, token budgets, TP of the
 # rollout, gpu_memory_utilization, reference offload): they neither change the update nor the shards.
-# save_contents: a model-only checkpoint has no optimizer shards for a full load_contents to read.
+# save_contents too: grpoSaveContents auto follows the capacity type, and a preempted spot run moved to
+# flex-start or a reservation must resume; the run supervisor loads what the latest checkpoint holds
+# (components/scripts/supervise.py load_overrides: model-only without optimizer shards).
 RUN_FIELDS = ("train_batch_size", "rollout_n", "max_prompt_length", "max_response_length", "learning_rate",
               "ppo_mini_batch_size", "actor_strategy", "kl_loss_coef", "kl_loss_type", "entropy_coeff",
-              "rollout_engine", "use_remove_padding", "save_contents")
+              "rollout_engine", "use_remove_padding")
 # Extra overrides are the user's own Hydra keys: any of them may change the run, except these.
 NEUTRAL_EXTRA_PREFIXES = ("trainer.", "actor_rollout_ref.rollout.")
 SP_KEY = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"

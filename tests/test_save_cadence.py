@@ -3,7 +3,6 @@ capacity's interruption rate and the save's cost (stacks.checkpoints.cadence), s
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import re
 from pathlib import Path
@@ -93,11 +92,14 @@ def test_a_save_freq_or_contents_the_stack_sets_wins():
     assert not checkpoints.stack_cadence(cfg).derived
 
 
-def test_what_a_checkpoint_holds_keys_its_folder():
-    """A model-only checkpoint has no optimizer shards for a full load to read: another run's folder."""
-    cfg = load()
-    full = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, save_contents="full"))
-    assert run_paths(cfg).checkpoint_dir != run_paths(full).checkpoint_dir
+@pytest.mark.parametrize("moved", [{"capacity": capacity.FLEX_START},
+                                   {"capacity": capacity.RESERVATION, "reservation": "my-reservation"}])
+def test_a_spot_run_moved_to_another_capacity_keeps_its_checkpoint_folder(moved):
+    """grpoSaveContents auto turns full off spot: the folder (the run key) stays, so the run resumes there
+    (the supervisor loads model-only from a checkpoint without optimizer shards)."""
+    spot, other = load(), load(**moved)
+    assert (spot.capacity.kind, spot.grpo.save_contents, other.grpo.save_contents) == (capacity.SPOT, "model", "full")
+    assert run_paths(other).checkpoint_dir == run_paths(spot).checkpoint_dir
 
 
 def test_save_contents_is_not_an_extra_override():

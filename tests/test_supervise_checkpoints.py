@@ -135,3 +135,62 @@ def test_a_stop_while_the_trainer_starts_still_reaches_the_trainer(tmp_path, mon
                 child.kill()
     (child,) = started
     assert child.returncode == -signal.SIGTERM  # forwarded, and waited for
+
+
+# --- what a resume loads: the latest checkpoint's contents, not the run's save_contents ---------------------------
+
+SAVE_MODEL_ONLY = "actor_rollout_ref.actor.checkpoint.save_contents=[model,extra]"
+
+
+def _standin(ckpt, steps: int, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TRAINER), "--local", "--ckpt", str(ckpt), "--steps", str(steps),
+                           "--step-s", "0", *overrides], capture_output=True, text=True, timeout=120)
+
+
+def test_the_standin_like_verl_fails_a_full_load_of_a_model_only_checkpoint(tmp_path):
+    """The premise, as verl 0.6.1 loads (fsdp_checkpoint_manager.py load_checkpoint: torch.load of each file
+    load_contents names, which follows save_contents): full contents cannot resume a model-only save."""
+    ckpt = tmp_path / "ckpt"
+    assert _standin(ckpt, 2, SAVE_MODEL_ONLY).returncode == 0
+    full = _standin(ckpt, 4)
+    assert full.returncode != 0 and "FileNotFoundError" in full.stderr and "optim_world_size_1_rank_0.pt" in \
+        full.stderr, full.stderr[-2000:]
+
+
+def test_a_model_only_checkpoint_resumed_with_full_contents_loads_model_and_extra(tmp_path):
+    """A spot run (model-only saves) moved to a reservation (full saves) resumes in the same folder: the
+    supervisor adds load_contents=[model,extra] for that start, and the run trains on from its step."""
+    ckpt = tmp_path / "ckpt"
+    assert _standin(ckpt, 2, SAVE_MODEL_ONLY).returncode == 0
+    py = sys.executable
+    done = subprocess.run(
+        [py, str(SUPERVISE), "--run-id", "run-m", "--max-recoveries", "1", "--state", str(ckpt / "verl-gke-run.json"),
+         "--expected-gpus", "0", "--dashboard", "http://127.0.0.1:9", "--settle-s", "0", "--checkpoint-dir", str(ckpt),
+         "--", py, str(TRAINER), "--local", "--ckpt", str(ckpt), "--steps", "4", "--step-s", "0"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "resume: global_step_2 has no optimizer shards" in done.stdout, done.stdout[-2000:]
+    assert f"--step-s 0 {shlex.quote(supervise.MODEL_ONLY_LOAD)}\n" in done.stdout  # that start's command
+    assert (ckpt / "steps.log").read_text().split() == ["1", "2", "3", "4"]
+    assert (ckpt / "global_step_4" / "actor" / "optim_world_size_1_rank_0.pt").is_file()  # saves full again
+
+
+def test_a_full_checkpoint_gets_no_load_contents_override(tmp_path):
+    """Optimizer shards present: verl loads what the run saves (load_contents follows save_contents)."""
+    ckpt = tmp_path / "ckpt"
+    assert _standin(ckpt, 2).returncode == 0
+    extra, why = supervise.load_overrides(str(ckpt))
+    assert extra == [] and "global_step_2 holds optimizer shards" in why
+
+
+def test_no_checkpoint_gets_no_load_contents_override(tmp_path):
+    assert supervise.load_overrides(str(tmp_path)) == ([], None)
+
+
+def test_the_load_contents_override_is_the_recipes_list_form():
+    """The same Hydra list form as the save_contents the recipe renders (composed in verl's own config by
+    tests/test_verl_config.py)."""
+    key, value = supervise.MODEL_ONLY_LOAD.split("=", 1)
+    save_key, save_value = SAVE_MODEL_ONLY.split("=", 1)
+    assert key == save_key.replace("save_contents", "load_contents") and value == save_value
+    assert save_value == "[" + ",".join(grpo.SAVE_CONTENTS["model"]) + "]"

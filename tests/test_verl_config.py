@@ -146,6 +146,21 @@ def test_extra_overrides_that_preflight_accepts_compose():
     assert composed.actor_rollout_ref.rollout.max_num_batched_tokens == 16384
 
 
+def test_the_supervisors_model_only_load_composes_beside_full_saves():
+    """A full-saving run resumed from a model-only checkpoint: the supervisor's override (appended last to the
+    rendered command) makes verl load model and extra while it still saves all three."""
+    spec = importlib.util.spec_from_file_location("supervise", ROOT / "components" / "scripts" / "supervise.py")
+    supervise = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(supervise)
+    stack, raw = next(iter(STACKS.items()))
+    j = Job(stack, {**raw, "verl-gke:grpoSaveContents": "full"})
+    checkpoint = compose_verl([*j.overrides, supervise.MODEL_ONLY_LOAD]).actor_rollout_ref.actor.checkpoint
+    assert list(checkpoint.load_contents) == ["model", "extra"]
+    assert list(checkpoint.save_contents) == ["model", "optimizer", "extra"]
+    assert list(compose_verl(j.overrides).actor_rollout_ref.actor.checkpoint.load_contents) == \
+        list(checkpoint.save_contents)  # without it, verl loads what it saves
+
+
 def test_loggers_are_verls():
     tree = ast.parse((VERL_DIR / "utils" / "tracking.py").read_text())
     supported = next(ast.literal_eval(node.value) for node in ast.walk(tree)

@@ -211,6 +211,34 @@ def latest_step(checkpoint_dir: str) -> int | None:
         return None
 
 
+# What a start loads. verl 0.6.1 loads what actor.checkpoint.load_contents names (utils/checkpoint/
+# fsdp_checkpoint_manager.py load_checkpoint), and that follows save_contents (trainer/config/actor/actor.yaml)
+# whatever the checkpoint holds: a full load of a model-only checkpoint dies on the missing
+# optim_world_size_<W>_rank_<r>.pt. What the contents are is no part of the run's key (grpoSaveContents
+# auto changes with the capacity type), so the latest checkpoint decides: without optimizer shards the
+# trainer loads 'model' and 'extra' (the weights, the LR scheduler, the RNG; AdamW's moments start afresh).
+LOAD_CONTENTS_KEY = "actor_rollout_ref.actor.checkpoint.load_contents"
+MODEL_ONLY_LOAD = f"{LOAD_CONTENTS_KEY}=[model,extra]"  # Hydra's list form, as recipe/grpo.py renders save_contents
+OPTIM_SHARD = re.compile(r"^optim_world_size_\d+_rank_\d+\.pt$")
+
+
+def load_overrides(checkpoint_dir: str) -> tuple[list[str], str | None]:
+    """Overrides for the next trainer start that make it load what the latest checkpoint holds, and why
+    (None: no checkpoint, verl trains from the start)."""
+    step = latest_step(checkpoint_dir) if checkpoint_dir else None
+    if step is None:
+        return [], None
+    actor = os.path.join(checkpoint_dir, f"global_step_{step}", "actor")
+    try:
+        names = os.listdir(actor)
+    except OSError as err:
+        return [], f"{actor} cannot be listed ({err.strerror or err}): no load_contents override, verl reports it"
+    if any(OPTIM_SHARD.match(n) for n in names):
+        return [], f"global_step_{step} holds optimizer shards: loading what the run saves (no load_contents override)"
+    return [MODEL_ONLY_LOAD], (f"global_step_{step} has no optimizer shards (saved model-only): {MODEL_ONLY_LOAD}, "
+                               "the optimizer's moments start afresh")
+
+
 # The merger loads every shard into CPU memory (verl model_merger/fsdp_model_merger.py): about twice
 # the parameter count in bytes, more than the head pod has for a 32B model, so it runs where the GPUs
 # were, in a Ray task that holds one GPU (nothing else needs it once training has ended). The task
@@ -568,13 +596,13 @@ class Supervisor:
             return
         raise StoppedError()
 
-    def _start_trainer(self) -> None:
+    def _start_trainer(self, extra: list[str]) -> None:
         """Popen, where a stop raised after the fork would lose the trainer (never signalled, never waited
         for): the stop is held until self.child is set, then passed on. A blocked signal mask would not do:
         the trainer would inherit it and ignore Ray's SIGTERM."""
         self._starting = True
         try:
-            self.child = subprocess.Popen(self.trainer)
+            self.child = subprocess.Popen([*self.trainer, *extra])
         finally:
             self._starting = False
         if self._stop_pending is not None:
@@ -651,9 +679,13 @@ class Supervisor:
                               f"with exit code {code} (its log above) ({budget.tally()})")
             before = alive_gpu_nodes(args.dashboard) or {}
             step = latest_step(args.checkpoint_dir) if args.checkpoint_dir else None
+            extra, why_load = load_overrides(args.checkpoint_dir)
+            if why_load:
+                log(f"resume: {why_load}")
             log(f"starting the trainer (attempt {args.attempt}, {budget.tally()}, "
-                f"resuming from {f'global_step_{step}' if step else 'the start'}): {shlex.join(self.trainer)}")
-            self._start_trainer()
+                f"resuming from {f'global_step_{step}' if step else 'the start'}): "
+                f"{shlex.join([*self.trainer, *extra])}")
+            self._start_trainer(extra)
             code = self.child.wait()
             self.child = None
             prune(args.checkpoint_dir, args.keep)

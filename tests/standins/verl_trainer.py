@@ -6,8 +6,10 @@ trainer/main_ppo.py, trainer/ppo/ray_trainer.py, utils/checkpoint/fsdp_checkpoin
 - the TaskRunner reads the dataset and the model's config, starts the GPU actors of every rank, and
   on each save writes `global_step_N/data.pt` and, last, `latest_checkpointed_iteration.txt`; it
   resumes from that file (`resume_mode=auto`) and writes the datasets cache to HF_DATASETS_CACHE;
-- each rank writes its shard `global_step_N/actor/model_world_size_W_rank_R.pt`, rank 0 also
-  `fsdp_config.json` and `huggingface/config.json`;
+- each rank writes the files of what `actor.checkpoint.save_contents` names (model, optim, extra_state
+  `_world_size_W_rank_R.pt`, tests/standins/verl_checkpoint.py), rank 0 also `fsdp_config.json` and
+  `huggingface/config.json`; a resume reads what load_contents names and fails, as verl does, on a
+  file the checkpoint lacks (a full load of a model-only checkpoint);
 - rotation forgets what an earlier process saved: only this process's own saves beyond
   `trainer.max_actor_ckpt_to_keep` are deleted (checkpoint_manager.py).
 The driver prints what the GPU actors see as LD_LIBRARY_PATH (the job's runtime env over the node's own value).
@@ -36,6 +38,10 @@ import time
 
 import ray
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import verl_checkpoint  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(verl_checkpoint)  # the GPU actors need it, not its folder
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
@@ -56,12 +62,12 @@ class NodeRanks:
         time.sleep(seconds)
         return self.ranks
 
-    def save(self, ckpt: str, step: int) -> None:
+    def load(self, ckpt: str, step: int, contents: tuple[str, ...]) -> None:
+        verl_checkpoint.load(os.path.join(ckpt, f"global_step_{step}", "actor"), self.world, self.ranks, contents)
+
+    def save(self, ckpt: str, step: int, contents: tuple[str, ...]) -> None:
         actor = os.path.join(ckpt, f"global_step_{step}", "actor")
-        os.makedirs(actor, exist_ok=True)
-        for rank in self.ranks:
-            with open(os.path.join(actor, f"model_world_size_{self.world}_rank_{rank}.pt"), "w") as f:
-                f.write(f"rank {rank} after step {step}\n")
+        verl_checkpoint.save(actor, self.world, self.ranks, contents, f"after step {step}")
         if 0 in self.ranks:
             with open(os.path.join(actor, "fsdp_config.json"), "w") as f:
                 json.dump({"FSDP_version": 2, "world_size": self.world}, f)
@@ -93,6 +99,9 @@ class TaskRunner:
             start = 1
         ranks = [NodeRanks.options(num_gpus=per_node).remote(
             list(range(n * per_node, (n + 1) * per_node)), world, model) for n in range(nodes)]
+        save_contents, load_contents = verl_checkpoint.contents(cfg)
+        if start > 1:
+            ray.get([r.load.remote(ckpt, start - 1, load_contents) for r in ranks])
         paths = " | ".join(sorted(set(ray.get([r.library_path.remote() for r in ranks]))))
         saved: list[int] = []
         events = None
@@ -109,7 +118,7 @@ class TaskRunner:
             with open(os.path.join(ckpt, "steps.log"), "a") as f:
                 f.write(f"{step}\n")
             if step % freq == 0 or step == total:
-                ray.get([r.save.remote(ckpt, step) for r in ranks])
+                ray.get([r.save.remote(ckpt, step, save_contents) for r in ranks])
                 with open(os.path.join(ckpt, f"global_step_{step}", "data.pt"), "w") as f:
                     f.write(f"dataloader after {step}\n")
                 with open(os.path.join(ckpt, TRACKER), "w") as f:
