@@ -12,6 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = {"catalog", "components", "recipe", "stacks", "tools", "tests", "bench", "__main__"}
+# Scripts that run alone (in the pods, or as the rehearsal's stand-ins) import their siblings by file name.
+LOCAL |= {p.stem for folder in ("components/scripts", "tests/standins") for p in (ROOT / folder).glob("*.py")}
 # Runtime code: what `pulumi up` runs, in the program and in the provider process (components/scripts
 # run inside the pods, from the image, and are not imported here).
 RUNTIME = [ROOT / "__main__.py", *sorted((ROOT / "catalog").rglob("*.py")), *sorted((ROOT / "recipe").rglob("*.py")),
