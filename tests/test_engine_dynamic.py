@@ -538,15 +538,21 @@ def test_ctrl_c_twice_releases_the_gpus_before_the_engine_kills_the_provider(hea
     assert code != 0
 
 
-def test_a_killed_up_releases_the_gpus_and_its_provider_exits(head, stack, kube):
-    """`pulumi` killed outright: nothing signals the provider, but the engine's end of its stdin closes. The group
-    goes back to 0 and the provider process, which nobody will call again, exits."""
-    sid = new_id("killed")
+def kill_a_waiting_up(head, stack, kube, sid: str) -> None:
+    """`pulumi up` SIGKILLed while its create waits for the GPUs: the group is back at 0 within 30 s and the
+    orphaned provider process has exited."""
     proc = waiting_up(head, stack, kube, sid)
     os.kill(proc.pid, signal.SIGKILL)
     released_within(kube, 30)
     wait_for(lambda: not stack.provider_processes(), 30, "the orphaned provider to exit")
     stack.finish(proc, timeout=30)
+
+
+def test_a_killed_up_releases_the_gpus_and_its_provider_exits(head, stack, kube):
+    """`pulumi` killed outright: nothing signals the provider, but the engine's end of its stdin closes. The group
+    goes back to 0 and the provider process, which nobody will call again, exits."""
+    sid = new_id("killed")
+    kill_a_waiting_up(head, stack, kube, sid)
     assert jobs_on(head.address, sid) == []
 
 
@@ -555,11 +561,7 @@ def test_after_a_killed_up_cancel_up_and_refresh_leave_one_job_and_nothing_pendi
     the lock; `pulumi cancel` drops the lock; the next `up` warns of the pending create, names it, and submits the job
     once; `pulumi refresh --clear-pending-creates` drops the pending create, which nothing else clears."""
     sid = new_id("recover")
-    proc = waiting_up(head, stack, kube, sid)
-    os.kill(proc.pid, signal.SIGKILL)
-    released_within(kube, 30)
-    wait_for(lambda: not stack.provider_processes(), 30, "the orphaned provider to exit")
-    stack.finish(proc, timeout=30)
+    kill_a_waiting_up(head, stack, kube, sid)
     pending = stack.export()["deployment"].get("pending_operations") or []
     assert [(op["type"], op["resource"]["urn"].endswith(JOB_URN_TAIL)) for op in pending] == [("creating", True)]
     kube.capacity.set()  # the GPUs can come now
