@@ -128,6 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cli: runs the real Pulumi CLI (tools/pulumi-cli/build.sh builds it)")
+    config.addinivalue_line("markers", "k8s: runs a real Kubernetes control plane, KubeRay and kwok "
+                                       "(tools/k8s/build.sh builds them)")
     # Every composition turns asyncio's logger off, as Pulumi's Python host does (tools.mocking.run): off from
     # the start, so what a test sees of asyncio's log does not depend on whether a composition ran before it.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
@@ -247,3 +249,18 @@ def _real_cli_tier(request: pytest.FixtureRequest) -> None:
         if os.environ.get("CI"):
             pytest.fail(pulumi_cli.MISSING)
         pytest.skip(pulumi_cli.MISSING)
+
+
+@pytest.fixture(autouse=True)
+def _real_k8s_tier(request: pytest.FixtureRequest) -> None:
+    """The `k8s` tier needs the built control plane and etcd: a local run without them skips (pytest's summary
+    says why); under CI (.ci/run builds and installs them first) their absence is a failure, never a skip."""
+    if request.node.get_closest_marker("k8s") is None:
+        return
+    from tests import k8s_cluster
+
+    why = k8s_cluster.missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds what the `k8s` test tier runs (only for the tests) into build/k8s/bin:
-# - kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes) and the KubeRay operator
-#   (ray-operator: go install names it after its package folder), from tools/k8s, in one `go install`, so
-#   the packages they share (client-go, apimachinery, apiserver...) are compiled once;
+# - kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes), the KubeRay operator
+#   (ray-operator: go install names it after its package folder) and etcd (tools/k8s/etcd: why not Debian's),
+#   from tools/k8s, in one `go install`, so the packages they share (client-go, apimachinery, grpc...) are
+#   compiled once;
 # - kwok, from tools/kwok (its own k8s.io release: see its tools.go);
 # - the pulumi-kubernetes provider, from tools/pulumi-kubernetes (see its main.go).
 # The Go module and build caches stay where `go env` puts them (outside the clone) and are reused: a no-op
-# build takes seconds. etcd is Debian's etcd-server (.ci/run installs it).
+# build takes seconds.
 # Usage: tools/k8s/build.sh   (prints how long each part took)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,8 +38,9 @@ go install -ldflags "$ldflags" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
-  github.com/ray-project/kuberay/ray-operator
-took "Kubernetes $release and KubeRay $(version github.com/ray-project/kuberay/ray-operator)" "$start"
+  github.com/ray-project/kuberay/ray-operator \
+  ./etcd
+took "Kubernetes $release, etcd $(version go.etcd.io/etcd/server/v3) and KubeRay $(version github.com/ray-project/kuberay/ray-operator)" "$start"
 share="$root/build/k8s/share"
 mkdir -p "$share/kuberay-crds"
 # The operator's own CRDs (it watches RayCluster, RayJob and RayService), unmodified.
