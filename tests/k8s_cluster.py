@@ -157,6 +157,11 @@ class Netns:
     def exec(self) -> list[str]:
         return ["ip", "netns", "exec", self.name]
 
+    def adopt(self, ip: str) -> None:
+        """Give the namespace a pod's address (one kwok assigned from `pods`), so a server there answers it."""
+        subprocess.run(["ip", "-n", self.name, "addr", "add", f"{ip}/32", "dev", "lo"], check=True,
+                       capture_output=True)
+
     def remove(self) -> None:
         if self.made:
             subprocess.run(["ip", "route", "del", self.pods], capture_output=True)

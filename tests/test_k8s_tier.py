@@ -15,7 +15,6 @@ import importlib.util
 import json
 import shlex
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,89 +22,21 @@ import pytest
 from catalog.accelerators import GPU_RESOURCE
 from components import ray_recovery
 from components.ray_client import TOKEN_ENV, Dashboard
-from tests import k8s_cluster, k8s_layer, k8s_nodes
-from tests.k8s_cluster import ApiError, ControlPlane, wait_for
+from tests import k8s_layer, k8s_nodes
+from tests.k8s_cluster import wait_for
+from tests.k8s_deploy import SETTLE_S, Deployed, deployed_stack
 from tools import placement
 
 pytestmark = pytest.mark.k8s
 
 SUPERVISE = Path(__file__).resolve().parents[1] / "components" / "scripts" / "supervise.py"
-RAY_NODE_TYPE = "ray.io/node-type"  # KubeRay's label on the pods it makes: head | worker
-# Bounds for a loaded 2-core machine: the operator reconciles within seconds; the pods' kwok stages too.
-SETTLE_S = 120
 KEPT_GONE_S = 5  # after the operator has reconciled the release: no later pass brings a worker back
-
-
-@dataclass
-class Deployed:
-    stack: str
-    plan: dict
-    objects: list[dict]
-    cp: ControlPlane
-    nodes: list[dict]
-    rejected: list[str] = field(default_factory=list)
-
-    @property
-    def api(self) -> k8s_cluster.Api:
-        return self.cp.api
-
-    @property
-    def ray(self) -> dict:
-        return k8s_layer.ray_cluster(self.objects)
-
-    @property
-    def namespace(self) -> str:
-        return self.ray["metadata"]["namespace"]
-
-    def pods(self, selector: str = "") -> list[dict]:
-        return self.api.list("v1", "Pod", self.namespace, selector)
-
-    def ray_pods(self, node_type: str) -> list[dict]:
-        return self.pods(f"ray.io/cluster={self.ray['metadata']['name']},{RAY_NODE_TYPE}={node_type}")
-
-    def node(self, name: str) -> dict:
-        return next(n for n in self.nodes if n["metadata"]["name"] == name)
-
-
-def _selectors(objects: list[dict]) -> list[dict[str, str]]:
-    """The nodeSelector of every pod the layer makes (Autopilot makes a node for each)."""
-    ray = k8s_layer.ray_cluster(objects)
-    job = k8s_layer.of_kind(objects, "Job")
-    head = ray["spec"]["headGroupSpec"]["template"]["spec"].get("nodeSelector") or {}
-    group = ray["spec"]["workerGroupSpecs"][0]
-    worker = group["template"]["spec"].get("nodeSelector") or {}
-    staging = [j["spec"]["template"]["spec"].get("nodeSelector") or {} for j in job]
-    return [head, *staging, *[worker] * int(group["replicas"])]
 
 
 @pytest.fixture(scope="module", params=k8s_layer.STACKS)
 def deployed(request, tmp_path_factory):
-    if why := k8s_cluster.missing():  # module fixtures run before the autouse skip of conftest
-        pytest.fail(why) if __import__("os").environ.get("CI") else pytest.skip(why)
-    stack = request.param
-    plan = k8s_layer.stack_plan(stack)
-    objects = k8s_layer.objects(plan)
-    cp = ControlPlane(tmp_path_factory.mktemp(f"k8s-{stack}"))
-    try:
-        cp.start()
-        print(f"\n{stack}: control plane started in {cp.start_s:.1f} s {cp.phases}")
-        nodes = (k8s_nodes.autopilot_nodes(plan, _selectors(objects))
-                 if plan["outputs"]["clusterMode"] == "autopilot" else k8s_nodes.standard_nodes(plan))
-        for node in nodes:
-            cp.api.create(node)
-        wait_for("every kwok node Ready", lambda: all(
-            any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions", []))
-            for n in cp.api.list("v1", "Node")) and len(cp.api.list("v1", "Node")) == len(nodes), SETTLE_S)
-        d = Deployed(stack, plan, objects, cp, nodes)
-        for obj in objects:
-            try:
-                cp.api.apply(obj)
-            except ApiError as err:
-                d.rejected.append(f"{obj['kind']} {obj['metadata']['name']}: {err}")
+    with deployed_stack(request.param, tmp_path_factory.mktemp(f"k8s-{request.param}")) as d:
         yield d
-    finally:
-        left = cp.stop()
-        assert left == [], f"processes left running after the control plane stopped: {left}"
 
 
 def _phase_running(pod: dict) -> bool:
