@@ -70,6 +70,7 @@ SHARED_HEADS = {
 # one unit: its tests share its Ray nodes, and more than two rehearsals at once on two cores made `ray start`
 # itself time out (Ray's own node-info deadline, seen at -n 8).
 UNITS = [
+    "tests/test_k8s_tier.py",  # a control plane and a `pulumi up` per shipped stack
     "tests/test_ray_job_provider.py",  # its unit: two_gpu_head
     "tests/test_rehearsal.py",
     "tests/test_supervise.py",  # its unit: zero_gpu_head

@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "k8s" / "bin"
 SHARE = ROOT / "build" / "k8s" / "share"  # what build.sh copies from the modules: kwok's stages, KubeRay's CRDs
 SCHEMAS = ROOT / "tests" / "data" / "schemas"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator", "kwok",
+            "pulumi-resource-kubernetes")
 # Bounds for a loaded 2-core machine: measured 60-150 s to a ready control plane while other builds ran
 # (the API server's post-start hooks and its first RBAC bootstrap take most of it).
 START_TIMEOUT_S = 300
@@ -122,37 +123,58 @@ def _certificates(folder: Path, ips: list[str]) -> None:
 @dataclass
 class Netns:
     """A network namespace joined to this one by a veth pair: `host_ip` here, `ns_ip` there, and `pods`
-    (kwok's pod CIDR) routed to it. Addresses from 198.18.0.0/15 (RFC 2544, for network tests)."""
+    (kwok's pod CIDR) routed to it. Addresses from 198.18.0.0/15 (RFC 2544, for network tests): a /30 and
+    the /24 after it, the first pair no other namespace here routes (parallel test workers each make one)."""
 
     name: str
-    host_ip: str = "198.18.0.1"
-    ns_ip: str = "198.18.0.2"
-    pods: str = "198.18.1.0/24"
+    host_ip: str
+    ns_ip: str
+    pods: str
     made: bool = False
+    routed: bool = False
+    BLOCKS = 120  # pairs of /24s in 198.18.0.0/16
 
     @classmethod
     def make(cls) -> Netns | None:
-        ns = cls(f"verl-k8s-{os.getpid()}")
-        host_if, ns_if = f"vk{os.getpid() % 100000}h", f"vk{os.getpid() % 100000}n"
+        if not shutil.which("ip"):
+            return None
+        cls._remove_stale()
+        pid = os.getpid()
+        for i in range(cls.BLOCKS):
+            block = (pid + i) % cls.BLOCKS * 2
+            ns = cls(f"verl-k8s-{pid}", f"198.18.{block}.1", f"198.18.{block}.2", f"198.18.{block + 1}.0/24")
+            if subprocess.run(["ip", "netns", "add", ns.name], capture_output=True).returncode:
+                return None  # no CAP_NET_ADMIN here
+            ns.made = True
+            if ns._join(f"vk{pid % 100000}h", f"vk{pid % 100000}n"):
+                return ns
+            ns.remove()  # another namespace routes this block: the next one
+        return None
+
+    def _join(self, host_if: str, ns_if: str) -> bool:
         steps = [
-            ["ip", "netns", "add", ns.name],
             ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
-            ["ip", "link", "set", ns_if, "netns", ns.name],
-            ["ip", "addr", "add", f"{ns.host_ip}/30", "dev", host_if],
+            ["ip", "link", "set", ns_if, "netns", self.name],
+            ["ip", "addr", "add", f"{self.host_ip}/30", "dev", host_if],
             ["ip", "link", "set", host_if, "up"],
-            ["ip", "-n", ns.name, "addr", "add", f"{ns.ns_ip}/30", "dev", ns_if],
-            ["ip", "-n", ns.name, "link", "set", ns_if, "up"],
-            ["ip", "-n", ns.name, "link", "set", "lo", "up"],
-            ["ip", "route", "add", ns.pods, "via", ns.ns_ip],
+            ["ip", "-n", self.name, "addr", "add", f"{self.ns_ip}/30", "dev", ns_if],
+            ["ip", "-n", self.name, "link", "set", ns_if, "up"],
+            ["ip", "-n", self.name, "link", "set", "lo", "up"],
+            ["ip", "route", "add", self.pods, "via", self.ns_ip],
         ]
         for step in steps:
-            if not shutil.which("ip") or subprocess.run(step, capture_output=True).returncode:
-                ns.made = True
-                ns.remove()
-                return None
-            ns.made = True
-        ns.host_if = host_if
-        return ns
+            if subprocess.run(step, capture_output=True).returncode:
+                return False
+        self.routed = True
+        return True
+
+    @staticmethod
+    def _remove_stale() -> None:
+        """Namespaces (with their veth and route) this module made in a process that is gone (a killed run)."""
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        for name in listed:
+            if name.startswith("verl-k8s-") and name[9:].isdigit() and not Path(f"/proc/{name[9:]}").exists():
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
     def exec(self) -> list[str]:
         return ["ip", "netns", "exec", self.name]
@@ -164,7 +186,8 @@ class Netns:
 
     def remove(self) -> None:
         if self.made:
-            subprocess.run(["ip", "route", "del", self.pods], capture_output=True)
+            if self.routed:
+                subprocess.run(["ip", "route", "del", self.pods], capture_output=True)
             subprocess.run(["ip", "netns", "del", self.name], capture_output=True)  # the veth pair goes with it
             self.made = False
 

@@ -1,11 +1,13 @@
 """Each shipped stack's Kubernetes layer on a real control plane: API server, controllers, scheduler, KubeRay.
 
 Per stack (a control plane of its own, module-scoped): kwok nodes shaped like the stack's GKE nodes
-(tests/k8s_nodes.py), then the objects the stack's components render (tests/k8s_layer.py) applied by
-server-side apply. What is asserted is what the real components did with them: the API server's
-validation, the PV controller's binding, the Job controller and kwok's completion of the staging pod, the
-KubeRay operator's pods, the scheduler's placement, and the supervisor's GPU release sent as supervise.py
-sends it. tools.placement and tools.node_fit (the offline plan's models) are checked against that.
+(tests/k8s_nodes.py), then the objects the stack's components render (tests/k8s_layer.py) deployed by
+`pulumi up` through the real CLI, engine and pulumi-kubernetes provider (tests/k8s_deploy.py,
+tests/k8s_program.py). What is asserted is what the real components did with them: the provider's await
+logic, the API server's validation, the PV controller's binding, the Job controller and kwok's completion
+of the staging pod, the KubeRay operator's pods, the scheduler's placement, and the supervisor's GPU
+release sent as supervise.py sends it. tools.placement and tools.node_fit (the offline plan's models) are
+checked against that.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tests.k8s_cluster import wait_for
 from tests.k8s_deploy import SETTLE_S, Deployed, deployed_stack
 from tools import placement
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.cli]
 
 SUPERVISE = Path(__file__).resolve().parents[1] / "components" / "scripts" / "supervise.py"
 KEPT_GONE_S = 5  # after the operator has reconciled the release: no later pass brings a worker back
@@ -35,7 +37,7 @@ KEPT_GONE_S = 5  # after the operator has reconciled the release: no later pass 
 
 @pytest.fixture(scope="module", params=k8s_layer.STACKS)
 def deployed(request, tmp_path_factory):
-    with deployed_stack(request.param, tmp_path_factory.mktemp(f"k8s-{request.param}")) as d:
+    with deployed_stack(request.param, tmp_path_factory.mktemp(f"k8s-{request.param}"), engine=True) as d:
         yield d
 
 
@@ -59,11 +61,21 @@ def _settled_ray_pods(d: Deployed) -> tuple[list[dict], list[dict]]:
 # ----------------------------------------------------------------------------- the API server
 
 
-def test_every_object_is_accepted_by_the_api_server(deployed):
+def test_pulumi_up_succeeds_on_the_providers_await_logic(deployed):
+    """The Job's await (completion) and the RayCluster's pulumi.com/waitFor (the head's IP) both ended."""
     assert deployed.rejected == []
-    for obj in deployed.objects:  # and each is there, as applied
+    assert f"+ {len(deployed.objects) + 3} created" in deployed.up.out  # the stack, provider, group, objects
+    for obj in deployed.objects:  # and each is there, as the API server accepted it
         live = deployed.api.get(deployed.api.path(obj, obj["metadata"]["name"]))
         assert live["metadata"]["name"] == obj["metadata"]["name"]
+    live = deployed.api.get(deployed.api.path(deployed.ray, deployed.ray["metadata"]["name"]))
+    assert live["status"]["head"]["podIP"]
+
+
+def test_a_second_preview_shows_no_change(deployed):
+    """What the provider reads back equals what it applied (no diff from defaults the API server adds)."""
+    result = deployed.pulumi("preview", "--diff", "--expect-no-changes")
+    assert result.code == 0, result
 
 
 def test_each_claim_binds_to_the_volume_made_for_it(deployed):
@@ -266,3 +278,12 @@ def test_a_deleted_head_pod_is_replaced(deployed):
 def test_the_control_plane_is_still_whole(deployed):
     deployed.cp.check_alive()
     assert json.loads(json.dumps(deployed.api.get("/readyz"))) == "ok"
+
+
+def test_pulumi_destroy_removes_the_layer(deployed):
+    """Last: `pulumi destroy` deletes every object it created (gone, or on its way out)."""
+    result = deployed.pulumi("destroy", "--yes", "--skip-preview")
+    assert result.code == 0, result
+    for obj in deployed.objects:
+        live = deployed.api.maybe(deployed.api.path(obj, obj["metadata"]["name"]))
+        assert live is None or live["metadata"].get("deletionTimestamp"), obj["metadata"]["name"]
