@@ -129,7 +129,7 @@ def _workspace(d: Deployed, folder: Path) -> pulumi_cli.Workspace:
     """A project of its own for tests/k8s_program.py, with a file backend and a stack named after the stack."""
     folder.mkdir(parents=True)
     (folder / "Pulumi.yaml").write_text("name: k8s-tier\nruntime: python\n")
-    (folder / "objects.json").write_text(json.dumps(d.objects))
+    (folder / "objects.json").write_text(json.dumps(k8s_layer.registrations(d.plan)))
     d.cp.kubeconfig(folder / "kubeconfig")
     # The provider plugin is found on PATH (an ambient plugin: no download, no plugin folder).
     path = os.pathsep.join([str(pulumi_cli.BIN), str(k8s_cluster.BIN), os.environ.get("PATH", "")])

@@ -17,6 +17,7 @@ import copy
 import json
 from typing import Any
 
+from components.ray_cluster import runtime_scaled_options
 from tests.stack_helpers import ROOT
 from tools import plan as plan_tool
 
@@ -28,6 +29,7 @@ ORDER = ["Namespace", "GKENetworkParamSet", "Network", "ServiceAccount", "Secret
          "RoleBinding", "PersistentVolume", "PersistentVolumeClaim", "Job", "RayCluster"]
 NOT_APPLIED = {"kubernetes:yaml/v2:ConfigFile"}
 REDACTED = "[secret]"  # tools.plan's stand-in for a secret value
+RAY_TYPE = "kubernetes:ray.io/v1:RayCluster"
 
 
 def stack_plan(stack: str) -> dict[str, Any]:
@@ -37,14 +39,34 @@ def stack_plan(stack: str) -> dict[str, Any]:
     return plan_tool.build_plan(stack, raw, sorted({*secret_keys, *SECRETS}))
 
 
+def _applied(plan: dict[str, Any]) -> list[dict]:
+    return [r for r in plan["resources"] if r["type"].startswith("kubernetes:") and r["custom"]
+            and r["type"] not in NOT_APPLIED]
+
+
+def registrations(plan: dict[str, Any]) -> list[dict]:
+    """Each object with what its component registered it with: type, name, the options a `pulumi up` acts
+    on (ignoreChanges, replaceOnChanges, retainOnDelete, deleteBeforeReplace) and the other objects it
+    depends on (by name), for tests/k8s_program.py."""
+    applied = _applied(plan)
+    names = {r["urn"]: r["name"] for r in applied}
+    objs = objects(plan)
+    out = []
+    for r, obj in zip(sorted(applied, key=lambda r: ORDER.index(r["inputs"]["kind"])), objs, strict=True):
+        out.append({"type": r["type"], "name": r["name"], "object": obj,
+                    "ignoreChanges": r.get("ignoreChanges") or [], "replaceOnChanges": r.get("replaceOnChanges") or [],
+                    "retainOnDelete": bool(r.get("retainOnDelete")),
+                    # The mocks do not record it in the plan; the one component that sets it, as it sets it.
+                    "deleteBeforeReplace": r["type"] == RAY_TYPE and runtime_scaled_options()[
+                        "delete_before_replace"],
+                    "dependsOn": [names[u] for u in r.get("dependsOn") or [] if u in names]})
+    return out
+
+
 def objects(plan: dict[str, Any]) -> list[dict]:
     """The plan's Kubernetes objects, in apply order, each named."""
     out = []
-    for r in plan["resources"]:
-        if not r["type"].startswith("kubernetes:") or r["type"] in NOT_APPLIED or not r["custom"]:
-            continue
-        if r["type"].startswith("pulumi:providers:"):
-            continue
+    for r in sorted(_applied(plan), key=lambda r: ORDER.index(r["inputs"]["kind"])):
         obj = copy.deepcopy(r["inputs"])
         obj.setdefault("metadata", {}).setdefault("name", f"{r['name']}-mock")
         out.append(obj)
@@ -53,10 +75,7 @@ def objects(plan: dict[str, Any]) -> list[dict]:
             # The keys are the ones the pods read (secretKeyRef), the values stand-ins.
             keys = sorted(_secret_keys(out, secret["metadata"]["name"]))
             secret["stringData"] = {k: f"k8s-tier-stand-in-{k}" for k in keys}
-    unknown = sorted({o["kind"] for o in out} - set(ORDER))
-    if unknown:
-        raise AssertionError(f"kinds the tier does not know where to apply: {unknown}")
-    return sorted(out, key=lambda o: ORDER.index(o["kind"]))
+    return out
 
 
 def _secret_keys(objs: list[dict], name: str) -> set[str]:

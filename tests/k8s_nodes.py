@@ -39,19 +39,19 @@ def _resources(plan: dict[str, Any], type_: str) -> list[dict]:
     return [r for r in plan["resources"] if r["type"] == type_]
 
 
-def _machine(machine: str) -> tuple[int, float, float | None]:
-    """(vCPUs, memory GiB, ephemeral GiB of its local SSDs or None) of a machine type."""
+def _machine(machine: str) -> tuple[int, float]:
+    """(vCPUs, memory GiB) of a machine type."""
     acc = next((a for a in ACCELERATORS.values() if a.machine_type == machine), None)
     if acc is not None:
-        return acc.vcpus, acc.memory_gb * 1e9 / GiB, None
+        return acc.vcpus, acc.memory_gb * 1e9 / GiB
     vcpus, memory_gb = machine_vcpus(machine), nodes.machine_memory_gb(machine)
     if vcpus is None or memory_gb is None:
         raise ValueError(f"no shape known for machine type {machine!r}")
-    return vcpus, memory_gb * 1e9 / GiB, None
+    return vcpus, memory_gb * 1e9 / GiB
 
 
 def _status(machine: str, disk_gb: int, local_ssds: int, extended: dict[str, str]) -> dict:
-    vcpus, memory_gib, _ = _machine(machine)
+    vcpus, memory_gib = _machine(machine)
     if local_ssds:
         eph_capacity = local_ssds * nodes.LOCAL_SSD_GB * 1e9 / GiB
         eph = nodes.local_ssd_allocatable_gib(local_ssds)

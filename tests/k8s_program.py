@@ -1,10 +1,12 @@
-"""The Pulumi program of the k8s tier's engine test: a stack's Kubernetes objects through the real provider.
+"""The Pulumi program of the k8s tier: a stack's Kubernetes objects through the real engine and provider.
 
-Served to the real CLI by tests/cli_host.py (`tests.k8s_program:program`). It registers a
-`kubernetes` provider for the tier's API server and the objects (tests/k8s_layer.objects: what the stack's
-components render) as one `kubernetes:yaml/v2:ConfigGroup`, which the provider expands into the same typed
-resources the components register, each with the provider's own await logic (a Job waits for completion,
-`pulumi.com/waitFor` on the RayCluster for the head's IP).
+Served to the real CLI by tests/cli_host.py (`tests.k8s_program:program`). It registers a `kubernetes`
+provider for the tier's API server and every object the stack's components render (tests/k8s_layer.py
+`registrations`), each as its component registers it: the same type token and inputs, the options a
+`pulumi up` acts on (ignoreChanges, replaceOnChanges, retainOnDelete, deleteBeforeReplace) and its
+dependencies among them. The provider's own await logic applies (a Job waits for completion,
+`pulumi.com/waitFor` on the RayCluster for the head's IP). The Google Cloud resources they also depend on
+are not registered.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ def program() -> None:
     import pulumi
     import pulumi_kubernetes as k8s
 
-    objects = json.loads(Path(os.environ[OBJECTS_ENV]).read_text())
     provider = k8s.Provider("tier", kubeconfig=Path(os.environ[KUBECONFIG_ENV]).read_text())
-    group = k8s.yaml.v2.ConfigGroup("layer", objs=objects, opts=pulumi.ResourceOptions(provider=provider))
-    pulumi.export("resources", group.resources.apply(len))
+    made: dict[str, pulumi.CustomResource] = {}
+    for reg in json.loads(Path(os.environ[OBJECTS_ENV]).read_text()):
+        opts = pulumi.ResourceOptions(
+            provider=provider, depends_on=[made[name] for name in reg["dependsOn"]],
+            ignore_changes=reg["ignoreChanges"] or None, replace_on_changes=reg["replaceOnChanges"] or None,
+            retain_on_delete=reg["retainOnDelete"] or None, delete_before_replace=reg["deleteBeforeReplace"] or None)
+        made[reg["name"]] = pulumi.CustomResource(reg["type"], reg["name"], dict(reg["object"]), opts)
+    pulumi.export("resources", len(made))

@@ -64,7 +64,7 @@ def _settled_ray_pods(d: Deployed) -> tuple[list[dict], list[dict]]:
 def test_pulumi_up_succeeds_on_the_providers_await_logic(deployed):
     """The Job's await (completion) and the RayCluster's pulumi.com/waitFor (the head's IP) both ended."""
     assert deployed.rejected == []
-    assert f"+ {len(deployed.objects) + 3} created" in deployed.up.out  # the stack, provider, group, objects
+    assert f"+ {len(deployed.objects) + 2} created" in deployed.up.out  # the stack, the provider, the objects
     for obj in deployed.objects:  # and each is there, as the API server accepted it
         live = deployed.api.get(deployed.api.path(obj, obj["metadata"]["name"]))
         assert live["metadata"]["name"] == obj["metadata"]["name"]
@@ -240,6 +240,15 @@ def test_the_supervisors_release_removes_the_gpu_workers_and_keeps_them_gone(dep
     assert _phase_running(head)
 
 
+def test_a_preview_after_the_release_keeps_the_released_replicas(deployed, tmp_path):
+    """Pulumi ignores the worker group the supervisor and the provider scale (components.ray_cluster): the next
+    preview neither resets the replicas nor replaces the cluster."""
+    _release(deployed, _service_account_dir(deployed, tmp_path / "sa"))
+    assert _group(deployed)["replicas"] == 0
+    result = deployed.pulumi("preview", "--diff", "--expect-no-changes")
+    assert result.code == 0, str(result)[-3000:]
+
+
 def test_the_release_is_refused_to_another_service_account(deployed, tmp_path):
     """The Role grants the head's account alone: the default account of the namespace cannot scale."""
     sa = _service_account_dir(deployed, tmp_path / "sa")
@@ -273,6 +282,23 @@ def test_a_deleted_head_pod_is_replaced(deployed):
     deployed.api.request("DELETE", f"/api/v1/namespaces/{deployed.namespace}/pods/{head['metadata']['name']}")
     wait_for("a new head pod Running", lambda: (pods := deployed.ray_pods("head")) and all(
         p["metadata"]["uid"] != head["metadata"]["uid"] and _phase_running(p) for p in pods), SETTLE_S)
+
+
+def test_a_replaced_raycluster_has_a_new_uid_and_new_pods(deployed):
+    """What the job provider follows (components.ray_cluster `uid`, the job's cluster_uid): `pulumi up
+    --replace` of the RayCluster gives it a new uid, the garbage collector takes the old pods (their owner
+    references) and the operator makes new ones."""
+    path = deployed.api.path(deployed.ray, deployed.ray["metadata"]["name"])
+    old = deployed.api.get(path)["metadata"]["uid"]
+    (head,) = wait_for("the head", lambda: deployed.ray_pods("head"), SETTLE_S)
+    exported = json.loads(deployed.workspace.run("stack", "export").out)
+    (urn,) = [r["urn"] for r in exported["deployment"]["resources"] if r["type"] == "kubernetes:ray.io/v1:RayCluster"]
+    result = deployed.pulumi("up", "--yes", "--skip-preview", "--replace", urn)
+    assert result.code == 0, str(result)[-3000:]
+    assert deployed.api.get(path)["metadata"]["uid"] != old
+    (new_head,), workers = _settled_ray_pods(deployed)
+    assert new_head["metadata"]["uid"] != head["metadata"]["uid"]
+    assert all(w["metadata"]["ownerReferences"][0]["uid"] != old for w in workers)
 
 
 def test_the_control_plane_is_still_whole(deployed):
