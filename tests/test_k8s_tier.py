@@ -241,11 +241,11 @@ def test_the_supervisors_release_removes_the_gpu_workers_and_keeps_them_gone(dep
 
 
 def test_a_preview_after_the_release_keeps_the_released_replicas(deployed, tmp_path):
-    """Pulumi ignores the worker group the supervisor and the provider scale (components.ray_cluster): the next
-    preview neither resets the replicas nor replaces the cluster."""
+    """Pulumi ignores the worker group the supervisor and the provider scale (components.ray_cluster): a
+    preview that reads the live cluster first (--refresh) neither resets the replicas nor replaces it."""
     _release(deployed, _service_account_dir(deployed, tmp_path / "sa"))
     assert _group(deployed)["replicas"] == 0
-    result = deployed.pulumi("preview", "--diff", "--expect-no-changes")
+    result = deployed.pulumi("preview", "--refresh", "--diff", "--expect-no-changes")
     assert result.code == 0, str(result)[-3000:]
 
 
