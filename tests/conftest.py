@@ -9,7 +9,7 @@ A test is marked here from what it uses, so a new one lands in its tier without 
 - `fast` otherwise: Pulumi mocks and plain Python.
 Two tiers on one test is an error at collection. A test that starts a real Ray node (tools.local_ray) in the
 `fast` tier (the `cli` and `k8s` tiers drive a Ray head too), or runs the Pulumi CLI (tests/pulumi_cli.py)
-outside `cli`, fails and says which marker it needs.
+outside `cli` and `k8s`, fails and says which marker it needs.
 
 pytest-xdist runs whole modules on its workers (pyproject's `--dist loadfile`): a module's fixtures (a Ray
 head, a composed stack) are set up once.
@@ -95,7 +95,7 @@ def _guard_real_systems() -> None:
         return start(self, *args, **kwargs)
 
     def guarded_workspace(self, *args, **kwargs):
-        _outside_tier("cli", "made a Pulumi CLI workspace")
+        _outside_tier("cli", "made a Pulumi CLI workspace", also=("k8s",))  # the k8s tier deploys with `pulumi up`
         workspace(self, *args, **kwargs)
 
     local_ray.RayNode.start = guarded_start
@@ -199,3 +199,18 @@ def _real_cli_tier(request: pytest.FixtureRequest) -> None:
         if os.environ.get("CI"):
             pytest.fail(pulumi_cli.MISSING)
         pytest.skip(pulumi_cli.MISSING)
+
+
+@pytest.fixture(autouse=True)
+def _real_k8s_tier(request: pytest.FixtureRequest) -> None:
+    """The `k8s` tier needs the built control plane and etcd: a local run without them skips (pytest's summary
+    says why); under CI (.ci/run builds and installs them first) their absence is a failure, never a skip."""
+    if request.node.get_closest_marker("k8s") is None:
+        return
+    from tests import k8s_cluster
+
+    why = k8s_cluster.missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
