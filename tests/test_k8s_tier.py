@@ -29,7 +29,7 @@ from tests.k8s_cluster import wait_for
 from tests.k8s_deploy import SETTLE_S, Deployed, deployed_stack
 from tools import placement
 
-pytestmark = [pytest.mark.k8s, pytest.mark.cli]
+pytestmark = pytest.mark.k8s  # it deploys with the real Pulumi CLI too (tests/conftest.py lets it)
 
 SUPERVISE = Path(__file__).resolve().parents[1] / "components" / "scripts" / "supervise.py"
 KEPT_GONE_S = 5  # after the operator has reconciled the release: no later pass brings a worker back
