@@ -86,16 +86,16 @@ class Workspace:
     def run(self, *args: str, program: str | None = None, timeout: float = COMMAND_TIMEOUT_S,
             host_env: dict[str, str] | None = None) -> Result:
         """Runs `pulumi ARGS` in the project folder; with `program`, behind a language host serving it."""
-        with self.host(program, host_env) as client:
-            cmd = [str(CLI), *args, "--non-interactive", *([f"--client=127.0.0.1:{client}"] if client else [])]
-            proc = subprocess.Popen(cmd, cwd=self.project, env=self.env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                out, err = proc.communicate()
-                raise CliTimeoutError(f"pulumi {' '.join(args)} ran past {timeout} s\n{out}\n{err}") from None
+        proc, host = self.start(*args, program=program, host_env=host_env)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            raise CliTimeoutError(f"pulumi {' '.join(args)} ran past {timeout} s\n{out}\n{err}") from None
+        finally:
+            if host:
+                stop_host(host[0])
         return Result(tuple(args), proc.returncode, out, err)
 
     def start(self, *args: str, program: str | None = None, host_env: dict[str, str] | None = None):
@@ -105,23 +105,6 @@ class Workspace:
         proc = subprocess.Popen([str(CLI), *args, "--non-interactive", *client], cwd=self.project, env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         return proc, host
-
-    class _Host:
-        def __init__(self, ws: Workspace, program: str | None, env: dict[str, str] | None):
-            self.ws, self.program, self.env, self.proc = ws, program, env, None
-
-        def __enter__(self) -> int | None:
-            if not self.program:
-                return None
-            self.proc, port = self.ws._start_host(self.program, self.env)
-            return port
-
-        def __exit__(self, *exc: object) -> None:
-            if self.proc:
-                stop_host(self.proc)
-
-    def host(self, program: str | None, env: dict[str, str] | None = None) -> Workspace._Host:
-        return Workspace._Host(self, program, env)
 
     def _start_host(self, program: str, env: dict[str, str] | None) -> tuple[subprocess.Popen, int]:
         host_env = {**self.env, "PYTHONPATH": str(ROOT), **(env or {})}
