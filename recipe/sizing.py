@@ -160,11 +160,12 @@ FIGURES = (UPDATE_FIXED_S_PER_LAYER, LOGPROB_FIXED_S_PER_LAYER, *MFU_SCALE.value
 CHECKPOINT_BYTES_PER_PARAM = {"full": 4 + 8, "model": 4}
 
 
-def checkpoint_gb(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int) -> float:
-    """One saved step. verl's FSDP checkpoint manager writes every rank's local shard
-    (model_world_size_*_rank_*.pt): under HSDP each replica holds a whole copy, `replicas` times the bytes."""
+def checkpoint_gb(g: GrpoSettings, params: float, acc: Accelerator, nnodes: int) -> float:
+    """One saved step of a model of `params` parameters. verl's FSDP checkpoint manager writes every rank's
+    local shard (model_world_size_*_rank_*.pt): under HSDP each replica holds a whole copy, `replicas` times
+    the bytes."""
     replicas = layout(acc, nnodes, g.fsdp_size).replicas
-    return CHECKPOINT_BYTES_PER_PARAM[g.save_contents] * spec.params * replicas / GB
+    return CHECKPOINT_BYTES_PER_PARAM[g.save_contents] * params * replicas / GB
 HF_BYTES_PER_PARAM = 2  # the staged bf16 safetensors copy of the model
 GSM8K_VAL_ROWS = GSM8K.val_rows  # validation generates one response each (val_kwargs.n = 1)
 DATA_GB = GSM8K.data_gb
@@ -452,7 +453,7 @@ def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     if g.save_freq > 0 and total:
         saved = total // g.save_freq + (1 if total % g.save_freq else 0)  # verl also saves the last step
     kept = min(saved, g.max_checkpoints_to_keep)
-    ckpt_gb = checkpoint_gb(g, spec, acc, nnodes)
+    ckpt_gb = checkpoint_gb(g, spec.params, acc, nnodes)
     model_gb = HF_BYTES_PER_PARAM * spec.params / GB
     st = step_range(g, spec, acc, nnodes, data)
     prompt = min(data.mean_prompt_tokens, g.max_prompt_length)

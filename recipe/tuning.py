@@ -193,7 +193,7 @@ def _derive(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
         name=lay.name, fsdp_size=g.fsdp_size, fits=b.fits, update_peak_gib=round(b.update_peak, 1),
         logprob_peak_gib=round(b.logprob_peak, 1),
         step_seconds=round(sizing.step_time(g, spec, acc, nnodes, data).total, 1),
-        checkpoint_gb=round(sizing.checkpoint_gb(g, spec, acc, nnodes), 1),
+        checkpoint_gb=round(sizing.checkpoint_gb(g, spec.params, acc, nnodes), 1),
         internode_share=round(c.internode_share, 3), collective_s=round(2 * c.gather_s + c.reduce_s + c.replica_s, 2),
         ppo_max_token_len_per_gpu=g.ppo_max_token_len_per_gpu,
         log_prob_max_token_len_per_gpu=g.log_prob_max_token_len_per_gpu, tensor_parallel_size=g.tensor_parallel_size)

@@ -117,7 +117,7 @@ def nccl_timeout_for(cfg) -> int:
     if spec is None:
         return VERL_NCCL_TIMEOUT_S
     # Under HSDP every node writes a whole copy (recipe.sizing): the save takes as long as its replicas' bytes.
-    gb = sizing.checkpoint_gb(cfg.grpo, spec, cfg.accelerator, cfg.gpu_nodes)
+    gb = sizing.checkpoint_gb(cfg.grpo, spec.params, cfg.accelerator, cfg.gpu_nodes)
     return nccl_timeout_s(save_seconds(gb, cfg.gpu_nodes))
 
 

@@ -132,15 +132,13 @@ def derive(cfg) -> Derived:
 
 
 def checkpoint_node_share_gb(cfg) -> float:
-    """One node's share of a saved checkpoint (decimal GB): its ranks' shards (recipe.sizing's bytes per
-    parameter of the stack's save contents; under HSDP every replica saves a whole copy). An uncatalogued
-    model's parameters are estimated from its weights' size as bf16 (2 bytes each)."""
-    from recipe.sizing import CHECKPOINT_BYTES_PER_PARAM, layout
+    """One node's share of a saved checkpoint (decimal GB): recipe.sizing's saved step over the GPU nodes. An
+    uncatalogued model's parameters are estimated from its weights' size as bf16 (2 bytes each)."""
+    from recipe.sizing import checkpoint_gb
 
     spec = model_spec(cfg.model)
     params = spec.params if spec else weights_gib(cfg.model) * GB_PER_GIB * 1e9 / 2
-    replicas = layout(cfg.accelerator, cfg.gpu_nodes, cfg.grpo.fsdp_size).replicas
-    return CHECKPOINT_BYTES_PER_PARAM[cfg.grpo.save_contents] * params * replicas / 1e9 / cfg.gpu_nodes
+    return checkpoint_gb(cfg.grpo, params, cfg.accelerator, cfg.gpu_nodes) / cfg.gpu_nodes
 
 
 def _task_sources(cfg) -> tuple[dict | None, tuple[str, ...]]:
