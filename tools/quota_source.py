@@ -21,13 +21,16 @@ import json
 import os
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog import quotas as catalog_quotas
 from tools import mocking
+
+if TYPE_CHECKING:
+    from stacks.quotas import QuotaNeed
 
 GCLOUD = "gcloud beta quotas info list --service=compute.googleapis.com --project=PROJECT --format=json"
 # A whole service's listing is far smaller; the cap only keeps a wrong file from filling memory.
@@ -61,9 +64,9 @@ class QuotaSource:
         """The line under the refusals that says how to save your own quotas (none once they are yours)."""
         return [] if self.file is not None else [f"--quotas FILE: save your project's quotas with `{GCLOUD} > FILE`"]
 
-    def infos(self, wanted: Sequence[Any]) -> dict[str, list[dict] | str]:
+    def infos(self, wanted: Sequence[QuotaNeed]) -> dict[str, list[dict] | str]:
         """What stacks.quotas.findings reads for `wanted` (QuotaNeeds): quota_id -> its dimensionsInfos, or (samples
-        only) the failed read of a quota the sample project lacks. A quota the file lacks is left out: see missing."""
+        only) the failed read of a quota the sample project lacks. A quota the file lacks is left out: see warnings."""
         out: dict[str, list[dict] | str] = {}
         for quota_id in dict.fromkeys(n.ref.quota_id for n in wanted):
             rows = self.rows.get(quota_id)
@@ -74,16 +77,16 @@ class QuotaSource:
                 out[quota_id] = mocking.quota_not_found(quota_id)
         return out
 
-    def checked(self, wanted: Sequence[Any]) -> list[Any]:
+    def checked(self, wanted: Sequence[QuotaNeed]) -> list[QuotaNeed]:
         """The needs this source can check (a file's: those whose quota it lists)."""
         return [n for n in wanted if self.file is None or n.ref.quota_id in self.rows]
 
-    def warnings(self, region: str, wanted: Sequence[Any]) -> list[str]:
+    def warnings(self, region: str, wanted: Sequence[QuotaNeed]) -> list[str]:
         """One warning per need whose quota the file lacks: never checked against a sample instead."""
         return [f"quota {n.ref.describe(region)}: not in {self.file}: not checked"
                 for n in wanted if self.file is not None and n.ref.quota_id not in self.rows]
 
-    def mock_answers(self, wanted: Sequence[Any]) -> dict[str, list[Row] | int] | None:
+    def mock_answers(self, wanted: Sequence[QuotaNeed]) -> dict[str, list[Row] | int] | None:
         """ProgramMocks' `quotas` for the program's own reads: None (the samples, the mocks' default), else the
         file's rows; a quota the file lacks is answered unlimited (-1, the API's "no limit"), so the program's
         check of it passes and the plan's one warning (warnings) says it was not checked, instead of the program
@@ -93,7 +96,7 @@ class QuotaSource:
         return {n.ref.quota_id: list(self.rows[n.ref.quota_id]) if n.ref.quota_id in self.rows
                 else catalog_quotas.UNLIMITED for n in wanted}
 
-    def report(self, region: str, wanted: Sequence[Any]) -> str:
+    def report(self, region: str, wanted: Sequence[QuotaNeed]) -> str:
         """Each quota the stack needs with the value checked (id, dimension, location), as the plan prints it."""
         infos = self.infos(wanted)
         head = (f"Quotas checked: the plan's sample project's (tools/mocking.py), not your project's; check yours "
@@ -200,7 +203,7 @@ def parse(data: bytes, path: str) -> dict[str, list[Row]]:
     return out
 
 
-def _row(info: Any, at: str, bad) -> Row:
+def _row(info: Any, at: str, bad: Callable[[str, str, Any], QuotaFileError]) -> Row:
     if not isinstance(info, dict):
         raise bad(at, "a dimensionsInfo object", info)
     dims = info.get("dimensions", {})
