@@ -198,7 +198,8 @@ GET_QUOTA_INFO = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
 # Omitted `details` is how the API reports 0 (proto3 JSON drops a zero int64; live dumps show
 # `"details": {}` for families without a grant); the catch-all info carries no dimension key.
 _REGIONS = ["us-central1", "us-east4", "europe-west1", "europe-west4"]
-MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
+QuotaRow = tuple[dict[str, str], int | None, list[str]]  # (dimensions, value or None = omitted, applicableLocations)
+MOCK_QUOTAS: dict[str, list[QuotaRow]] = {
     "GPUS-PER-GPU-FAMILY-per-project-region": [
         ({"gpu_family": "NVIDIA_B200"}, 16, _REGIONS), ({"gpu_family": "NVIDIA_H200"}, 16, _REGIONS),
         ({}, None, _REGIONS)],
@@ -220,18 +221,12 @@ MOCK_QUOTAS: dict[str, list[tuple[dict, int | None, list[str]]]] = {
 }
 
 
-def sample_quota_infos(quota_ids) -> dict[str, list[dict] | str]:
-    """The sample project's quotas as stacks.quotas.findings reads them (what the mocks answer)."""
-    out: dict[str, list[dict] | str] = {}
-    for quota_id in quota_ids:
-        infos = MOCK_QUOTAS.get(quota_id)
-        out[quota_id] = (f"quota {quota_id} not found for service compute.googleapis.com" if infos is None else
-                         [{"dimensions": d, "value": None if v is None else str(v), "locations": locs}
-                          for d, v, locs in infos])
-    return out
+def quota_not_found(quota_id: str) -> str:
+    """How the mocks fail the read of a quota they do not know (tools.quota_source reads the samples alike)."""
+    return f"quota {quota_id} not found for service compute.googleapis.com"
 
 
-def quota_info(project: str, quota_id: str, infos: list[tuple[dict, int | None, list[str]]]) -> dict:
+def quota_info(project: str, quota_id: str, infos: list[QuotaRow]) -> dict:
     dims = sorted({k for d, _, _ in infos for k in d} | ({"region"} if "region" in quota_id else set()))
     return {
         "name": f"projects/{project}/locations/global/services/compute.googleapis.com/quotaInfos/{quota_id}",
@@ -250,14 +245,15 @@ class ProgramMocks(pmocks.Mocks):
     (`preview=True`) a resource is being created, so its id is unknown as the engine reports it,
     unless its type is in `existing` (already in the stack's state, e.g. APIs enabled by an earlier run).
     `quotas` overrides quota values: quota_id -> an int (that value everywhere, every dimension;
-    0 is sent as an omitted value, as the API does) or a str (the read fails with that reason,
-    e.g. a permission error). `unknown` (type -> output names) are the outputs of a resource in state that
+    0 is sent as an omitted value, as the API does), a list of rows in MOCK_QUOTAS' shape (a project's
+    own dimensionsInfos: tools.quota_source) or a str (the read fails with that reason, e.g. a
+    permission error). `unknown` (type -> output names) are the outputs of a resource in state that
     a preview of its update leaves unknown, as a provider's planned state may (truly unknown to the program:
     its applies on them do not run).
     """
 
     def __init__(self, project: str, server_config: dict[str, Any] | None = None, preview: bool = False,
-                 existing: frozenset[str] = frozenset(), quotas: dict[str, int | str] | None = None,
+                 existing: frozenset[str] = frozenset(), quotas: Mapping[str, int | str | list[QuotaRow]] | None = None,
                  unknown: Mapping[str, Collection[str]] | None = None):
         self.project = project
         self.server_config = engine_versions.CURRENT if server_config is None else server_config
@@ -329,12 +325,14 @@ class ProgramMocks(pmocks.Mocks):
             override = self.quotas.get(quota_id)
             if isinstance(override, str):
                 return {}, [("parent", override)]
-            if override is not None:
+            if isinstance(override, list):
+                infos = override
+            elif override is not None:
                 infos = [({}, override or None, ["global"] if "ALL-REGIONS" in quota_id else _REGIONS)]
             elif quota_id in MOCK_QUOTAS:
                 infos = MOCK_QUOTAS[quota_id]
             else:
-                return {}, [("quotaId", f"quota {quota_id} not found for service compute.googleapis.com")]
+                return {}, [("quotaId", quota_not_found(quota_id))]
             return quota_info(self.project, quota_id, infos), []
         return dict(args.args), []
 
@@ -400,7 +398,8 @@ def without_stack_traces() -> Iterator[None]:
 def run(program: Callable[[], None], config: dict[str, str], stack: str, secret_keys: list[str] | None = None,
         project: str = "verl-gke", result: Run | None = None, server_config: dict[str, Any] | None = None,
         preview: bool = False, existing: frozenset[str] = frozenset(),
-        quotas: dict[str, int | str] | None = None, unknown: Mapping[str, Collection[str]] | None = None) -> Run:
+        quotas: Mapping[str, int | str | list[QuotaRow]] | None = None,
+        unknown: Mapping[str, Collection[str]] | None = None) -> Run:
     """Run `program` once under fresh mocks with `config`; return what it registered and exported.
 
     Pass `result` to see what was registered even when the program raises. `preview=True` runs it as

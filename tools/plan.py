@@ -1,6 +1,6 @@
 """Offline plan: what a stack would create, with no credentials, Pulumi CLI or network.
 
-    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR] [--preview]
+    python -m tools.plan --stack b200 [--config Pulumi.b200.yaml] [--out DIR] [--preview] [--quotas FILE]
 
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
 its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
@@ -38,7 +38,7 @@ import yaml
 
 from stacks import config as stack_config
 from stacks.preflight import PreflightError
-from tools import stack_file
+from tools import quota_source, stack_file
 from tools.plan_graph import ROOT as ROOT_PARENT
 from tools.plan_graph import PlanGraph
 
@@ -69,14 +69,18 @@ def read_stack_file(path: Path, stack: str | None = None) -> tuple[dict[str, str
     return dict(reading.values), list(reading.secret_keys)
 
 
-def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview: bool = False) -> dict[str, Any]:
+def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview: bool = False,
+               quota_values: quota_source.QuotaSource = quota_source.SAMPLE) -> dict[str, Any]:
+    from stacks import quotas as quota_check
     from stacks.compose import program
     from tools import mocking
 
     # The gate first: bad config exits 2 before the program (and the mocks) ever start.
-    cfg = gate(raw, stack, secret_keys)
+    cfg = gate(raw, stack, secret_keys, quota_values)
+    wanted = quota_check.needs(cfg)
     run = mocking.run(lambda: program(allow_placeholder_project=True), raw, stack, secret_keys,
-                      project=stack_config.PROJECT, preview=preview)
+                      project=stack_config.PROJECT, preview=preview,
+                      quotas=quota_values.mock_answers(wanted))
     resources = []
     for r in sorted(run.resources, key=lambda r: r.urn):  # registration order is async: sort for stable diffs
         depends = list(dict.fromkeys(r.depends_on + [u for urns in r.property_dependencies.values() for u in urns]))
@@ -91,7 +95,8 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
     plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs,
             **run_figures(cfg)}
-    plan["warnings"] = [*plan.get("warnings", []), *program_messages(run.logs, cfg.warnings)]
+    plan["warnings"] = [*plan.get("warnings", []), *quota_values.warnings(cfg.region, wanted),
+                        *program_messages(run.logs, cfg.warnings)]
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
     secrets = {*secret_keys, *(k.full for k in stack_config.KEYS if k.secret)}
     return scrub(plan, [raw[k] for k in secrets if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
@@ -110,18 +115,20 @@ def program_messages(logs: list[tuple[str, str]], printed: tuple[str, ...]) -> l
     return out
 
 
-def gate(raw: dict[str, str], stack: str, secret_keys: Collection[str] = ()) -> stack_config.StackConfig:
+def gate(raw: dict[str, str], stack: str, secret_keys: Collection[str] = (),
+         quota_values: quota_source.QuotaSource = quota_source.SAMPLE) -> stack_config.StackConfig:
     """The config gate (stacks.config.load: every key, every component's rules) plus the quota
-    preflight against the plan's sample project (the quotas the mocks answer): a stack that `pulumi up`
-    would stop at the quota check stops here too, with exit 2 and every problem, before the program runs."""
+    preflight against `quota_values` (the plan's sample project, or --quotas FILE; the mocks answer the same):
+    a stack that `pulumi up` would stop at the quota check stops here too, with exit 2 and every problem,
+    before the program runs."""
     from stacks import quotas
-    from tools import mocking
 
     cfg = stack_config.load(raw, stack, allow_placeholder_project=True, secret_keys=secret_keys)
-    wanted = quotas.needs(cfg)
-    found = quotas.findings(cfg, wanted, mocking.sample_quota_infos(n.ref.quota_id for n in wanted))
+    wanted = quota_values.checked(quotas.needs(cfg))
+    found = quotas.findings(cfg, wanted, quota_values.infos(wanted))
     fatal = [f"{stack_config.KEYS_BY_NAME[f.key].full if f.key in stack_config.KEYS_BY_NAME else f.key}: "
-             f"{f.message} (the plan's sample project quotas, tools/mocking.py)" for f in found if f.fatal]
+             f"{f.message} ({quota_values.label})" for f in found if f.fatal]
+    fatal += quota_values.hint() if fatal else []
     fatal += gke_version_problems(cfg)
     if fatal:
         raise stack_config.ConfigError(fatal)
@@ -631,6 +638,9 @@ def main(argv: list[str] | None = None) -> int:
                         "still print)")
     parser.add_argument("--preview", action="store_true",
                         help="plan as `pulumi preview` on an empty project (lookups not yet possible stay unknown)")
+    parser.add_argument("--quotas", type=Path, metavar="FILE",
+                        help=f"check the quotas saved by `{quota_source.GCLOUD} > FILE` (default: the plan's "
+                        "sample project's, tools/mocking.py)")
     args = parser.parse_args(argv)
     path = args.config or Path(f"Pulumi.{args.stack}.yaml")  # named in messages until resolved
     try:
@@ -638,11 +648,12 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or default_out(args.stack)
         check_out(out)
         raw, secret_keys = read_stack_file(path, args.stack)
+        quota_values = quota_source.from_file(args.quotas) if args.quotas else quota_source.SAMPLE
         from tools.mocking import shell_config_vars
         if ignored := shell_config_vars():  # names only: their values may be secrets
             print(f"note: ignoring {', '.join(ignored)} from the shell: the plan follows {path.name} "
                   "(`pulumi up` sets these itself from the stack)", file=sys.stderr)
-        plan = build_plan(args.stack, raw, secret_keys, preview=args.preview)
+        plan = build_plan(args.stack, raw, secret_keys, preview=args.preview, quota_values=quota_values)
         plan["admission"] = admission(plan)
         plan["nodeFit"] = node_fit_rows(plan)
         if unfit := [p for row in plan["nodeFit"] for p in row["problems"]]:
@@ -668,8 +679,10 @@ def main(argv: list[str] | None = None) -> int:
             plan["runEstimate"] = run["json"]
             plan["warnings"] = [*plan.get("warnings", []), *run["warnings"]]
         prices = price_report(cfg, run)  # everything is computed before the first file is written
+        from stacks.quotas import needs
+        quota_report = quota_values.report(cfg.region, needs(cfg))
         write(plan, out)
-    except UsageError as err:
+    except (UsageError, quota_source.QuotaFileError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except stack_file.StackFileError as err:
@@ -697,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     print(placement.text([placement.Row(**r) for r in plan["placement"]["rows"]], plan["placement"]["problems"]))
     from tools.critical_path import text as critical_path_text
     print(critical_path_text(crit))
+    print(quota_report)
     print(prices)
     for warning in plan.get("warnings") or []:
         print(warning if warning.startswith(("error: ", "critical: ")) else f"warning: {warning}", file=sys.stderr)
