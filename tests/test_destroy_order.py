@@ -169,3 +169,14 @@ def test_a_stack_without_a_file_is_named_with_the_stacks_that_have_one(capsys):
     assert "Pulumi.mine.yaml: no such stack file" in err and "Traceback" not in err
     shipped = ", ".join(sorted(p.stem.split(".", 1)[1] for p in STACK_FILES))
     assert f"stacks with a file: {shipped}" in err and "--config" in err
+
+
+def test_a_stack_short_of_quota_still_gets_its_destroy_order(tmp_path, capsys):
+    """h200 at 16 nodes exceeds the plan's sample GPU quota: the plan refuses it, destroy must not (what is
+    deployed has to be destroyable whatever the quotas)."""
+    stack = tmp_path / "Pulumi.big.yaml"
+    stack.write_text((plan_tool.ROOT / "Pulumi.h200.yaml").read_text().replace("gpuNodes: 2", "gpuNodes: 16"))
+    assert plan_tool.main(["--stack", "big", "--config", str(stack), "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    capsys.readouterr()
+    assert destroy.main(["--stack", "big", "--config", str(stack)]) == 0
+    assert "gke-cluster" in capsys.readouterr().out

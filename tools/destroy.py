@@ -129,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     # The plan's own refusals are exit 2 with their message here too, never a traceback.
     from stacks import config as stack_config
     from stacks.preflight import PreflightError
-    from tools import stack_file
+    from tools import quota_source, stack_file
 
     try:
         raw, secret_keys = plan_tool.read_stack_file(path, args.stack)
-        order = DestroyOrder(plan_tool.build_plan(args.stack, raw, secret_keys))
+        order = DestroyOrder(plan_tool.build_plan(args.stack, raw, secret_keys, quota_values=quota_source.UNCHECKED))
     except (stack_file.StackFileError, stack_config.ConfigError, PreflightError, OSError) as err:
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2

@@ -118,6 +118,9 @@ class QuotaSource:
 
 
 SAMPLE = QuotaSource(mocking.MOCK_QUOTAS)  # the plan's sample project: what the mocks answer without a file
+# tools.destroy: the order of a destroy never depends on quotas, so none is checked (every read answers unlimited):
+# a stack whose quotas fall short must still be destroyable.
+UNCHECKED = QuotaSource({}, file="nothing (tools.destroy checks no quota)")
 
 
 def from_file(path: Path) -> QuotaSource:
