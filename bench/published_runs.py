@@ -88,7 +88,7 @@ def phase_rows(run: dict) -> list[tuple[str, float, float]]:
     if not published:
         return []
     g, spec, acc, nnodes, data = run_inputs(run)
-    model = sizing.step_time(g, spec, acc, nnodes, data).phases()
+    model = sizing.step_time(g, spec, acc, nnodes, data, vllm_eager=run.get("vllm_eager", False)).phases()
     spans = {k: VERL_PHASES[k] for k in published if k in VERL_PHASES}
     if "update_weights" in spans:
         spans["gen"] = ("generation",)
@@ -106,7 +106,7 @@ def predict(run: dict) -> dict[str, float]:
     if est is None:  # the model before issue #47: one point
         total = sizing.step_time(g, spec, acc, nnodes, data).total
         return {"expected": round(total, 1)}
-    r = est(g, spec, acc, nnodes, data)
+    r = est(g, spec, acc, nnodes, data, vllm_eager=run.get("vllm_eager", False))
     return {"low": round(r.low.total, 1), "expected": round(r.expected.total, 1), "high": round(r.high.total, 1)}
 
 

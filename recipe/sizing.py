@@ -13,8 +13,10 @@ value for each case, its basis (measured here, published, derived, or an estimat
                then one decode iteration per token of the longest response. An iteration costs the
                larger of streaming the replica's bf16 weights from HBM and the compute of the sequences
                still running, plus the TP all-reduce latencies (two per layer), vLLM's per-iteration CPU
-               work and the KV-cache reads. Response lengths are taken as exponential with the data's
-               mean, capped at max_response_length (ASSUMPTION): the step runs until the longest response
+               work and the KV-cache reads (without CUDA graphs, older verl's default, the kernel launches
+               overlap that GPU work and the iteration takes the longer of the two). Response lengths are
+               taken as exponential with the data's mean, capped at max_response_length (ASSUMPTION): the
+               step runs until the longest response
                of all its sequences (the trainer's generate_sequences returns when every replica has),
                about mean x ln(sequences) iterations (the cap in the slow case, 2 x mean in the fast one),
                while the sequences still running thin out. A replica runs at most verl's max_num_seqs
@@ -57,7 +59,11 @@ Training MFU is measured on one H200 only; B200's is scaled by the one published
 for it (huggingface/transformers#48692), other accelerators take the H200 fractions (assumed).
 Rows and mean lengths come from the run's dataset (catalog.datasets.DatasetFacts: GSM8K's, or the user's
 data as stacks.dataset read it). Attention FLOPs are left out (under 1 % at GSM8K's lengths).
-bench/published_runs.md compares the model with every published verl GRPO run found.
+bench/published_runs.md compares the model with every published verl GRPO run found, phase by phase
+where the run logs its phases. The one inside this model's domain (dense Qwen2.5-7B, FSDP + vLLM, GSM8K,
+8 x H100) reads 0.88-1.11 on the training passes from the H200 measurements alone; its rollout ran without
+CUDA graphs, which EAGER_LAUNCH_S (anchored on another published run) accounts for. vLLM's decode is not
+measured here: DECODE_MFU, HBM_EFFICIENCY and ITERATION_OVERHEAD_S remain estimates.
 """
 
 from __future__ import annotations
@@ -131,6 +137,12 @@ HBM_EFFICIENCY = Figure("HBM bandwidth a weight-streaming decode reaches", 0.9, 
 ITERATION_OVERHEAD_S = Figure("vLLM CPU work per decode iteration", 0.001, 0.002, 0.004, "s", ESTIMATE,
                               "scheduler, sampler and output processing with CUDA graphs; no figure found "
                               "(vLLM's v0.6.0 performance post, blog.vllm.ai 2024-09-05, shows it was a large share)")
+EAGER_LAUNCH_S = Figure("vLLM's kernel launches per decode iteration without CUDA graphs (rollout.enforce_eager "
+                        "true: verl's default before verl#2956, 2025-08-08; 0.6.1 captures graphs)", 0.015, 0.020,
+                        0.024, "s", PUBLISHED,
+                        "play-verl's Qwen2.5-0.5B GRPO log (eager, 8 GPUs, TP 1): timing_s/gen 5.0-5.5 s for 192 "
+                        "decode iterations, less ~0.9 s of sync and release, = 21-24 ms an iteration whose GPU work is "
+                        "under 1 ms; less the CPU work above; fast: estimate (a faster host)")
 TP_COLLECTIVE_LATENCY_S = Figure("one small all-reduce inside a node", 5e-6, 10e-6, 20e-6, "s", ESTIMATE,
                                  "vLLM's custom all-reduce for decode-sized messages over NVLink")
 RESPONSE_TAIL = Figure("decode iterations per batch: fast 2 x mean, expected mean x ln(sequences), slow the cap",
@@ -172,7 +184,8 @@ REWARD_S_PER_SAMPLE = Figure("reward and advantages per rollout sample (GSM8K's 
                              "0.16 ms in play-verl's 0.5B log (bench/published_runs.json)")
 VLLM_MAX_NUM_SEQS = 1024  # verl v0.6.1 trainer/config/rollout/rollout.yaml max_num_seqs: vLLM's running-batch cap
 FIGURES = (UPDATE_FIXED_S_PER_LAYER, LOGPROB_FIXED_S_PER_LAYER, *MFU_SCALE.values(), MFU_SCALE_OTHER,
-           OPTIMIZER_S_PER_GPARAM, DECODE_MFU, HBM_EFFICIENCY, ITERATION_OVERHEAD_S, TP_COLLECTIVE_LATENCY_S,
+           OPTIMIZER_S_PER_GPARAM, DECODE_MFU, HBM_EFFICIENCY, ITERATION_OVERHEAD_S, EAGER_LAUNCH_S,
+           TP_COLLECTIVE_LATENCY_S,
            RESPONSE_TAIL, NVLINK_EFFICIENCY, PCIE_GBPS, SYNC_DISPATCH_S_PER_TENSOR, SYNC_COLLECTIVE_LATENCY_S,
            SYNC_LOAD_S_PER_TENSOR, SYNC_EMPTY_CACHE_S, SYNC_WAKE_S, SYNC_RELEASE_S, STEP_FIXED_S,
            REWARD_S_PER_SAMPLE)
@@ -381,8 +394,10 @@ def queued_iterations(per_replica: float, mean_response: float) -> int:
 
 def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, sequences: int,
                        prompt_tokens: float, response_tokens: float, max_response: int,
-                       case: str = "expected") -> float:
-    """vLLM time for `sequences` prompts spread over world / tp replicas (see the module docstring)."""
+                       case: str = "expected", eager: bool = False) -> float:
+    """vLLM time for `sequences` prompts spread over world / tp replicas (see the module docstring). `eager`:
+    vLLM without CUDA graphs, whose kernel launches overlap the GPU's work, so an iteration takes the longer of
+    the two (for the published runs of older verl; this project's verl 0.6.1 captures graphs)."""
     p = spec.params
     n = sequences / max(1, world // tp)  # sequences per replica
     running = min(n, VLLM_MAX_NUM_SEQS)
@@ -393,7 +408,7 @@ def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, s
     weights = 2 * p / tp / hbm  # one pass over the replica's bf16 weights per iteration
     per_sequence = 2 * p / (peak * DECODE_MFU.at(case))
     collectives_n = 2 * spec.layers if tp > 1 else 0
-    fixed = collectives_n * TP_COLLECTIVE_LATENCY_S.at(case) + ITERATION_OVERHEAD_S.at(case)
+    launch = EAGER_LAUNCH_S.at(case) if eager else 0.0
     nvlink = acc.nvlink_gbps * GB * NVLINK_EFFICIENCY.at(case)
     tp_bytes_per_token = collectives_n * spec.hidden * 2 * 2 * (tp - 1) / tp if tp > 1 else 0.0
     kv_per_token = memory.kv_bytes_per_token(spec, tp)
@@ -401,8 +416,9 @@ def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, s
     for k in range(queued + decode_iterations(sequences, response_tokens, max_response, case)):
         active = max(1.0, running * math.exp(-max(0, k - queued) / response_tokens))
         context = prompt_tokens + k
-        total += (max(weights, active * per_sequence) + fixed + active * tp_bytes_per_token / nvlink
-                  + active * context * kv_per_token / hbm)
+        gpu = (max(weights, active * per_sequence) + collectives_n * TP_COLLECTIVE_LATENCY_S.at(case)
+               + active * tp_bytes_per_token / nvlink + active * context * kv_per_token / hbm)
+        total += ITERATION_OVERHEAD_S.at(case) + max(gpu, launch)
     return total
 
 
@@ -417,7 +433,7 @@ def _pass(flops_per_token: float, tokens: float, micro_batches: int, fixed_per_l
 
 
 def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
-              data: DatasetFacts = GSM8K, case: str = "expected") -> StepTime:
+              data: DatasetFacts = GSM8K, case: str = "expected", vllm_eager: bool = False) -> StepTime:
     world = nnodes * acc.gpus_per_node
     p = spec.params
     samples = g.train_batch_size * g.rollout_n
@@ -445,7 +461,7 @@ def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     optimizer = updates * OPTIMIZER_S_PER_GPARAM.at(case) * p / lay.shard / 1e9
     return StepTime(
         generation=generation_seconds(spec, acc, world, g.tensor_parallel_size, samples, prompt, response,
-                                      g.max_response_length, case),
+                                      g.max_response_length, case, vllm_eager),
         weight_sync=weight_sync_seconds(spec, acc, lay, case),
         old_log_prob=_pass(2 * p, tokens, old, lp_fixed, spec, acc, fwd_mfu, c.gather_s, case),
         reference=ref_s,
@@ -463,8 +479,8 @@ def step_overhead_seconds(samples: int, case: str = "expected") -> float:
 
 
 def step_range(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
-               data: DatasetFacts = GSM8K) -> StepRange:
-    low, expected, high = (step_time(g, spec, acc, nnodes, data, case) for case in CASES)
+               data: DatasetFacts = GSM8K, vllm_eager: bool = False) -> StepRange:
+    low, expected, high = (step_time(g, spec, acc, nnodes, data, case, vllm_eager) for case in CASES)
     return StepRange(low, expected, high)
 
 

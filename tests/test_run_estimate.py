@@ -157,6 +157,16 @@ def test_a_replica_runs_at_most_max_num_seqs_and_queues_the_rest():
     assert queued > capped
 
 
+def test_without_cuda_graphs_an_iteration_takes_the_longer_of_its_launches_and_its_gpu_work():
+    spec, acc = model_spec("Qwen/Qwen2.5-0.5B-Instruct"), ACCELERATORS["h200"]
+    # play-verl's eager 0.5B run: 64 sequences a replica, 192 iterations (the cap), under 1 ms of GPU work each
+    graphs = sizing.generation_seconds(spec, acc, 8, 1, 512, 104, 180, 192)
+    eager = sizing.generation_seconds(spec, acc, 8, 1, 512, 104, 180, 192, eager=True)
+    per_iteration = sizing.ITERATION_OVERHEAD_S.expected + sizing.EAGER_LAUNCH_S.expected
+    assert 192 * per_iteration < eager < 192 * per_iteration + 0.2
+    assert graphs < eager - 192 * (sizing.EAGER_LAUNCH_S.expected - 0.002)
+
+
 def test_the_reward_costs_each_sample():
     assert sizing.step_overhead_seconds(5120) == pytest.approx(
         sizing.STEP_FIXED_S.expected + 5120 * sizing.REWARD_S_PER_SAMPLE.expected)
