@@ -4,6 +4,8 @@
     venv/bin/python -m bench.published_runs --write    rewrite bench/published_runs.md from the JSON
     venv/bin/python -m bench.published_runs --record-before   store today's predictions in the JSON as
                                                        `predicted_before` (done once, before the constants changed)
+    venv/bin/python -m bench.published_runs --record-search   store today's predictions as `predicted_at_search`
+                                                       (the model when the second search was recorded)
 
 bench/published_runs.json holds the search (queries, every run found, why a run is not compared) and each
 compared run's own settings; the prediction is recipe/sizing.py's for exactly those settings, hardware and
@@ -47,11 +49,12 @@ class PublishedModel(ModelSpec):
 EXTRA_MODELS = {"Qwen/Qwen3.5-9B": PublishedModel(
     "qwen3.5", "9", attention_heads=16, kv_heads=4, layers=32, hidden=4096, intermediate=12288, vocab=248320,
     tied=False, source="huggingface/transformers#48692", total_params=8_953_803_264)}
-# NVIDIA H800 SXM: the H100 SXM die (989 TFLOPS dense bf16, 80 GB HBM3 at 3.35 TB/s) with NVLink at 400 GB/s
-# (200 GB/s each way); the network figure is unused on one node.
-EXTRA_ACCELERATORS = {"h800": dataclasses.replace(
-    ACCELERATORS["h200"], key="h800", series="(H800 host)", gpu_memory_gib=79.6, bf16_tflops=989.0, hbm_tbps=3.35,
-    nvlink_gbps=200.0)}
+# NVIDIA H100 SXM datasheet: 989 TFLOPS dense bf16, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s (450 GB/s each way).
+# The H800 SXM is that die with NVLink at 400 GB/s (200 GB/s each way). The network figure is unused on one node.
+_H100 = dataclasses.replace(ACCELERATORS["h200"], key="h100", series="(H100 host)", gpu_memory_gib=79.6,
+                            bf16_tflops=989.0, hbm_tbps=3.35, nvlink_gbps=450.0)
+EXTRA_ACCELERATORS = {"h100": _H100, "h800": dataclasses.replace(_H100, key="h800", series="(H800 host)",
+                                                                 nvlink_gbps=200.0)}
 # The GrpoSettings fields a run's own settings do not name: verl's defaults as this project passes them.
 BASE = GrpoSettings(
     train_batch_size=256, rollout_n=8, max_prompt_length=1024, max_response_length=1024, learning_rate=1e-6,
@@ -72,6 +75,30 @@ def run_inputs(run: dict) -> tuple[GrpoSettings, ModelSpec, Accelerator, int, Da
     return g, spec, acc, run["nnodes"], data
 
 
+# verl's timing_s/<key> -> the model's phases it spans. timing_s/gen holds rollout_mode's weight sync unless the run
+# logs it apart (timing_s/update_weights, verl >= 0.7); reward and advantages are the model's overhead.
+VERL_PHASES = {"gen": ("generation", "weight_sync"), "update_weights": ("weight_sync",),
+               "old_log_prob": ("old_log_prob",), "ref": ("reference",), "update_actor": ("update",),
+               "reward": ("overhead",), "adv": ("overhead",)}
+
+
+def phase_rows(run: dict) -> list[tuple[str, float, float]]:
+    """(verl phases, published seconds, the model's expected seconds) for a run that publishes its breakdown."""
+    published = (run.get("published") or {}).get("phases") or {}
+    if not published:
+        return []
+    g, spec, acc, nnodes, data = run_inputs(run)
+    model = sizing.step_time(g, spec, acc, nnodes, data, vllm_eager=run.get("vllm_eager", False)).phases()
+    spans = {k: VERL_PHASES[k] for k in published if k in VERL_PHASES}
+    if "update_weights" in spans:
+        spans["gen"] = ("generation",)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for key, phases in spans.items():
+        groups.setdefault(phases, []).append(key)
+    return [(" + ".join(keys), round(sum(published[k] for k in keys), 2), round(sum(model[ph] for ph in phases), 2))
+            for phases, keys in groups.items()]
+
+
 def predict(run: dict) -> dict[str, float]:
     """The model's step seconds for the run: expected, and low / high where the model gives a range."""
     g, spec, acc, nnodes, data = run_inputs(run)
@@ -79,7 +106,7 @@ def predict(run: dict) -> dict[str, float]:
     if est is None:  # the model before issue #47: one point
         total = sizing.step_time(g, spec, acc, nnodes, data).total
         return {"expected": round(total, 1)}
-    r = est(g, spec, acc, nnodes, data)
+    r = est(g, spec, acc, nnodes, data, vllm_eager=run.get("vllm_eager", False))
     return {"low": round(r.low.total, 1), "expected": round(r.expected.total, 1), "high": round(r.high.total, 1)}
 
 
@@ -93,9 +120,10 @@ def rows(table: dict) -> list[dict]:
             p = predict(run)
             row.update(predicted=p, ratio=round(p["expected"] / pub, 2),
                        inside=("low" in p and p["low"] <= pub <= p["high"]))
-            if "predicted_before" in run:
-                row["before"] = run["predicted_before"]
-                row["ratio_before"] = round(run["predicted_before"]["expected"] / pub, 2)
+            for key, label in (("predicted_before", "before"), ("predicted_at_search", "at_search")):
+                if key in run:
+                    row[label] = run[key]
+                    row["ratio_" + label] = round(run[key]["expected"] / pub, 2)
         out.append(row)
     return out
 
@@ -106,20 +134,28 @@ def markdown(table: dict) -> str:
              "Generated by `venv/bin/python -m bench.published_runs --write` from `bench/published_runs.json` (the "
              "search, every run found, sources, settings, caveats). Ratio = the model's expected step time / the "
              "published one, for the run's own settings, hardware and model; `before` is the model before issue "
-             "#47 changed its constants (recorded first, same settings).",
+             "#47 changed its constants (recorded first, same settings); `at the second search` is the model when the "
+             "second search's runs were recorded, before its changes.",
              "",
-             "| run | hardware | model | published s/step | model before #47 (ratio) | model now: low / expected / high"
-             " | ratio | published inside the range |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| run | hardware | model | published s/step | model before #47 (ratio) | model at the second search"
+             " (ratio) | model now: low / expected / high | ratio | published inside the range |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows(table):
         if not r["compare"]:
             continue
         p = r["predicted"]
-        before = f"{r['before']['expected']} ({r['ratio_before']})" if "before" in r else "-"
+        before, at_search = (f"{r[k]['expected']} ({r['ratio_' + k]})" if k in r else "-"
+                             for k in ("before", "at_search"))
         now = f"{p['low']} / {p['expected']} / {p['high']}" if "low" in p else f"{p['expected']}"
         inside = ("yes" if r["inside"] else "no") if "low" in p else "-"
-        lines.append(f"| {r['id']} | {r['hardware']} | {r['model']} | {r['published']} | {before} | {now} | "
-                     f"{r['ratio']} | {inside} |")
+        lines.append(f"| {r['id']} | {r['hardware']} | {r['model']} | {r['published']} | {before} | {at_search} | "
+                     f"{now} | {r['ratio']} | {inside} |")
+    lines += ["", "Phase by phase, for the compared runs that publish their breakdown (verl's timing_s/*; the model's "
+              "expected case):", "", "| run | verl phases | published s | model s | ratio |", "|---|---|---|---|---|"]
+    for run in table["runs"]:
+        if run.get("compare"):
+            lines += [f"| {run['id']} | {keys} | {pub} | {mod} | {round(mod / pub, 2) if pub else '-'} |"
+                      for keys, pub, mod in phase_rows(run)]
     lines += ["", "Found and not compared (why):", ""]
     lines += [f"- {r['id']} ({r['model'] or 'model not stated'}; {r['hardware'] or 'hardware not stated'}"
               f"{'; ' + str(r['published']) + ' s/step' if r['published'] else ''}): {r['why_not']}"
@@ -133,13 +169,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.published_runs", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"rewrite {MD.name}")
     ap.add_argument("--record-before", action="store_true", help="store the current predictions as predicted_before")
+    ap.add_argument("--record-search", action="store_true", help="store the current predictions as predicted_at_search")
     a = ap.parse_args(argv)
     table = json.loads(JSON.read_text())
-    if a.record_before:
-        for run in table["runs"]:
-            if run.get("compare"):
-                run["predicted_before"] = predict(run)
-        JSON.write_text(json.dumps(table, indent=1) + "\n")
+    for flag, key in ((a.record_before, "predicted_before"), (a.record_search, "predicted_at_search")):
+        if flag:
+            for run in table["runs"]:
+                if run.get("compare") and key not in run:
+                    run[key] = predict(run)
+            JSON.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n")
     if a.write:
         MD.write_text(markdown(table))
     for r in rows(table):

@@ -13,16 +13,22 @@ value for each case, its basis (measured here, published, derived, or an estimat
                then one decode iteration per token of the longest response. An iteration costs the
                larger of streaming the replica's bf16 weights from HBM and the compute of the sequences
                still running, plus the TP all-reduce latencies (two per layer), vLLM's per-iteration CPU
-               work and the KV-cache reads. Response lengths are taken as exponential with the data's
-               mean, capped at max_response_length (ASSUMPTION): the batch runs until its longest
-               response, about mean x ln(sequences) iterations (the cap in the slow case, 2 x mean in the
-               fast one), while the sequences still running thin out.
+               work and the KV-cache reads (without CUDA graphs, older verl's default, the kernel launches
+               overlap that GPU work and the iteration takes the longer of the two). Response lengths are
+               taken as exponential with the data's mean, capped at max_response_length (ASSUMPTION): the
+               step runs until the longest response
+               of all its sequences (the trainer's generate_sequences returns when every replica has),
+               about mean x ln(sequences) iterations (the cap in the slow case, 2 x mean in the fast one),
+               while the sequences still running thin out. A replica runs at most verl's max_num_seqs
+               (1024) at once and starts the rest as others finish, which delays its last start.
   weight sync  verl 0.6.1 fsdp_workers.py rollout_mode: aggressive_empty_cache, state_dict(), per tensor
                `full_tensor()` of the fp32 shards (an all-gather of 4 P over the shard group, one NCCL
                collective a tensor) and vLLM's load_weights, resume(weights), aggressive_empty_cache,
-               resume(kv_cache). Per-tensor dispatch and the empty-cache calls are measured on one H200
-               (bench/step_calibration.json); the collectives' latency, vLLM's per-tensor load and its
-               wake-up are estimates.
+               resume(kv_cache); then trainer_mode after the rollout (vLLM sleep, empty cache) and the
+               call's return. Every rollout call pays it, validation's too. Per-tensor dispatch and the
+               empty-cache calls are measured on one H200 (bench/step_calibration.json); the wake-up and
+               the release are published figures; the collectives' latency and vLLM's per-tensor load
+               are estimates.
   old log-prob / reference / update
                per micro-batch: the FLOPs (2 P per token forward, 8 P for forward + recomputed forward +
                backward with gradient checkpointing) at the pass's MARGINAL MFU, plus a fixed cost per
@@ -46,13 +52,18 @@ value for each case, its basis (measured here, published, derived, or an estimat
                bus-bandwidth measurement for A4 / A3 Ultra was found to cite (bench/published_runs.json
                records the search), so 8 x 45 = 360 GB/s is derived, not measured (busbw as nccl-tests
                defines it: NVIDIA/nccl-tests doc/PERFORMANCE.md). One GPU cannot measure NCCL.
-  overhead     reward scoring, Ray dispatch and data movement: a fixed estimate.
+  overhead     reward scoring and advantages per sample (GSM8K's rule-based reward runs on the driver), plus
+               the Ray dispatch between the phases, both from published verl step logs.
 
 Training MFU is measured on one H200 only; B200's is scaled by the one published FSDP2 figure found
 for it (huggingface/transformers#48692), other accelerators take the H200 fractions (assumed).
 Rows and mean lengths come from the run's dataset (catalog.datasets.DatasetFacts: GSM8K's, or the user's
 data as stacks.dataset read it). Attention FLOPs are left out (under 1 % at GSM8K's lengths).
-bench/published_runs.md compares the model with every published verl GRPO run found.
+bench/published_runs.md compares the model with every published verl GRPO run found, phase by phase
+where the run logs its phases. The one inside this model's domain (dense Qwen2.5-7B, FSDP + vLLM, GSM8K,
+8 x H100) reads 0.88-1.11 on the training passes from the H200 measurements alone; its rollout ran without
+CUDA graphs, which EAGER_LAUNCH_S (anchored on another published run) accounts for. vLLM's decode is not
+measured here: DECODE_MFU, HBM_EFFICIENCY and ITERATION_OVERHEAD_S remain estimates.
 """
 
 from __future__ import annotations
@@ -126,12 +137,20 @@ HBM_EFFICIENCY = Figure("HBM bandwidth a weight-streaming decode reaches", 0.9, 
 ITERATION_OVERHEAD_S = Figure("vLLM CPU work per decode iteration", 0.001, 0.002, 0.004, "s", ESTIMATE,
                               "scheduler, sampler and output processing with CUDA graphs; no figure found "
                               "(vLLM's v0.6.0 performance post, blog.vllm.ai 2024-09-05, shows it was a large share)")
+EAGER_LAUNCH_S = Figure("vLLM's kernel launches per decode iteration without CUDA graphs (rollout.enforce_eager "
+                        "true: verl's default before verl#2956, 2025-08-08; 0.6.1 captures graphs)", 0.015, 0.020,
+                        0.024, "s", PUBLISHED,
+                        "play-verl's Qwen2.5-0.5B GRPO log (eager, 8 GPUs, TP 1): timing_s/gen 5.0-5.5 s for 192 "
+                        "decode iterations, less ~0.9 s of sync and release, = 21-24 ms an iteration whose GPU work is "
+                        "under 1 ms; less the CPU work above; fast: estimate (a faster host)")
 TP_COLLECTIVE_LATENCY_S = Figure("one small all-reduce inside a node", 5e-6, 10e-6, 20e-6, "s", ESTIMATE,
                                  "vLLM's custom all-reduce for decode-sized messages over NVLink")
 RESPONSE_TAIL = Figure("decode iterations per batch: fast 2 x mean, expected mean x ln(sequences), slow the cap",
                        2.0, 1.0, math.inf, "(see name)", ESTIMATE,
-                       "exponential response lengths (assumption): the longest of n runs ~mean x ln n; fast: "
-                       "2 x mean (answers of similar length); slow: max_response_length (one response hits the cap)")
+                       "exponential response lengths (assumption): the longest of the step's n responses ~mean x "
+                       "(ln n + 0.58), n over every replica (the trainer waits for all of them); fast: 2 x mean "
+                       "(answers of similar length); slow: max_response_length (one response hits the cap, as "
+                       "response_length/max = 1024 in the published GSM8K logs of bench/published_runs.json)")
 # --- collectives, host copies, weight sync ----------------------------------------------------------------
 NVLINK_EFFICIENCY = Figure("collective bus bandwidth over the NVLink datasheet figure", 0.8, 0.7, 0.6, "x", ESTIMATE,
                            "no nccl-tests figure for A4 / A3 Ultra found (bench/published_runs.json)")
@@ -147,15 +166,29 @@ SYNC_LOAD_S_PER_TENSOR = Figure("weight sync: vLLM load_weights per tensor", 50e
 SYNC_EMPTY_CACHE_S = Figure("weight sync: one aggressive_empty_cache (gc + empty_cache + synchronize)", 0.195, 0.215,
                             0.5, "s", MEASURED, CALIBRATION + ": 0.195 / 0.235 s (7B / 3B); slow: verl's larger "
                             "Python heap (estimate); called twice per sync")
-SYNC_WAKE_S = Figure("weight sync: vLLM resume(weights) + resume(kv_cache)", 0.5, 1.0, 3.0, "s", ESTIMATE,
-                     "sleep-mode wake-up re-maps the pool; verl#7203 reports ~3.5 s for a whole 9B weight update")
-STEP_OVERHEAD_S = Figure("reward, advantages, Ray dispatch between the phases", 1.0, 2.0, 5.0, "s", PUBLISHED,
-                         "verl's timing_s/step less its phases: 0.1 s in verl#1208 (96.6 vs gen 74.0 + old 3.6 + "
-                         "ref 3.4 + adv 1.2 + update 14.3), 0.5 s in verl#7203; GSM8K's rule-based reward is cheap")
+SYNC_WAKE_S = Figure("weight sync: vLLM resume(weights) + resume(kv_cache)", 0.5, 1.0, 3.0, "s", PUBLISHED,
+                     "vLLM's sleep-mode post (blog.vllm.ai 2025-10-26): a level-1 wake-up takes 0.1-6 s across "
+                     "0.6B-235B models; verl#7203 reports ~3.5 s for a whole 9B weight update; fast / slow: estimates")
+SYNC_RELEASE_S = Figure("trainer_mode and the rollout call's return: vLLM sleep (level 2 from vLLM 0.8.5), "
+                        "empty cache, outputs to the driver", 0.5, 0.6, 1.5, "s", PUBLISHED,
+                        "timing_s/gen less timing_s/generate_sequences less timing_s/reshard in verl step logs: 0.56, "
+                        "0.62, 0.63 s (bench/published_runs.json verl-logs-without-setup); slow: estimate for a "
+                        "rollout batch of thousands of sequences")
+STEP_FIXED_S = Figure("Ray dispatch between the phases", 0.1, 0.2, 0.5, "s", PUBLISHED,
+                      "verl's timing_s/step less its phases: 0.1 s in verl#1208 (96.6 vs gen 74.0 + old 3.6 + ref 3.4 "
+                      "+ adv 1.2 + update 14.3), 0.11 s in verl-data's qwen2-7b-fsdp2.log step 3, 0.5 s in verl#7203")
+REWARD_S_PER_SAMPLE = Figure("reward and advantages per rollout sample (GSM8K's rule-based reward on the driver)",
+                             0.16e-3, 0.21e-3, 0.28e-3, "s", PUBLISHED,
+                             "timing_s/reward + timing_s/adv over the samples: (0.93 + 0.12) s / 5120 = 0.21 ms and "
+                             "(1.29 + 0.12) / 5120 = 0.28 ms in verl-data's qwen2-7b-fsdp2.log, (0.07 + 0.013) / 512 = "
+                             "0.16 ms in play-verl's 0.5B log (bench/published_runs.json)")
+VLLM_MAX_NUM_SEQS = 1024  # verl v0.6.1 trainer/config/rollout/rollout.yaml max_num_seqs: vLLM's running-batch cap
 FIGURES = (UPDATE_FIXED_S_PER_LAYER, LOGPROB_FIXED_S_PER_LAYER, *MFU_SCALE.values(), MFU_SCALE_OTHER,
-           OPTIMIZER_S_PER_GPARAM, DECODE_MFU, HBM_EFFICIENCY, ITERATION_OVERHEAD_S, TP_COLLECTIVE_LATENCY_S,
+           OPTIMIZER_S_PER_GPARAM, DECODE_MFU, HBM_EFFICIENCY, ITERATION_OVERHEAD_S, EAGER_LAUNCH_S,
+           TP_COLLECTIVE_LATENCY_S,
            RESPONSE_TAIL, NVLINK_EFFICIENCY, PCIE_GBPS, SYNC_DISPATCH_S_PER_TENSOR, SYNC_COLLECTIVE_LATENCY_S,
-           SYNC_LOAD_S_PER_TENSOR, SYNC_EMPTY_CACHE_S, SYNC_WAKE_S, STEP_OVERHEAD_S)
+           SYNC_LOAD_S_PER_TENSOR, SYNC_EMPTY_CACHE_S, SYNC_WAKE_S, SYNC_RELEASE_S, STEP_FIXED_S,
+           REWARD_S_PER_SAMPLE)
 # Per parameter, by save_contents (recipe.grpo.SAVE_CONTENTS): fp32 model shards, + AdamW exp_avg/exp_avg_sq.
 CHECKPOINT_BYTES_PER_PARAM = {"full": 4 + 8, "model": 4}
 
@@ -332,17 +365,18 @@ def collectives(spec: ModelSpec, acc: Accelerator, lay: Layout, case: str = "exp
 
 
 def weight_sync_seconds(spec: ModelSpec, acc: Accelerator, lay: Layout, case: str = "expected") -> float:
-    """rollout_mode once per step: the fp32 bytes over the shard group's bus, and per tensor the dispatch, one
-    collective's latency (when the group has peers) and vLLM's load, plus two empty-cache calls and the wake-up."""
+    """rollout_mode and trainer_mode once per rollout call: the fp32 bytes over the shard group's bus, and per
+    tensor the dispatch, one collective's latency (when the group has peers) and vLLM's load, plus two empty-cache
+    calls, the wake-up and the release back to training."""
     n = weight_sync_tensors(spec)
     latency = SYNC_COLLECTIVE_LATENCY_S.at(case) if lay.shard > 1 else 0.0
     per_tensor = SYNC_DISPATCH_S_PER_TENSOR.at(case) + latency + SYNC_LOAD_S_PER_TENSOR.at(case)
     return (collectives(spec, acc, lay, case).sync_s + n * per_tensor + 2 * SYNC_EMPTY_CACHE_S.at(case)
-            + SYNC_WAKE_S.at(case))
+            + SYNC_WAKE_S.at(case) + SYNC_RELEASE_S.at(case))
 
 
 def decode_iterations(sequences: float, mean_response: float, max_response: int, case: str = "expected") -> int:
-    """Decode iterations of a replica's batch: until its longest response (RESPONSE_TAIL's assumption)."""
+    """Decode iterations of the longest of `sequences` responses (RESPONSE_TAIL's assumption)."""
     if mean_response <= 0 or sequences <= 0:
         return 0
     if case == "slow":
@@ -351,28 +385,40 @@ def decode_iterations(sequences: float, mean_response: float, max_response: int,
     return max(1, min(max_response, math.ceil(longest)))
 
 
+def queued_iterations(per_replica: float, mean_response: float) -> int:
+    """Iterations before a replica's last sequence starts: vLLM runs at most VLLM_MAX_NUM_SEQS at once and admits
+    the rest as others finish (mean_response iterations each), so the queue drains after (n - cap) x mean / cap."""
+    cap = VLLM_MAX_NUM_SEQS
+    return math.ceil(max(0.0, per_replica - cap) * mean_response / cap) if mean_response > 0 else 0
+
+
 def generation_seconds(spec: ModelSpec, acc: Accelerator, world: int, tp: int, sequences: int,
                        prompt_tokens: float, response_tokens: float, max_response: int,
-                       case: str = "expected") -> float:
-    """vLLM time for `sequences` prompts spread over world / tp replicas (see the module docstring)."""
+                       case: str = "expected", eager: bool = False) -> float:
+    """vLLM time for `sequences` prompts spread over world / tp replicas (see the module docstring). `eager`:
+    vLLM without CUDA graphs, whose kernel launches overlap the GPU's work, so an iteration takes the longer of
+    the two (for the published runs of older verl; this project's verl 0.6.1 captures graphs)."""
     p = spec.params
     n = sequences / max(1, world // tp)  # sequences per replica
+    running = min(n, VLLM_MAX_NUM_SEQS)
+    queued = queued_iterations(n, response_tokens)
     peak = tp * acc.bf16_tflops * 1e12
     prefill = 2 * p * n * prompt_tokens / (peak * train_mfu(spec, acc, case, forward_only=True))
     hbm = acc.hbm_tbps * 1e12 * HBM_EFFICIENCY.at(case)
     weights = 2 * p / tp / hbm  # one pass over the replica's bf16 weights per iteration
     per_sequence = 2 * p / (peak * DECODE_MFU.at(case))
     collectives_n = 2 * spec.layers if tp > 1 else 0
-    fixed = collectives_n * TP_COLLECTIVE_LATENCY_S.at(case) + ITERATION_OVERHEAD_S.at(case)
+    launch = EAGER_LAUNCH_S.at(case) if eager else 0.0
     nvlink = acc.nvlink_gbps * GB * NVLINK_EFFICIENCY.at(case)
     tp_bytes_per_token = collectives_n * spec.hidden * 2 * 2 * (tp - 1) / tp if tp > 1 else 0.0
     kv_per_token = memory.kv_bytes_per_token(spec, tp)
     total = prefill
-    for k in range(decode_iterations(n, response_tokens, max_response, case)):
-        active = max(1.0, n * math.exp(-k / response_tokens))
+    for k in range(queued + decode_iterations(sequences, response_tokens, max_response, case)):
+        active = max(1.0, running * math.exp(-max(0, k - queued) / response_tokens))
         context = prompt_tokens + k
-        total += (max(weights, active * per_sequence) + fixed + active * tp_bytes_per_token / nvlink
-                  + active * context * kv_per_token / hbm)
+        gpu = (max(weights, active * per_sequence) + collectives_n * TP_COLLECTIVE_LATENCY_S.at(case)
+               + active * tp_bytes_per_token / nvlink + active * context * kv_per_token / hbm)
+        total += ITERATION_OVERHEAD_S.at(case) + max(gpu, launch)
     return total
 
 
@@ -387,7 +433,7 @@ def _pass(flops_per_token: float, tokens: float, micro_batches: int, fixed_per_l
 
 
 def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
-              data: DatasetFacts = GSM8K, case: str = "expected") -> StepTime:
+              data: DatasetFacts = GSM8K, case: str = "expected", vllm_eager: bool = False) -> StepTime:
     world = nnodes * acc.gpus_per_node
     p = spec.params
     samples = g.train_batch_size * g.rollout_n
@@ -415,31 +461,40 @@ def step_time(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
     optimizer = updates * OPTIMIZER_S_PER_GPARAM.at(case) * p / lay.shard / 1e9
     return StepTime(
         generation=generation_seconds(spec, acc, world, g.tensor_parallel_size, samples, prompt, response,
-                                      g.max_response_length, case),
+                                      g.max_response_length, case, vllm_eager),
         weight_sync=weight_sync_seconds(spec, acc, lay, case),
         old_log_prob=_pass(2 * p, tokens, old, lp_fixed, spec, acc, fwd_mfu, c.gather_s, case),
         reference=ref_s,
         update=_pass(8 * p, tokens, update, upd_fixed, spec, acc, upd_mfu,
                      2 * c.gather_s + c.reduce_s + c.replica_s, case) + optimizer,
-        overhead=STEP_OVERHEAD_S.at(case),
+        overhead=step_overhead_seconds(samples, case),
         micro_batches={"old_log_prob": old, "reference": ref if g.kl_loss_coef > 0 else 0, "update": update},
         case=case,
     )
 
 
+def step_overhead_seconds(samples: int, case: str = "expected") -> float:
+    """Reward and advantages for every sample, plus the Ray dispatch between the phases."""
+    return STEP_FIXED_S.at(case) + samples * REWARD_S_PER_SAMPLE.at(case)
+
+
 def step_range(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,
-               data: DatasetFacts = GSM8K) -> StepRange:
-    low, expected, high = (step_time(g, spec, acc, nnodes, data, case) for case in CASES)
+               data: DatasetFacts = GSM8K, vllm_eager: bool = False) -> StepRange:
+    low, expected, high = (step_time(g, spec, acc, nnodes, data, case, vllm_eager) for case in CASES)
     return StepRange(low, expected, high)
 
 
 def validation_seconds(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int, data: DatasetFacts,
                        case: str = "expected") -> float:
-    """One validation pass: every validation prompt once (val_kwargs.n = 1), plus the step overhead."""
+    """One validation pass: every validation prompt once (val_kwargs.n = 1) through the same rollout call as
+    training's (verl ray_trainer _validate calls generate_sequences: rollout_mode's weight sync, then trainer_mode),
+    and the reward of each."""
     prompt = min(data.mean_prompt_tokens, g.max_prompt_length)
     response = min(data.mean_response_tokens, g.max_response_length)
-    return generation_seconds(spec, acc, nnodes * acc.gpus_per_node, g.tensor_parallel_size, data.val_rows, prompt,
-                              response, g.max_response_length, case) + STEP_OVERHEAD_S.at(case)
+    lay = layout(acc, nnodes, g.fsdp_size)
+    return (generation_seconds(spec, acc, nnodes * acc.gpus_per_node, g.tensor_parallel_size, data.val_rows, prompt,
+                               response, g.max_response_length, case)
+            + weight_sync_seconds(spec, acc, lay, case) + step_overhead_seconds(data.val_rows, case))
 
 
 def sizing(g: GrpoSettings, spec: ModelSpec, acc: Accelerator, nnodes: int,

@@ -95,7 +95,7 @@ def test_every_step_and_run_constant_names_its_basis_and_source():
         assert len(f.source) > 20 and f.unit, f
         assert f.fast <= f.slow or f.fast >= f.slow  # numbers, not None
     with pytest.raises(ValueError, match="one of fast, expected, slow"):
-        sizing.STEP_OVERHEAD_S.at("typical")
+        sizing.STEP_FIXED_S.at("typical")
 
 
 def test_the_plan_prints_every_constant_with_its_source(tmp_path, capsys):
@@ -137,6 +137,50 @@ def test_the_batch_decodes_until_its_longest_response():
     short = sizing.generation_seconds(spec, acc, 16, 2, 2048, 100, 270, 1024)
     longer = sizing.generation_seconds(spec, acc, 16, 2, 2048, 100, 270, 4096)
     assert longer > short  # a longer cap lets the longest response run on
+
+
+def test_the_step_waits_for_the_longest_response_of_every_replica():
+    spec, acc = model_spec("Qwen/Qwen2.5-7B-Instruct"), ACCELERATORS["h200"]
+    # 64 sequences on each replica either way: eight replicas hold eight times the responses, so a longer longest
+    one_replica = sizing.generation_seconds(spec, acc, 1, 1, 64, 100, 50, 4096)
+    eight_replicas = sizing.generation_seconds(spec, acc, 8, 1, 512, 100, 50, 4096)
+    assert eight_replicas > one_replica
+
+
+def test_a_replica_runs_at_most_max_num_seqs_and_queues_the_rest():
+    assert sizing.queued_iterations(1024, 232) == 0
+    assert sizing.queued_iterations(1280, 232) == math.ceil(256 * 232 / 1024)
+    spec, acc = model_spec("Qwen/Qwen2.5-0.5B-Instruct"), ACCELERATORS["h200"]
+    # the second 1024 start as the first finish: 200 more iterations at the cap's batch, then the same tail
+    capped = sizing.generation_seconds(spec, acc, 1, 1, 1024, 100, 200, 1024, "fast")
+    queued = sizing.generation_seconds(spec, acc, 1, 1, 2048, 100, 200, 1024, "fast")
+    assert queued > capped
+
+
+def test_without_cuda_graphs_an_iteration_takes_the_longer_of_its_launches_and_its_gpu_work():
+    spec, acc = model_spec("Qwen/Qwen2.5-0.5B-Instruct"), ACCELERATORS["h200"]
+    # play-verl's eager 0.5B run: 64 sequences a replica, 192 iterations (the cap), under 1 ms of GPU work each
+    graphs = sizing.generation_seconds(spec, acc, 8, 1, 512, 104, 180, 192)
+    eager = sizing.generation_seconds(spec, acc, 8, 1, 512, 104, 180, 192, eager=True)
+    per_iteration = sizing.ITERATION_OVERHEAD_S.expected + sizing.EAGER_LAUNCH_S.expected
+    assert 192 * per_iteration < eager < 192 * per_iteration + 0.2
+    assert graphs < eager - 192 * (sizing.EAGER_LAUNCH_S.expected - 0.002)
+
+
+def test_the_reward_costs_each_sample():
+    assert sizing.step_overhead_seconds(5120) == pytest.approx(
+        sizing.STEP_FIXED_S.expected + 5120 * sizing.REWARD_S_PER_SAMPLE.expected)
+    assert sizing.step_overhead_seconds(5120) > sizing.step_overhead_seconds(512)
+
+
+def test_validation_pays_the_rollout_calls_weight_sync():
+    cfg = config.load(plan.read_stack_file(ROOT / "Pulumi.h200.yaml")[0], "h200", allow_placeholder_project=True)
+    spec, g, acc, nodes, data = model_spec(cfg.model), cfg.grpo, cfg.accelerator, cfg.gpu_nodes, cfg.data
+    gen = sizing.generation_seconds(spec, acc, nodes * acc.gpus_per_node, g.tensor_parallel_size, data.val_rows,
+                                    data.mean_prompt_tokens, data.mean_response_tokens, g.max_response_length)
+    sync = sizing.weight_sync_seconds(spec, acc, sizing.layout(acc, nodes, g.fsdp_size))
+    assert sizing.validation_seconds(g, spec, acc, nodes, data) == pytest.approx(
+        gen + sync + sizing.step_overhead_seconds(data.val_rows))
 
 
 def test_published_runs_are_recorded_with_sources_and_the_table_is_current():

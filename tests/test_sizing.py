@@ -82,12 +82,13 @@ def test_b200_is_faster_than_h200_and_weights_sync_over_rdma():
     st = sizing.step_time(dataclasses.replace(b.grpo, fsdp_size=-1), spec, ACCELERATORS["b200"], 2)
     # verl syncs the fp32 master weights (DTensor.full_tensor of the fp32 shards): 4 bytes a parameter,
     # over 16 GPUs on two nodes at 8 NICs x 45 GB/s (below NVLink's 630 GB/s bus bandwidth), one
-    # collective per state_dict entry (771 for 32B), two empty-cache calls and vLLM's wake-up.
+    # collective per state_dict entry (771 for 32B), two empty-cache calls, vLLM's wake-up and its release.
     per_tensor = (sizing.SYNC_DISPATCH_S_PER_TENSOR.expected + sizing.SYNC_COLLECTIVE_LATENCY_S.expected
                   + sizing.SYNC_LOAD_S_PER_TENSOR.expected)
     assert sizing.weight_sync_tensors(spec) == 771
     assert st.weight_sync == pytest.approx(4 * spec.params * 15 / 16 / (8 * 45e9) + 771 * per_tensor
-                                           + 2 * sizing.SYNC_EMPTY_CACHE_S.expected + sizing.SYNC_WAKE_S.expected)
+                                           + 2 * sizing.SYNC_EMPTY_CACHE_S.expected + sizing.SYNC_WAKE_S.expected
+                                           + sizing.SYNC_RELEASE_S.expected)
 
 
 def test_collectives_count_the_network_from_the_topology():
