@@ -201,20 +201,23 @@ def test_engine_keys_and_outputs_are_not_inputs():
 
 
 @pytest.mark.parametrize("given,bad", [
-    ({"address": "http://h:8265"}, set()),
-    ({}, {"address"}),
-    ({"address": "h:8265"}, {"address"}),
-    ({"address": "http://h", "gke": {"endpoint": "e"}}, {"address", "gke.ca_certificate", "gke.namespace",
-                                                        "gke.service"}),
-    ({"gke": {"endpoint": "e"}}, {"gke.ca_certificate", "gke.namespace", "gke.service"}),
-    ({"address": "http://h", "submission_id": "has space"}, {"submission_id"}),
-    ({"address": "http://h", "expected_gpus": -1, "stop_timeout_s": 0}, {"expected_gpus", "stop_timeout_s"}),
-    ({"address": "http://h", "max_recoveries": -1}, {"max_recoveries"}),
-    ({"address": "http://h", "scale": {"name": "rc"}}, {"scale"}),  # the worker group needs `gke`
-    ({"address": "http://h", "metadata": {"k": 1}}, {"metadata"}),
-    ({"address": rpc.UNKNOWN, "expected_gpus": rpc.UNKNOWN}, set()),  # preview: not known yet
-    ({"address": "http://h", "submission_id": None, "entrypoint": None}, {"submission_id", "entrypoint"}),
-], ids=lambda v: json.dumps(v, sort_keys=True) if isinstance(v, dict) else None)
+    pytest.param({"address": "http://h:8265"}, set(), id="a-good-one"),
+    pytest.param({}, {"address"}, id="no-target"),
+    pytest.param({"address": "h:8265"}, {"address"}, id="an-address-without-scheme"),
+    pytest.param({"address": "http://h", "gke": {"endpoint": "e"}},
+                 {"address", "gke.ca_certificate", "gke.namespace", "gke.service"}, id="both-targets"),
+    pytest.param({"gke": {"endpoint": "e"}}, {"gke.ca_certificate", "gke.namespace", "gke.service"},
+                 id="a-gke-target-without-its-parts"),
+    pytest.param({"address": "http://h", "submission_id": "has space"}, {"submission_id"}, id="a-bad-submission-id"),
+    pytest.param({"address": "http://h", "expected_gpus": -1, "stop_timeout_s": 0}, {"expected_gpus", "stop_timeout_s"},
+                 id="a-negative-count-and-zero-seconds"),
+    pytest.param({"address": "http://h", "max_recoveries": -1}, {"max_recoveries"}, id="a-negative-budget"),
+    pytest.param({"address": "http://h", "scale": {"name": "rc"}}, {"scale"}, id="a-worker-group-without-gke"),
+    pytest.param({"address": "http://h", "metadata": {"k": 1}}, {"metadata"}, id="metadata-not-strings"),
+    pytest.param({"address": rpc.UNKNOWN, "expected_gpus": rpc.UNKNOWN}, set(), id="preview-unknowns"),
+    pytest.param({"address": "http://h", "submission_id": None, "entrypoint": None}, {"submission_id", "entrypoint"},
+                 id="no-id-no-entrypoint"),
+])
 def test_a_bad_input_is_named_by_its_property(given, bad):
     assert {prop for prop, _ in validate_inputs({"submission_id": "s", "entrypoint": "e", **given})} == bad
 
