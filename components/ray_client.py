@@ -110,24 +110,6 @@ def target_key(inputs: dict[str, Any]) -> tuple:
     return ("none",)
 
 
-def same_target(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Whether the job of `old` is on the Ray cluster `new` names.
-
-    A cluster reached by another endpoint (its IP endpoint before, its DNS endpoint now) is the same
-    cluster when its CA is the same: the CA changes only with a new cluster (or a credential rotation,
-    which keeps the endpoint). Both changed: another cluster, whose job is not ours.
-    """
-    if target_key(old) == target_key(new):
-        return True
-    og, ng = old.get("gke"), new.get("gke")
-    if not (isinstance(og, dict) and isinstance(ng, dict)) or old.get("address") or new.get("address"):
-        return False
-    _, *old_rest = _gke_parts(og)
-    _, *new_rest = _gke_parts(ng)
-    return old_rest == new_rest and bool(og.get("ca_certificate")) and og.get("ca_certificate") == ng.get(
-        "ca_certificate")
-
-
 def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 

@@ -2,10 +2,8 @@
 
 One description of each field, its default and its rules. The provider gets its props from the engine,
 not from the program: numbers as doubles (16 comes back as 16.0), None dropped, engine keys such as
-`__provider`, values not known yet at preview, and any shape an older release stored in the state (no
-`scale`, `max_recoveries`, `logs_hint`, `cluster_uid`, `public_ca`; tests/test_job_input.py reads
-them all). `JobInput.from_props` takes all of these; `problems()` judges what is known, never a value
-that is not known yet, and raises nothing.
+`__provider`, and values not known yet at preview. `JobInput.from_props` takes all of these; `problems()`
+judges what is known, never a value that is not known yet, and raises nothing.
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ class RayJobArgs:
     scale: pulumi.Input[WorkerGroup] | None = None
     logs_hint: pulumi.Input[str] = ""  # a command that reads the job's logs where they outlive the pods
     # The RayCluster's uid: a property dependency, so a replaced RayCluster replaces (resubmits) the job
-    # in the same `up`. Absent from an older state: no change (never a restart for the upgrade itself).
+    # in the same `up`.
     cluster_uid: pulumi.Input[str] | None = None
 
     SECRET_FIELDS = ("runtime_env",)  # its env_vars may carry a token: never shown in a problem
@@ -142,14 +140,14 @@ class JobInput(RayJobArgs):
 
 @dataclass
 class JobOutputs:
-    """What the provider reports about the job; all absent in a state from before they existed."""
+    """What the provider reports about the job: create writes every field (props without one: its default)."""
 
     job_id: str | None = None
     attempt: int | None = None
     status: str | None = None
     message: str | None = None
     dashboard_url: str | None = None
-    recoveries: int | None = None  # of the run's recovery budget, as of the last create or refresh
+    recoveries: int = 0  # of the run's recovery budget, as of the last create or refresh
 
     @classmethod
     def from_props(cls, props: dict[str, Any]) -> Self:

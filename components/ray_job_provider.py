@@ -13,11 +13,11 @@ unknown at preview are never judged, and every call is capped to the deadline it
 
 Refresh and delete know three answers (components.ray_presence): present, absent (Ray or the API
 server says so) or unknown; unknown fails the call and the state stays. Delete succeeds only for a
-job seen stopped or finished, or absent. A job adopted from the head must be ours (a digest in its
-metadata, or its entrypoint). Create is all or nothing: a worker group it scaled up goes back to 0
+job seen stopped or finished, or absent. A job adopted from the head must be ours (the digest in its
+metadata). Create is all or nothing: a worker group it scaled up goes back to 0
 when the cluster is not ready in time, the submission fails, or the provider process is stopping (the
 engine's Cancel on Ctrl-C, its kill, or `pulumi` killed: components.provider_stop). The job follows its RayCluster:
-`cluster_uid` is a replace key (absent in an old state: no change).
+`cluster_uid` is a replace key.
 
 Bounded recovery (components.ray_recovery): a resubmission is a recovery, counted with the run
 supervisor's in-run restarts against `max_recoveries`; a run that has used them up is adopted and
@@ -27,9 +27,9 @@ back to its size (the supervisor scales it to 0 when a run ends).
 Pulumi keeps the pickled provider (`__provider`) in the outputs, and refresh and destroy unpickle it from there: a
 pickle that changed (the class moved) is an update, so the outputs move on with it (`pickle_changed`).
 
-Every method reads its props through one typed input (components.ray_job_input: JobInput.from_props,
-which takes every shape a state already holds) and the job's outputs (JobOutputs); what is said to the
-run supervisor is components/scripts/verl_gke_protocol.py.
+Every method reads its props through one typed input (components.ray_job_input: JobInput.from_props)
+and the job's outputs (JobOutputs); what is said to the run supervisor is
+components/scripts/verl_gke_protocol.py.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ from components.ray_client import (
     follow,
     pause,
     progress,
-    same_target,
     submit,
     tail,
+    target_key,
     wait_until_ready,
 )
 from components.ray_job_input import INPUT_KEYS, LAST_JOB_KEY, OUTPUT_KEYS, JobInput, JobOutputs, is_unknown
@@ -66,8 +66,8 @@ from components.scripts.verl_gke_protocol import supervisor_note, worker_group_p
 
 RESUBMIT_ON = frozenset({"FAILED", "STOPPED", GONE})
 # What makes a different job. The target is compared without the CA, so a CA rotation is no restart.
-REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus")
-FOLLOWS_KEY = "cluster_uid"  # replaces when it changes; absent on either side is no change
+# cluster_uid: the RayCluster the job runs on (a replaced cluster, a replaced job).
+REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected_gpus", "cluster_uid")
 DIGEST_KEY = "verl_gke_digest"  # in the submitted job's metadata: what makes a job on the head ours
 SUBMIT_MIN_WINDOW_S = 30  # retries of "No available agent" get at least this long after readiness
 PROVIDER_KEY = "__provider"  # where the SDK keeps the pickled provider in the inputs and outputs
@@ -122,9 +122,8 @@ def _target_replaces(old: JobInput, new: JobInput) -> list[str]:
             return ["gke"]
         if is_unknown(gke.get("ca_certificate")):
             gke = {**gke, "ca_certificate": ""}
-    # The same cluster reached another way (its DNS endpoint) is no new target.
-    if same_target({"address": old.address, "gke": old.gke}, {"address": new.address, "gke": gke}):
-        return []
+    if target_key({"address": old.address, "gke": old.gke}) == target_key({"address": new.address, "gke": gke}):
+        return []  # the same service behind the same endpoint: a rotated CA is no new cluster
     return [k for k in ("address", "gke") if getattr(old, k) != getattr(new, k)]
 
 
@@ -144,15 +143,11 @@ def diff_inputs(olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
 
     replaces = [k for k in REPLACE_KEYS if differs(k)]
     replaces += _target_replaces(old, new)
-    # The RayCluster the job runs on: replaced cluster, replaced job. Absent on either side (a state from
-    # before this input) is no change: the upgrade itself never restarts a run.
-    if old.cluster_uid is not None and new.cluster_uid is not None and differs(FOLLOWS_KEY):
-        replaces.append(FOLLOWS_KEY)
     # After `pulumi up --refresh` finds the job dead (spot preemption): a new attempt resumes training.
     # ... while the run's recovery budget lasts: a run that used it up stays as it is until its inputs change.
     cap = new.max_recoveries
     if (state.status in RESUBMIT_ON and new.resubmit_on_failure is not False
-            and (is_unknown(cap) or budget_left(state.recoveries, state.attempt, cap))):
+            and (is_unknown(cap) or budget_left(state.recoveries, cap))):
         replaces.append("status")
     changed = bool(replaces) or any(differs(k) for k in INPUT_KEYS)
     # Stop the old job before the new one needs the same GPUs.
@@ -287,16 +282,15 @@ class RayJobProvider(dyn.ResourceProvider):
         previous_id = attempt_id(base, attempt - 1)
         previous = next((j for j in jobs if j.get("submission_id") == previous_id), None)
         # GONE: the head no longer has the last attempt (its cluster was recreated); its in-run
-        # restarts are unknown here, its resubmissions are not.
-        used, note = used_by(dash, previous, attempt - 1) if previous is not None else (None, "")
-        if not budget_left(used, attempt - 1, job.max_recoveries):
-            counted = used if used is not None else max(attempt - 2, 0)
-            spent = (f"recovery budget spent ({counted} of {job.max_recoveries}): not resubmitted; "
+        # restarts are unknown here, its resubmissions are not (attempt k followed k-1 of them).
+        used, note = used_by(dash, previous, attempt - 1) if previous is not None else (attempt - 2, "")
+        if not budget_left(used, job.max_recoveries):
+            spent = (f"recovery budget spent ({used} of {job.max_recoveries}): not resubmitted; "
                      "change the run's inputs (or raise jobMaxRecoveries) to start again")
             if previous is None:
                 raise RayJobError(f"Ray job {previous_id} is gone and the {spent}")
             return previous["submission_id"], attempt - 1, previous, used, spent
-        return job_id, attempt, None, (attempt - 2 if used is None else used) + 1, note
+        return job_id, attempt, None, used + 1, note
 
     @staticmethod
     def _failure(dash: Dashboard, job_id: str, job: dict[str, Any], lines: int, hint: str = "") -> str:
@@ -400,11 +394,11 @@ def digest(job: JobInput) -> str:
 
 
 def check_ours(found: dict[str, Any], job: JobInput, url: str) -> None:
-    """A job found on the head under our submission id is adopted only when it is ours: the digest in its
-    metadata (jobs this provider submitted), else its entrypoint (jobs from before the digest)."""
+    """A job found on the head under our submission id is adopted only when it is ours: the digest this
+    provider puts in the metadata of every job it submits."""
     theirs = (found.get("metadata") or {}).get(DIGEST_KEY)
     mine = digest(job)
-    if theirs == mine or (theirs is None and found.get("entrypoint") == job.entrypoint):
+    if theirs == mine:
         return
 
     def short(text: Any) -> str:

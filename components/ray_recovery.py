@@ -36,9 +36,9 @@ def with_attempt_env(runtime_env: dict[str, Any] | None, run: str, attempt: int,
     return env
 
 
-def budget_left(used: int | None, attempt: int | None, max_recoveries: int) -> bool:
-    """May one more recovery (a resubmission) start? `used` None: state from before the counter."""
-    return (used if used is not None else max((attempt or 1) - 1, 0)) < max_recoveries
+def budget_left(used: int, max_recoveries: int) -> bool:
+    """May one more recovery (a resubmission) start, `used` of the run's `max_recoveries` spent?"""
+    return used < max_recoveries
 
 
 def scale_to(dash: Dashboard, scale: dict[str, Any], replicas: int, deadline: float | None = None) -> str:

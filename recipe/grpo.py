@@ -1,4 +1,4 @@
-"""The GRPO recipe: stack settings -> verl Hydra overrides, the Ray job's entrypoint and runtime env.
+"""The GRPO recipe: stack settings -> verl Hydra overrides, the Ray job's command (recipe.job_spec) and runtime env.
 
 It reproduces the `ray job submit` run of Google's tutorial "Tune and scale reinforcement learning with
 verl on GKE" (its manifests: GoogleCloudPlatform/kubernetes-engine-samples ai-ml/verl-on-gke/ @f6f7c67)
@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import shlex
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from catalog.naming import PROJECT
 from catalog.paths import TENSORBOARD_BUCKET_ENV, TENSORBOARD_LOCAL_ENV, BucketPaths
 from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
 from recipe import memory
+from recipe.job_spec import JobSpec, Supervisor, Trainer
 from recipe.problems import Problem, named, problem
 
 
@@ -568,35 +568,28 @@ def _hydra(value: object) -> str:
     raise TypeError(f"no Hydra form for {value!r}")
 
 
-def entrypoint(overrides: list[str], main_script: str) -> str:
-    """The trainer's command: verl's main_ppo through our entry (components/scripts/verl_main.py, shipped to
-    the bucket; same Hydra config, TensorBoard's events copied to the bucket); each override one argument."""
-    return " ".join(["python3", shlex.quote(main_script), *(shlex.quote(o) for o in overrides)])
-
-
 MERGE_TIMEOUT_S = 3600  # the merge (~5-10 min for 32B) on one GPU node; past this the GPUs are released
 
 
-def supervised(trainer: str, *, script: str, state: str, paths: BucketPaths, expected_gpus: int,
-               merge: bool, release: tuple[str, str] | None, keep: int = 0, nccl_check: str = "") -> str:
-    """The Ray job's entrypoint: the run supervisor (components/scripts/supervise.py) around the trainer.
+def job_spec(overrides: list[str], *, main_script: str, script: str, state: str, paths: BucketPaths,
+             expected_gpus: int, merge: bool, release: tuple[str, str] | None, keep: int = 0,
+             nccl_check: str = "") -> JobSpec:
+    """The Ray job's command: the run supervisor (components/scripts/supervise.py) around the trainer, verl's
+    main_ppo through our entry (components/scripts/verl_main.py, shipped to the bucket: the same Hydra config,
+    TensorBoard's events copied to the bucket) with the overrides.
 
-    It restarts the trainer after a lost GPU node (verl resumes: trainer.resume_mode=auto), merges the
-    last checkpoint (verl's `python -m verl.model_merger merge --backend fsdp`, which also reads FSDP2
-    checkpoints: model_merger/fsdp_model_merger.py at v0.6.1) and releases the GPUs: `release` is
-    (RayCluster name, worker group). The budget's cap and the attempt come from the job provider.
+    The supervisor restarts the trainer after a lost GPU node (verl resumes: trainer.resume_mode=auto), merges
+    the last checkpoint (verl's `python -m verl.model_merger merge --backend fsdp`, which also reads FSDP2
+    checkpoints: model_merger/fsdp_model_merger.py at v0.6.1) and releases the GPUs: `release` is (RayCluster
+    name, worker group). `keep`: verl's rotation forgets what an earlier process saved, so the supervisor prunes
+    to the limit. The budget's cap and the attempt come from the job provider.
     """
-    args = ["python3", script, "--state", state, "--expected-gpus", str(expected_gpus),
-            "--checkpoint-dir", paths.checkpoint_dir]
-    if keep:  # verl's rotation forgets what an earlier process saved: the supervisor prunes to the limit
-        args += ["--keep", str(keep)]
-    if merge:
-        args += ["--merge-to", paths.merged_dir, "--merge-on-worker", "--merge-timeout-s", str(MERGE_TIMEOUT_S)]
-    if release:
-        args += ["--release-raycluster", release[0], "--release-group", release[1]]
-    if nccl_check:  # components.run_supervisor.nccl_check_args: the NCCL check before the trainer starts
-        args += ["--nccl-check", nccl_check]
-    return " ".join(shlex.quote(a) for a in args) + " -- " + trainer
+    cluster, group = release or ("", "")
+    supervisor = Supervisor(script=script, state=state, expected_gpus=expected_gpus,
+                            checkpoint_dir=paths.checkpoint_dir, keep=keep,
+                            merge_to=paths.merged_dir if merge else "", merge_timeout_s=MERGE_TIMEOUT_S,
+                            release_raycluster=cluster, release_group=group, nccl_check=nccl_check)
+    return JobSpec(supervisor=supervisor, trainer=Trainer(script=main_script, overrides=tuple(overrides)))
 
 
 def runtime_env(acc: Accelerator, paths: BucketPaths) -> dict[str, dict[str, str]]:
@@ -636,9 +629,10 @@ def library_path_env(acc: Accelerator) -> dict[str, str]:
     return {"LD_LIBRARY_PATH": ":".join([*dirs, "${LD_LIBRARY_PATH}"])} if dirs else {}
 
 
-def submission_id(stack: str, entrypoint: str, runtime_env: dict[str, Any], expected_gpus: int) -> str:
-    """`verl-grpo-<stack>-<hash>`: the same job keeps its id; any change to what runs gets a new one."""
-    job = {"entrypoint": entrypoint, "runtime_env": runtime_env, "expected_gpus": expected_gpus}
+def submission_id(stack: str, spec: JobSpec, runtime_env: dict[str, Any], expected_gpus: int) -> str:
+    """`verl-grpo-<stack>-<hash>`: the same job keeps its id; any change to what runs gets a new one. The hash is
+    of the rendered entrypoint: a spec that renders the same command keeps the id of every earlier release."""
+    job = {"entrypoint": spec.entrypoint, "runtime_env": runtime_env, "expected_gpus": expected_gpus}
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
     safe_stack = re.sub(r"[^A-Za-z0-9._-]", "-", stack)[:_MAX_STACK_IN_ID]

@@ -288,8 +288,8 @@ def _grpo_job(cfg: StackConfig, d: derived.Derived, cluster: GkeCluster, storage
     ray_job = RayJob("grpo", RayJobArgs(
         submission_id=job.submission_id, entrypoint=job.entrypoint, runtime_env=job.runtime_env,
         expected_gpus=ray.expected_gpus, metadata={"stack": cfg.stack, "model": cfg.model},
-        # The DNS endpoint, whose certificate a public CA signs (public_ca); the cluster CA still tells
-        # the provider that a job moved from the IP endpoint is on the same cluster (ray_client.same_target).
+        # The DNS endpoint, whose certificate a public CA signs (public_ca): TLS is checked against the
+        # system store, not the cluster CA (components.ray_client.GkeDashboard).
         gke={"endpoint": cluster.endpoint, "ca_certificate": cluster.ca_certificate, "public_ca": True,
              "namespace": storage.namespace, "service": ray.head_service, "port": ray.dashboard_port},
         ready_timeout_s=cfg.job.ready_timeout_s, wait_for_completion=cfg.job.wait_for_completion,

@@ -35,6 +35,7 @@ from catalog.versions import VERL_REPO
 from components.cluster import CPU_POOL_NAME
 from components.run_supervisor import main_path, nccl_check_args, script_path, shipped_files, state_path
 from recipe import grpo
+from recipe.job_spec import JobSpec
 from stacks import checkpoints, dataset
 
 
@@ -42,7 +43,7 @@ from stacks import checkpoints, dataset
 class GrpoJob:
     """What the Ray job runs: the supervised trainer, its env and the id that names this exact run."""
 
-    entrypoint: str
+    spec: JobSpec  # the command, typed; `entrypoint` is its rendering
     runtime_env: dict
     submission_id: str
     release: tuple[str, str] | None  # (RayCluster name, worker group) the supervisor scales to 0 after a run
@@ -50,6 +51,10 @@ class GrpoJob:
     # A stop ends within Ray's stop wait (the runtime env's RAY_JOB_STOP_WAIT_TIME_S, catalog.ray): the
     # provider's delete waits that long and a minute more before it calls the job still running.
     stop_timeout_s: int = JOB_STOP_WAIT_S + 60
+
+    @property
+    def entrypoint(self) -> str:
+        return self.spec.entrypoint
 
 
 @dataclass(frozen=True)
@@ -160,13 +165,13 @@ def _job(cfg, paths: BucketPaths) -> GrpoJob:
                                paths=paths, task=cfg.task, nccl_timeout=checkpoints.nccl_timeout_for(cfg))
     # The RayCluster's name is compose's cfg.name("ray") (RayCluster.name is the args' name as given).
     release = (cfg.name("ray"), WORKER_GROUP) if cfg.job.release_gpus else None
-    entrypoint = grpo.supervised(
-        grpo.entrypoint(overrides, main_path(paths)), script=script_path(paths), state=state_path(paths), paths=paths,
+    spec = grpo.job_spec(
+        overrides, main_script=main_path(paths), script=script_path(paths), state=state_path(paths), paths=paths,
         expected_gpus=cfg.total_gpus, merge=cfg.job.merge_model, release=release,
         keep=cfg.grpo.max_checkpoints_to_keep, nccl_check=nccl_check_args(acc, cfg.gpu_nodes))
     runtime_env = grpo.runtime_env(acc, paths)
-    return GrpoJob(entrypoint=entrypoint, runtime_env=runtime_env,
-                   submission_id=grpo.submission_id(cfg.stack, entrypoint, runtime_env, cfg.total_gpus),
+    return GrpoJob(spec=spec, runtime_env=runtime_env,
+                   submission_id=grpo.submission_id(cfg.stack, spec, runtime_env, cfg.total_gpus),
                    release=release, worker_group=WORKER_GROUP)
 
 

@@ -13,7 +13,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from stacks import compose
+from recipe.job_spec import JobSpec
+from stacks import compose, config, derived
 from tests.session_files import session_shared
 from tools import mocking, plan, stack_file
 
@@ -32,6 +33,16 @@ def run_config(overrides: dict[str, object] | None = None, stack: str = "test",
     config set` stores it, anything else YAML data as a stack file holds it."""
     raw = stack_file.from_config({**BASE, **(overrides or {})}, stack, "run_config").values
     return mocking.run(program, raw, stack, secret_keys, result=result, quotas=quotas)
+
+
+def job_spec(overrides: dict[str, object] | None = None, stack: str = "test") -> JobSpec:
+    """The Ray job's command (recipe.job_spec) of the stack run_config(overrides) composes: what its RayJob's
+    entrypoint is rendered from (tests/test_stack_graph.py checks the two agree)."""
+    raw = stack_file.from_config({**BASE, **(overrides or {})}, stack, "run_config").values
+    cfg = config.load(raw, stack)  # held: the derived values keep only a weak reference to it
+    job = derived.of(cfg).job
+    assert job is not None, "submitJob is off: no job"
+    return job.spec
 
 
 def run_stack_file(path: Path) -> mocking.Run:

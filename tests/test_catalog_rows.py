@@ -8,7 +8,7 @@ import pytest
 
 from catalog import accelerators, models
 from stacks import config
-from tests.stack_helpers import run_config
+from tests.stack_helpers import job_spec, run_config
 
 POOL = "gcp:container/nodePool:NodePool"
 
@@ -25,9 +25,10 @@ def x100(monkeypatch):
 
 @pytest.mark.parametrize("mode", ["standard", "autopilot"])
 def test_a_new_accelerator_row_composes_a_full_stack(x100, mode):
-    run = run_config({"accelerator": "x100", "clusterMode": mode, "gpuNodes": 2,
-                      "rdmaCidrs": [f"192.168.{i + 1}.0/24" for i in range(4)], "grpoTensorParallelSize": 4,
-                      "grpoTrainBatchSize": 64, "grpoPpoMiniBatchSize": 64, "grpoPpoMicroBatchSizePerGpu": 8})
+    keys = {"accelerator": "x100", "clusterMode": mode, "gpuNodes": 2,
+            "rdmaCidrs": [f"192.168.{i + 1}.0/24" for i in range(4)], "grpoTensorParallelSize": 4,
+            "grpoTrainBatchSize": 64, "grpoPpoMiniBatchSize": 64, "grpoPpoMicroBatchSizePerGpu": 8}
+    run = run_config(keys)
     assert run.outputs["gpus"] == 8 and run.outputs["accelerator"] == "x100"
     assert len(run.of_type("gcp:compute/subnetwork:Subnetwork")) == 1 + 1 + 4
     spec = run.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]
@@ -36,7 +37,7 @@ def test_a_new_accelerator_row_composes_a_full_stack(x100, mode):
     assert limits["nvidia.com/gpu"] == "4"
     job = next(r for r in run.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob")
     assert job.inputs["runtime_env"]["env_vars"]["NCCL_TUNER_CONFIG_PATH"] == x100.nccl_tuner_file
-    assert "trainer.n_gpus_per_node=4" in job.inputs["entrypoint"]
+    assert job_spec(keys).trainer.values()["trainer.n_gpus_per_node"] == "4"
     if mode == "standard":
         assert run.one(POOL, "gke-gpu-pool").inputs["nodeConfig"]["machineType"] == "x9-gpu-4g"
 

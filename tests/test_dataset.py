@@ -23,6 +23,7 @@ import pytest
 from catalog.datasets import GSM8K, VERL_SCORED_PREFIXES, VERL_SCORED_SOURCES
 from catalog.paths import MOUNT
 from recipe import grpo, sizing
+from recipe.job_spec import JobSpec
 from stacks import config, dataset
 from tools import plan as plan_tool
 
@@ -106,12 +107,12 @@ def test_example_task_plan_uploads_content_addressed_and_passes_the_files_to_ver
     assert all(o["inputs"]["bucket"] == bucket["inputs"]["name"] for o in objects.values())
     assert objects["task-files-train"]["inputs"]["source"]["path"] == "examples/word_reverse/train.parquet"
     job = next(r for r in p["resources"] if r["type"].endswith("RayJob"))
-    entry = job["inputs"]["entrypoint"]
+    overrides = JobSpec.from_dict(p["job"]).trainer.overrides
     for override in (f"data.train_files={MOUNT}/tasks/{digest['train.parquet']}/train.parquet",
                      f"data.val_files={MOUNT}/tasks/{digest['val.parquet']}/val.parquet",
                      f"custom_reward_function.path={MOUNT}/tasks/{digest['reward.py']}/reward.py",
                      "custom_reward_function.name=compute_score", "data.train_batch_size=16"):
-        assert f" {override} " in entry, override
+        assert override in overrides, override
     # The job waits for the uploads; the staging Job does not stage GSM8K.
     assert {o["urn"] for o in objects.values()} <= set(job["dependsOn"])
     stage = next(r for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
@@ -128,8 +129,7 @@ def test_gsm8k_stays_the_default():
     assert not [r for r in p["resources"] if "task" in r["type"] or r["type"].endswith("BucketObject")]
     stage = next(r for r in p["resources"] if r["type"] == "kubernetes:batch/v1:Job")
     assert "--steps" not in stage["inputs"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "custom_reward_function" not in next(r for r in p["resources"] if r["type"].endswith("RayJob"))[
-        "inputs"]["entrypoint"]
+    assert not [o for o in JobSpec.from_dict(p["job"]).trainer.overrides if "custom_reward_function" in o]
 
 
 def test_an_unchanged_file_keeps_its_object_and_a_changed_one_gets_a_new_one(tmp_path, files):
@@ -529,8 +529,8 @@ def test_gs_files_are_copied_by_the_staging_job_with_a_read_grant():
     assert 5 in rules  # a missing file or failed check is not retried
     cm = next(r for r in by_type("kubernetes:core/v1:ConfigMap") if "stage_data.py" in r["inputs"]["data"])
     assert cm["inputs"]["data"]["task_check.py"] == (ROOT / "components" / "scripts" / "task_check.py").read_text()
-    entry = next(r for r in p["resources"] if r["type"].endswith("RayJob"))["inputs"]["entrypoint"]
-    assert f" data.train_files={dest[GS_TRAIN]} " in entry and f" data.val_files={dest[GS_VAL]} " in entry
+    overrides = JobSpec.from_dict(p["job"]).trainer.values()
+    assert (overrides["data.train_files"], overrides["data.val_files"]) == (dest[GS_TRAIN], dest[GS_VAL])
 
 
 def test_the_stacks_own_bucket_needs_no_grant(files):

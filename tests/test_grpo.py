@@ -311,12 +311,21 @@ def test_override_shape_never_looser_than_hydra(text):
     assert (not problems) == hydra_ok, (text, problems)
 
 
+def spec_of(items: list[str], main_script: str = "/data/scripts/supervisor-abc/verl_main.py"):
+    """The job's command around these overrides, with every supervisor option a stack may set."""
+    paths = paths_for()
+    return grpo.job_spec(items, main_script=main_script, script="/data/scripts/supervisor-abc/supervise.py",
+                         state=paths.checkpoint_dir + "/verl-gke-run.json", paths=paths, expected_gpus=16, merge=True,
+                         release=("verl-b200-ray", "gpu-group"), keep=2, nccl_check="--nodes 2 --gpus-per-node 8")
+
+
 def test_entrypoint_round_trips_through_the_shell(defaults):
     g = dataclasses.replace(defaults, extra_overrides=("+trainer.note='it''s; rm -rf / $(x)'",))
     items = grpo.overrides(g, stack="b200", nnodes=2, gpus_per_node=8, paths=paths_for())
-    command = grpo.entrypoint(items, "/data/scripts/supervisor-abc/verl_main.py")
-    assert command.startswith("python3 /data/scripts/supervisor-abc/verl_main.py ")
-    assert shlex.split(command) == ["python3", "/data/scripts/supervisor-abc/verl_main.py", *items]
+    spec = spec_of(items)
+    assert shlex.split(spec.entrypoint) == [
+        "python3", "/data/scripts/supervisor-abc/supervise.py", *spec.supervisor.options(),
+        "--", "python3", "/data/scripts/supervisor-abc/verl_main.py", *items]
 
 
 @pytest.mark.parametrize("acc,tuner", [("b200", "tuner_config_a4.txtpb"), ("h200", "tuner_config_a3u.txtpb")])
@@ -342,23 +351,23 @@ def test_no_secret_reaches_the_job():
     items = grpo.overrides(cfg.grpo, stack="b200", nnodes=cfg.gpu_nodes,
                            gpus_per_node=cfg.accelerator.gpus_per_node, paths=paths)
     env = grpo.runtime_env(cfg.accelerator, paths)
-    blob = json.dumps([items, grpo.entrypoint(items, "/data/scripts/x/verl_main.py"), env])
+    blob = json.dumps([items, spec_of(items).entrypoint, env])
     assert token not in blob and "HF_TOKEN" not in blob
 
 
 def test_submission_id():
     env = grpo.runtime_env(ACCELERATORS["b200"], paths_for())
-    command = "python3 -m verl.trainer.main_ppo a=1"
+    command = spec_of(["a=1"])
     first = grpo.submission_id("b200", command, env, 16)
-    assert first == grpo.submission_id("b200", command, json.loads(json.dumps(env)), 16)
+    assert first == grpo.submission_id("b200", spec_of(["a=1"]), json.loads(json.dumps(env)), 16)
     assert re.fullmatch(r"verl-grpo-b200-[0-9a-f]{12}", first) and RAY_SUBMISSION_ID.match(first)
     others = {
-        grpo.submission_id("b200", "python3 -m verl.trainer.main_ppo a=2", env, 16),
+        grpo.submission_id("b200", spec_of(["a=2"]), env, 16),
         grpo.submission_id("b200", command, grpo.runtime_env(ACCELERATORS["h200"], paths_for()), 16),
         grpo.submission_id("b200", command, env, 8),
     }
     assert first not in others and len(others) == 3
-    odd = grpo.submission_id("org/My Stack!" + "x" * 200, "e", {}, 8)
+    odd = grpo.submission_id("org/My Stack!" + "x" * 200, command, {}, 8)
     assert RAY_SUBMISSION_ID.match(odd) and len(odd) + len("-r99") <= 128
 
 

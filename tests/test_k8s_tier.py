@@ -13,9 +13,9 @@ checked against that.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import importlib.util
 import json
-import shlex
 import time
 from pathlib import Path
 
@@ -24,6 +24,7 @@ import pytest
 from catalog.accelerators import GPU_RESOURCE
 from components import ray_recovery
 from components.ray_client import TOKEN_ENV, Dashboard
+from recipe.job_spec import JobSpec
 from tests import k8s_layer, k8s_nodes
 from tests.k8s_cluster import wait_for
 from tests.k8s_deploy import SETTLE_S, Deployed, deployed_stack
@@ -206,12 +207,11 @@ def _service_account_dir(d: Deployed, folder: Path) -> Path:
 
 
 def _release(d: Deployed, sa_dir: Path) -> bool:
-    """supervise.py's release, with the options the stack's entrypoint gives it and the head pod's token."""
+    """supervise.py's release, with the options the stack's job gives it and the head pod's token."""
     supervise = _supervise()
-    words = shlex.split(_job(d.plan)["entrypoint"])
-    options = words[words.index(next(w for w in words if w.endswith("supervise.py"))) + 1:words.index("--")]
-    args, _ = supervise.parse([*options, "--run-id", "k8s-tier", "--max-recoveries", "0",
-                               "--k8s-api", d.api.url, "--k8s-sa-dir", str(sa_dir), "--", "true"])
+    options = dataclasses.replace(JobSpec.from_dict(d.plan["job"]).supervisor, k8s_api=d.api.url,
+                                  k8s_sa_dir=str(sa_dir)).options()
+    args, _ = supervise.parse([*options, "--run-id", "k8s-tier", "--max-recoveries", "0", "--", "true"])
     return supervise.release_gpus(args)
 
 

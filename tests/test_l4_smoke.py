@@ -17,7 +17,7 @@ from catalog import nics, prices, quotas
 from catalog.accelerators import ACCELERATORS, nccl_env
 from catalog.models import model_spec
 from recipe import grpo
-from stacks import config, cost
+from stacks import config, cost, derived
 from stacks import quotas as quota_check
 from tests.stack_helpers import ROOT, composed_file
 from tools import mocking, plan
@@ -235,9 +235,11 @@ def test_staging_job_and_checkpoints_are_the_big_stacks_code():
         assert _shape(dev, prefixes) == _shape(big, prefixes) != []
     ckpt = [r for r in dev.resources if r.name == "storage-ckpt-pv"]
     assert ckpt and ckpt[0].type == [r for r in big.resources if r.name == "storage-ckpt-pv"][0].type
-    # The job's entrypoint: the same trainer entry (verl's main_ppo) with the checkpoint directory on the
+    # The job's command: the same trainer entry (verl's main_ppo) with the checkpoint directory on the
     # checkpoint mount.
-    for run in (dev, big):
-        (job,) = [r for r in run.resources if r.name == "grpo"]
-        assert "/verl_main.py " in job.inputs["entrypoint"]
-        assert "trainer.default_local_dir=/checkpoints/" in job.inputs["entrypoint"]
+    for name in ("dev", "b200"):
+        raw, _ = plan.read_stack_file(ROOT / f"Pulumi.{name}.yaml")
+        cfg = config.load(raw, name, allow_placeholder_project=True)
+        trainer = derived.of(cfg).job.spec.trainer
+        assert trainer.script.endswith("/verl_main.py")
+        assert trainer.values()["trainer.default_local_dir"].startswith("/checkpoints/")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from catalog.paths import MOUNT, bucket_paths
-from stacks import config
+from stacks import config, derived
 from tests import docs
 from tests.stack_helpers import BASE, ROOT, STACK_FILES, composed, composed_file
 from tools import mocking, plan
@@ -143,10 +143,7 @@ def test_tensorboard_dir_on_the_bucket_per_stack_and_model(b200):
     # verl writes its events to the pod's disk; the trainer's entry copies them to the bucket folder that
     # tensorboardCommand reads (tests/test_tensorboard_copy.py).
     assert job["runtime_env"]["env_vars"]["VERL_GKE_TENSORBOARD_BUCKET_DIR"] == paths.tensorboard_dir
-    # The supervisor wraps verl's trainer: pick the Hydra overrides (dotted key=value) out of the command.
-    overrides = dict(o.split("=", 1) for o in shlex.split(job["entrypoint"])
-                     if "=" in o and re.fullmatch(r"[a-z_]+(\.[a-z_0-9]+)+", o.split("=", 1)[0]))
-    assert overrides["trainer.logger"] == "[console,tensorboard]"
+    assert derived.of(cfg).job.spec.trainer.values()["trainer.logger"] == "[console,tensorboard]"
     bucket = b200.outputs["bucket"]
     assert b200.outputs["tensorboardCommand"] == (
         f"tensorboard --logdir gs://{bucket}/tensorboard/b200/{cfg.model}")

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from recipe.job_spec import JobSpec
 from tests.stack_helpers import plan_in_process
 from tests.test_admission import STACKS, plans
 from tools import placement
@@ -39,6 +40,16 @@ def test_every_path_has_its_mount_in_the_pod_that_uses_it(stack, mode):
     assert "head-ckpt" in state.mount and "read-only" not in state.mount  # on the bucket, writable
     cache = next(r for r in rows if r.path.endswith("hf-datasets"))
     assert "emptyDir" in cache.mount  # the datasets cache on the pod's disk
+
+
+@pytest.mark.parametrize("stack,mode", modes())
+def test_the_plan_s_job_spec_is_the_registered_entrypoint(stack, mode):
+    """Placement reads the plan's `job` (the spec), not the RayJob's string: the two must be one command."""
+    if mode not in plans(stack):
+        pytest.skip(f"{stack}: config refuses {mode} for its accelerator")
+    p = plans(stack)[mode]
+    job = next(r for r in p["resources"] if r["type"].endswith(":RayJob"))
+    assert JobSpec.from_dict(p["job"]).entrypoint == job["inputs"]["entrypoint"]
 
 
 def _head(p: dict) -> dict:
@@ -87,6 +98,12 @@ def test_the_datasets_cache_through_the_bucket_fails(b200):
     job = next(r for r in p["resources"] if r["type"].endswith(":RayJob"))
     job["inputs"]["runtime_env"]["env_vars"]["HF_DATASETS_CACHE"] = "/data/huggingface_cache/datasets"
     assert any("HF_DATASETS_CACHE" in x and "GCS FUSE" in x for x in _problems(p))
+
+
+def test_a_state_file_off_the_bucket_fails(b200):
+    p = copy.deepcopy(b200)
+    p["job"]["supervisor"]["state"] = "/tmp/verl-gke-run.json"
+    assert any("--state" in x and "/tmp/verl-gke-run.json" in x and "lost with the pod" in x for x in _problems(p))
 
 
 def test_a_driver_with_entrypoint_resources_runs_on_the_workers(b200):

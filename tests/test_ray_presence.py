@@ -11,9 +11,10 @@ Fault table of the job provider's remote calls (components.ray_presence):
   RayCluster NotFound (API server) ... absent, even with the dashboard gone
   RayCluster present, no dashboard ... unknown
   a whole input unknown (engine) ..... diff replaces for a replace key, never crashes
-  a foreign job under our id ......... create refuses to adopt it, naming both entrypoints
+  a foreign job under our id ......... create refuses to adopt it (no digest of ours), naming both entrypoints
   readiness timeout / failed submit .. the worker group goes back to 0 and the error says so
-Window sizes are seconds here (inputs); the defaults are sized for a loaded machine.
+Window sizes are seconds here (inputs); the defaults are sized for a loaded machine. One behaviour a test: the
+jobs that only get refreshed (or fail to be deleted) are shared; a test that stops or changes one makes its own.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from components.ray_job_provider import RayJobProvider
 from components.ray_presence import UNREACHABLE_IS_GONE_ENV
 from tests.fault_front import FaultFront
 from tests.kuberay_fixture import FakeKubeRay
-from tests.ray_fixtures import refused_address, wait_for, wait_status
+from tests.ray_fixtures import point_ray_env_nowhere, refused_address, wait_for, wait_status
 from tests.wire import wire
 from tools.local_ray import processes
 
@@ -43,13 +44,15 @@ ANSWER_WINDOW_S = 30  # every other call's: it ends at Ray's first answer, howev
 READY_S = 180
 
 
-pytestmark = pytest.mark.usefixtures("bogus_ray_address", "kube_token")
-
-
-@pytest.fixture
-def kube_token(monkeypatch):
-    """What the job provider sends the API server stand-in (gcloud's own token override)."""
-    monkeypatch.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+@pytest.fixture(scope="module", autouse=True)
+def _environment():
+    """For the whole module, its module-scoped jobs included: RAY_ADDRESS pointing nowhere (a provider call that
+    followed it instead of its inputs would fail) and what the job provider sends the API server stand-in
+    (gcloud's own token override)."""
+    with pytest.MonkeyPatch.context() as mp:
+        point_ray_env_nowhere(mp)
+        mp.setenv("CLOUDSDK_AUTH_ACCESS_TOKEN", "tok")
+        yield
 
 
 class Wired:
@@ -166,15 +169,26 @@ def refreshed_run(_shared_run):
 # ----------------------------------------------------------------------------- refresh: never GONE from a fault
 
 
-@pytest.mark.parametrize("fault", ["503", "404", "slow", "refused"])
-def test_a_fault_during_refresh_fails_the_refresh_and_keeps_the_run(head, server, refreshed_run, fault):
+FAULTS = ["503", "404", "slow", "refused"]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_fault_during_refresh_fails_it_naming_the_address_and_the_escape_hatch(server, refreshed_run, fault):
     front, (job_id, outs) = refreshed_run
     front.mode(fault, delay_s=WINDOW_S + 3)
     with pytest.raises(RayJobError) as failed:
         server.read(job_id, short(outs))
     text = str(failed.value)
     assert "no definite answer" in text and front.address in text and UNREACHABLE_IS_GONE_ENV in text
-    # ... and the next `up` sees the old state, not GONE: nothing to replace
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_refresh_after_a_faulted_one_finds_the_run_still_running(head, server, refreshed_run, fault):
+    """The failed refresh changed nothing: the next `up` sees the old state, not GONE, and nothing to replace."""
+    front, (job_id, outs) = refreshed_run
+    front.mode(fault, delay_s=WINDOW_S + 3)
+    with pytest.raises(RayJobError):
+        server.read(job_id, short(outs))
     front.mode("pass")
     assert server.read(job_id, outs)[1]["status"] == "RUNNING"
     assert status_on(head, job_id) == "RUNNING"
@@ -200,40 +214,59 @@ def test_a_short_503_blip_is_ridden_out(server, refreshed_run):
     assert on_job[-3:] == ["503", "503", "pass"]
 
 
-def test_rays_own_404_on_a_healthy_dashboard_is_gone(head, front, server):
-    never = props(front.address, "never")
-    _, outs, inputs = server.read(never["submission_id"], {**never, "job_id": never["submission_id"]})
+def never_submitted(address: str) -> dict:
+    """The state of a job the head never had."""
+    never = props(address, "never")
+    return {**never, "job_id": never["submission_id"]}
+
+
+def test_rays_own_404_on_a_healthy_dashboard_is_gone(front, server):
+    state = never_submitted(front.address)
+    _, outs, _ = server.read(state["job_id"], state)
     assert outs["status"] == GONE and "does not exist" in outs["message"]
-    # the dashboard's 404 alone is not enough: the same 404 with its health endpoint failing is unknown
+
+
+def test_rays_404_with_its_health_endpoint_failing_is_no_answer(front, server):
+    """The dashboard's 404 alone is not enough."""
+    state = never_submitted(front.address)
     front.mode("503", only="gcs_healthz")
     with pytest.raises(RayJobError, match="no definite answer"):
-        server.read(never["submission_id"], short({**never, "job_id": never["submission_id"]}))
+        server.read(state["job_id"], short(state))
 
 
-def test_escape_hatch_takes_an_unreachable_job_as_gone(server, monkeypatch, capsys):
+@pytest.fixture
+def unreachable(monkeypatch) -> dict:
+    """The state of a RUNNING job at an address that refuses connections, with the escape hatch set."""
     monkeypatch.setenv(UNREACHABLE_IS_GONE_ENV, "true")
-    dead = refused_address()
-    p = short(props(dead, "hatch"))
-    state = {**p, "job_id": p["submission_id"], "status": "RUNNING"}
-    assert server.read(p["submission_id"], state)[1]["status"] == GONE
-    server.delete(p["submission_id"], state)  # forgotten, as asked
-    assert "unreachable" in capsys.readouterr().err
+    p = short(props(refused_address(), "hatch"))
+    return {**p, "job_id": p["submission_id"], "status": "RUNNING"}
+
+
+def test_the_escape_hatch_refreshes_an_unreachable_job_as_gone(server, unreachable):
+    assert server.read(unreachable["job_id"], unreachable)[1]["status"] == GONE
+
+
+def test_the_escape_hatch_forgets_an_unreachable_job_on_delete_saying_so(server, unreachable, capsys):
+    server.delete(unreachable["job_id"], unreachable)
+    assert "unreachable, forgotten without stopping it" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- delete: only when seen stopped
 
 
-def test_delete_never_forgets_a_running_job(head, front, server, running):
-    """Each fault in turn fails the delete and leaves the job running (one job for all: a failed delete
-    changes nothing); the next delete, with the front passing again, stops it."""
+@pytest.mark.parametrize("fault", ["503", "404", "refused"])
+def test_a_fault_during_delete_fails_it_and_leaves_the_job_running(head, server, refreshed_run, fault):
+    """A failed delete changes nothing: the shared RUNNING job serves every fault."""
+    front, (job_id, outs) = refreshed_run
+    front.mode(fault)
+    with pytest.raises(RayJobError, match="no definite answer") as failed:
+        server.delete(job_id, short(outs))
+    assert "stays in the state" in str(failed.value)
+    assert status_on(head, job_id) == "RUNNING"
+
+
+def test_delete_stops_a_running_job(head, server, running):
     job_id, outs = running
-    for fault in ("503", "404", "refused"):
-        front.mode(fault)
-        with pytest.raises(RayJobError, match="no definite answer") as failed:
-            server.delete(job_id, short(outs))
-        assert "stays in the state" in str(failed.value), fault
-        assert status_on(head, job_id) == "RUNNING", fault
-    front.mode("pass")
     server.delete(job_id, outs)
     assert status_on(head, job_id) == "STOPPED"
 
@@ -242,9 +275,9 @@ def test_a_stop_not_finished_by_the_deadline_fails_the_delete(head, front, serve
     """Half done: the stop was accepted, the job is not seen stopped in time. It ignores SIGTERM, and Ray would
     kill it only after its stop grace period (RAY_JOB_STOP_WAIT_TIME_S, read by the job's supervisor actor, which
     runs with the job's env vars: ray-project/ray, python/ray/dashboard/modules/job/job_supervisor.py, ray-2.60.0),
-    here longer than the test: the delete's deadline, not the machine's speed, decides. Once the test kills the job
-    as Ray would, the next delete sees it stopped. (A deadline shorter than the stop request's own answer takes,
-    0.5 s before, failed on a loaded machine as "after trying to stop it".)"""
+    here longer than the test: the delete's deadline, not the machine's speed, decides; the test then kills the job
+    as Ray would. (A deadline shorter than the stop request's own answer takes, 0.5 s before, failed on a loaded
+    machine as "after trying to stop it".)"""
     marker = f"sleep 600.{uuid.uuid4().int % 10**6}"  # finds this job's process
     job_id, outs = server.create(props(front.address, "stubborn", entrypoint=f"trap '' TERM; {marker}",
                                        runtime_env={"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "600"}}))
@@ -258,8 +291,6 @@ def test_a_stop_not_finished_by_the_deadline_fails_the_delete(head, front, serve
     finally:
         for pid in pids_of(marker):
             os.kill(pid, signal.SIGKILL)  # what Ray does once its grace period is over (and so never 600 s later)
-    server.delete(job_id, outs)  # the next destroy sees it stopped
-    assert status_on(head, job_id) == "STOPPED"
 
 
 def pids_of(cmdline: str) -> list[int]:
@@ -308,20 +339,34 @@ class Kube(FakeKubeRay):
         return Handler
 
 
-def test_raycluster_gone_per_the_api_server_is_gone_and_present_is_unknown(head, server):
-    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
-        p = props(None, "kube", gke=kube.gke())
-        job_id, outs = server.create(p)
-        kube.service_down = True  # the head is being recreated: no endpoints behind the service
-        with pytest.raises(RayJobError, match="no definite answer"):
-            server.read(job_id, short(outs))
-        with pytest.raises(RayJobError, match="no definite answer"):
-            server.delete(job_id, short(outs))
-        kube.raycluster_deleted = True
-        _, refreshed, _ = server.read(job_id, outs)
-        assert refreshed["status"] == GONE and "API server says RayCluster" in refreshed["message"]
-        server.delete(job_id, outs)
-        requests.post(f"{head.address}/api/jobs/{job_id}/stop", timeout=10)
+@pytest.fixture
+def kube(head):
+    """An API server with one RayCluster; the state of a job on it (its answers do not depend on the job)."""
+    with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as k:
+        p = props(None, "kube", gke=k.gke())
+        yield k, {**p, "job_id": p["submission_id"]}
+
+
+@pytest.mark.parametrize("call", ["read", "delete"])
+def test_a_raycluster_present_with_its_dashboard_gone_is_no_answer(server, kube, call):
+    """The head is being recreated: no endpoints behind the service."""
+    k, state = kube
+    k.service_down = True
+    with pytest.raises(RayJobError, match="no definite answer"):
+        getattr(server, call)(state["job_id"], short(state))
+
+
+def test_a_raycluster_the_api_server_says_is_deleted_refreshes_the_job_as_gone(server, kube):
+    k, state = kube
+    k.service_down = k.raycluster_deleted = True
+    _, refreshed, _ = server.read(state["job_id"], state)
+    assert refreshed["status"] == GONE and "API server says RayCluster" in refreshed["message"]
+
+
+def test_a_job_whose_raycluster_the_api_server_says_is_deleted_is_deleted(server, kube):
+    k, state = kube
+    k.service_down = k.raycluster_deleted = True
+    server.delete(state["job_id"], state)
 
 
 def test_a_stray_404_from_the_api_server_is_not_a_deleted_raycluster(head, server):
@@ -335,16 +380,26 @@ def test_a_stray_404_from_the_api_server_is_not_a_deleted_raycluster(head, serve
 # ----------------------------------------------------------------------------- create: whose job, all or nothing
 
 
-def test_a_foreign_job_under_our_id_is_not_adopted(head, front, server):
+def test_a_foreign_job_under_our_id_is_not_adopted_naming_both_entrypoints(head, front, server):
     p = props(front.address, "foreign", entrypoint="echo ours")
-    sid = p["submission_id"]
-    requests.post(f"{head.address}/api/jobs/", json={"entrypoint": "echo theirs", "submission_id": sid},
+    requests.post(f"{head.address}/api/jobs/", json={"entrypoint": "echo theirs", "submission_id": p["submission_id"]},
                   timeout=30).raise_for_status()
     with pytest.raises(RayJobError) as refused:
         server.create(p)
     text = str(refused.value)
     assert "not this stack's run" in text and "'echo theirs'" in text and "'echo ours'" in text
-    # our own job (submitted by the provider: digest in its metadata) is adopted as before
+
+
+def test_a_job_under_our_id_without_our_digest_is_not_adopted_even_with_our_entrypoint(head, front, server):
+    p = props(front.address, "nodigest", entrypoint="echo ours")
+    requests.post(f"{head.address}/api/jobs/", json={"entrypoint": "echo ours", "submission_id": p["submission_id"]},
+                  timeout=30).raise_for_status()
+    with pytest.raises(RayJobError, match="not this stack's run"):
+        server.create(p)
+
+
+def test_our_own_job_under_our_id_is_adopted(front, server):
+    """Submitted by the provider: the digest in its metadata."""
     mine = props(front.address, "mine", entrypoint="echo mine")
     first, _ = server.create(mine)
     again, outs = server.create(mine)
@@ -355,25 +410,47 @@ def scale(kube: Kube, replicas: int = 1) -> dict:
     return {"namespace": kube.namespace, "name": kube.name, "group": "gpu-group", "index": 0, "replicas": replicas}
 
 
-def test_a_create_that_times_out_scales_the_gpus_back_to_zero(head, server):
+def replicas_set(kube: Kube) -> list[int]:
+    return [op["value"] for patch in kube.patches for op in patch if op["path"].endswith("/replicas")]
+
+
+@pytest.fixture(scope="module")
+def timed_out(head, server) -> tuple[str, list[int]]:
+    """(the error, the replicas set) of a create whose cluster is not ready in time."""
     with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
         p = props(None, "allornothing", gke=kube.gke(), scale=scale(kube), expected_gpus=1000, ready_timeout_s=4)
         with pytest.raises(RayJobError) as failed:
             server.create(p)
-        text = str(failed.value)
-        assert "not ready after 4s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
-        replicas = [op["value"] for patch in kube.patches for op in patch if op["path"].endswith("/replicas")]
-        assert replicas == [1, 0] and kube.replicas == 0
+        return str(failed.value), replicas_set(kube)
 
 
-def test_a_failed_submission_scales_the_gpus_back_to_zero(head, server):
+def test_a_create_that_times_out_scales_the_gpus_back_to_zero(timed_out):
+    assert timed_out[1] == [1, 0]
+
+
+def test_a_create_that_times_out_says_it_scaled_the_gpus_back(timed_out):
+    text = timed_out[0]
+    assert "not ready after 4s" in text and "scaled RayCluster" in text and "back to 0 replicas" in text
+
+
+@pytest.fixture(scope="module")
+def refused_submission(head, server) -> tuple[str, list[int]]:
+    """(the error, the replicas set) of a create whose submission the dashboard fails."""
     with Kube(head, "tok", name=f"rc{uuid.uuid4().hex[:6]}") as kube:
         kube.reject_submit = True
         p = props(None, "badsubmit", gke=kube.gke(), scale=scale(kube), expected_gpus=0)
         with pytest.raises(RayJobError) as failed:
             server.create(p)
-        assert "submitting Ray job" in str(failed.value) and "back to 0 replicas" in str(failed.value)
-        assert kube.replicas == 0
+        return str(failed.value), replicas_set(kube)
+
+
+def test_a_failed_submission_scales_the_gpus_back_to_zero(refused_submission):
+    assert refused_submission[1] == [1, 0]
+
+
+def test_a_failed_submission_says_it_scaled_the_gpus_back(refused_submission):
+    text = refused_submission[0]
+    assert "submitting Ray job" in text and "back to 0 replicas" in text
 
 
 # ----------------------------------------------------------------------------- diff: whole unknowns
@@ -386,24 +463,29 @@ OLD = {"submission_id": "s", "entrypoint": "e", "expected_gpus": 2, "job_id": "s
 NEW = {k: v for k, v in OLD.items() if k not in ("job_id", "attempt", "status")}
 
 
-def test_diff_with_whole_unknown_inputs(server):
-    for key in NEW:  # each input entirely unknown, as the engine's dependents pass sends it
-        resp = server.diff("s", OLD, {**NEW, key: rpc.UNKNOWN})
-        assert resp.changes is True, key
-    assert set(server.diff("s", OLD, {**NEW, "gke": rpc.UNKNOWN}).replaces) == {"gke"}
-    assert set(server.diff("s", OLD, {**NEW, "cluster_uid": rpc.UNKNOWN}).replaces) == {"cluster_uid"}
+@pytest.mark.parametrize("key", sorted(NEW))
+def test_an_input_wholly_unknown_is_a_change(server, key):
+    """As the engine's dependents pass sends it."""
+    assert server.diff("s", OLD, {**NEW, key: rpc.UNKNOWN}).changes is True
+
+
+@pytest.mark.parametrize("key", ["gke", "cluster_uid"])
+def test_a_replace_key_wholly_unknown_replaces(server, key):
+    assert set(server.diff("s", OLD, {**NEW, key: rpc.UNKNOWN}).replaces) == {key}
+
+
+def test_another_cluster_uid_replaces(server):
     assert set(server.diff("s", OLD, {**NEW, "cluster_uid": "uid-2"}).replaces) == {"cluster_uid"}
-    # a rotated CA not known yet is not another cluster
+
+
+def test_a_rotated_ca_not_known_yet_is_no_other_cluster(server):
     ca_unknown = server.diff("s", OLD, {**NEW, "gke": {**NEW["gke"], "ca_certificate": rpc.UNKNOWN}})
     assert list(ca_unknown.replaces) == []
+
+
+def test_the_same_inputs_are_no_change(server):
     same = server.diff("s", OLD, NEW)
     assert same.changes is False and list(same.replaces) == []
-
-
-def test_an_old_state_without_the_cluster_uid_does_not_replace_the_job(server):
-    old = {k: v for k, v in OLD.items() if k != "cluster_uid"}
-    for value in ("uid-1", rpc.UNKNOWN):
-        assert list(server.diff("s", old, {**NEW, "cluster_uid": value}).replaces) == []
 
 
 # ----------------------------------------------------------------------------- progress during the wait

@@ -43,6 +43,7 @@ import requests
 from catalog.paths import TENSORBOARD_BUCKET_ENV, TENSORBOARD_LOCAL_ENV
 from components.ray_client import TERMINAL
 from components.ray_job_provider import RayJobProvider
+from recipe.job_spec import JobSpec, Trainer
 from tests.ray_fixtures import (
     IMAGE_LIBRARY_PATH,
     REPO,
@@ -154,24 +155,25 @@ def rendered_job(p: dict) -> dict:
 
 
 def job_inputs(p: dict, head: RayNode, steps: int, step_s: float) -> tuple[str, dict]:
-    """The rendered entrypoint with the stand-ins for verl, a short run and this head's dashboard. A run
+    """The stack's job (the plan's spec) with the stand-ins for verl, a short run and this head's dashboard. A run
     resumed from a checkpoint steps at 0.2 s: only the first run must last long enough to lose a node in."""
     job = rendered_job(p)
-    words = shlex.split(job["entrypoint"])
-    cut = words.index("--")
-    supervisor, trainer = words[:cut], words[cut + 1:]
-    assert trainer[0] == "python3" and trainer[1].endswith("/verl_main.py")  # verl's main_ppo through our entry
+    spec = JobSpec.from_dict(p["job"])
+    assert spec.trainer.script.endswith("/verl_main.py")  # verl's main_ppo through our entry
     py = str(VENV_BIN / "python3")
     # No service account where the head pod's token would be: the GPU release is skipped, whatever this machine
     # holds at the default path (a CI runner that is itself a pod has a token there, and a real API server).
-    supervisor = [py, supervisor[1], "--dashboard", head.address, "--settle-s", "30", "--backoff-s", "1",
-                  "--gpu-wait-s", "300", "--merge-cmd", f"{py} {STANDIN_MERGE} merge --backend fsdp",
-                  *supervisor[2:], "--k8s-sa-dir", os.path.join(head.temp_dir, "no-service-account")]
-    overrides = [w for w in trainer[2:] if not w.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
-    trainer = [py, str(STANDIN_TRAINER), *overrides, f"trainer.total_training_steps={steps}",
-               "trainer.save_freq=1", f"+standin.step_s={step_s}", "+standin.resumed_step_s=0.2",
-               f"+standin.entry={trainer[1]}"]
-    return shlex.join(supervisor) + " -- " + shlex.join(trainer), {"env_vars": dict(job["runtime_env"]["env_vars"])}
+    supervisor = dataclasses.replace(
+        spec.supervisor, dashboard=head.address, settle_s=30, backoff_s=1, gpu_wait_s=300,
+        merge_cmd=f"{py} {STANDIN_MERGE} merge --backend fsdp",
+        k8s_sa_dir=os.path.join(head.temp_dir, "no-service-account"))
+    overrides = [o for o in spec.trainer.overrides
+                 if not o.startswith(("trainer.total_training_steps=", "trainer.save_freq="))]
+    trainer = Trainer(script=str(STANDIN_TRAINER), overrides=(
+        *overrides, f"trainer.total_training_steps={steps}", "trainer.save_freq=1", f"+standin.step_s={step_s}",
+        "+standin.resumed_step_s=0.2", f"+standin.entry={spec.trainer.script}"))
+    rehearsed = JobSpec(supervisor=supervisor, trainer=trainer, python=py)
+    return rehearsed.entrypoint, {"env_vars": dict(job["runtime_env"]["env_vars"])}
 
 
 def mounted_somewhere(path: Path) -> bool:

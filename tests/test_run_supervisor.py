@@ -16,7 +16,7 @@ import pytest
 from components.ray_cluster import WORKER_GROUPS_ANNOTATION, groups_digest
 from components.run_supervisor import SCRIPT_FILE
 from stacks import config
-from tests.stack_helpers import run_config
+from tests.stack_helpers import job_spec, run_config
 
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 
@@ -124,14 +124,12 @@ def test_release_access_is_one_raycluster_get_and_patch(run):
     assert binding["roleRef"]["kind"] == "Role"
     off = run_config({"jobReleaseGpus": False})
     assert not off.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-    job = [r for r in off.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0].inputs
-    assert "--release-raycluster" not in job["entrypoint"]
+    assert job_spec({"jobReleaseGpus": False}).supervisor.release_raycluster == ""
 
 
 def test_merge_off_has_no_merged_model_output():
     off = run_config({"jobMergeModel": False})
-    job = [r for r in off.resources if r.type == "pulumi-python:dynamic/verl-gke:RayJob"][0].inputs
-    assert "--merge-to" not in job["entrypoint"] and "mergedModel" not in off.outputs
+    assert job_spec({"jobMergeModel": False}).supervisor.merge_to == "" and "mergedModel" not in off.outputs
 
 
 def test_job_max_recoveries_is_checked_by_the_gate():

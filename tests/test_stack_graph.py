@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import shlex
 
 import pytest
 
 from catalog.paths import COMPLETE_MARKER
-from stacks import config
+from stacks import config, derived
 from stacks.derived import run_paths
 from tests.stack_helpers import STACK_FILES, composed, composed_file
 
@@ -53,8 +52,7 @@ def test_paths_agree_between_staging_recipe_and_raycluster(stack):
     assert flags["--marker-name"] == COMPLETE_MARKER
     assert flags["--model-id"] == cfg.model and flags["--verl-ref"] == cfg.verl_version
 
-    argv = shlex.split(_job(run).inputs["entrypoint"])
-    overrides = dict(o.split("=", 1) for o in argv[argv.index("--") + 4:])  # after -- python3 -m <module>
+    overrides = derived.of(cfg).job.spec.trainer.values()
     assert overrides["actor_rollout_ref.model.path"] == paths.model_dir
     assert overrides["data.train_files"] == paths.train_file
     assert overrides["data.val_files"] == paths.val_file
@@ -74,10 +72,11 @@ def test_paths_agree_between_staging_recipe_and_raycluster(stack):
 def test_job_inputs(stack):
     run, cfg = stack
     job = _job(run).inputs
+    spec = derived.of(cfg).job.spec
+    assert job["entrypoint"] == spec.entrypoint  # what the plan, placement and the rehearsal read is what runs
     assert job["expected_gpus"] == cfg.total_gpus
-    supervisor, trainer = job["entrypoint"].split(" -- ", 1)
     # verl's main_ppo through the shipped entry (TensorBoard's events copied to the bucket), in the supervisor's folder
-    assert re.match(r"python3 /data/scripts/supervisor-[0-9a-f]{12}/verl_main\.py ", trainer), trainer[:200]
+    assert re.fullmatch(r"/data/scripts/supervisor-[0-9a-f]{12}/verl_main\.py", spec.trainer.script)
     assert job["submission_id"].startswith(f"verl-grpo-{cfg.stack}-")
     gke = job["gke"]
     assert gke["service"] == f"{cfg.prefix}-ray-head-svc" and gke["port"] == 8265
@@ -93,24 +92,22 @@ def test_supervisor_agrees_with_staging_raycluster_and_outputs(stack):
     run, cfg = stack
     paths = run_paths(cfg)
     job = _job(run).inputs
-    sup = shlex.split(job["entrypoint"].split(" -- ", 1)[0])
-    flags = {a: (sup[i + 1] if i + 1 < len(sup) and not sup[i + 1].startswith("--") else True)
-             for i, a in enumerate(sup) if a.startswith("--")}
+    spec = derived.of(cfg).job.spec
+    sup = spec.supervisor
     container = _container(run.one(DATA_JOB).inputs)
     args = container["command"] + container.get("args", [])
     shipped = [args[i + 1].split("=", 1)[1] for i, a in enumerate(args) if a == "--ship"]
-    assert sup[:2] == ["python3", shipped[0]] and shipped[0].startswith(paths.scripts_dir + "/supervisor-")
+    assert sup.script == shipped[0] and shipped[0].startswith(paths.scripts_dir + "/supervisor-")
     # the protocol module it imports, the trainer's entry it runs and the NCCL check ship into the same folder
     assert [posixpath.dirname(s) for s in shipped] == [posixpath.dirname(shipped[0])] * 4
     assert [posixpath.basename(s) for s in shipped[1:]] == ["verl_gke_protocol.py", "verl_main.py", "nccl_check.py"]
-    trainer = shlex.split(job["entrypoint"].split(" -- ", 1)[1])
-    assert trainer[:2] == ["python3", shipped[2]]
-    assert flags["--state"].startswith(paths.checkpoint_dir + "/") and flags["--checkpoint-dir"] == paths.checkpoint_dir
-    assert flags["--merge-to"] == paths.merged_dir and flags["--expected-gpus"] == str(cfg.total_gpus)
+    assert spec.trainer.script == shipped[2]
+    assert sup.state.startswith(paths.checkpoint_dir + "/") and sup.checkpoint_dir == paths.checkpoint_dir
+    assert sup.merge_to == paths.merged_dir and sup.expected_gpus == cfg.total_gpus
     ray_cluster = run.one(RAYCLUSTER).inputs
     group = ray_cluster["spec"]["workerGroupSpecs"][0]
-    assert flags["--release-raycluster"] == ray_cluster["metadata"]["name"] == job["scale"]["name"]
-    assert flags["--release-group"] == group["groupName"] == job["scale"]["group"]
+    assert sup.release_raycluster == ray_cluster["metadata"]["name"] == job["scale"]["name"]
+    assert sup.release_group == group["groupName"] == job["scale"]["group"]
     assert job["scale"]["index"] == 0 and job["scale"]["replicas"] == group["replicas"] == cfg.gpu_nodes
     assert job["max_recoveries"] == cfg.job.max_recoveries == 3
     assert run.outputs["mergedModel"].endswith("/" + paths.merged_dir.removeprefix("/data/"))

@@ -53,9 +53,9 @@ def test_prune_without_a_limit_or_a_folder_does_nothing(tmp_path):
 
 def test_the_entrypoint_prunes_to_the_keep_limit_and_bounds_the_merge():
     paths = bucket_paths("b200", "Qwen/Qwen2.5-32B-Instruct", "v0.6.1", run="run-abc")
-    cmd = grpo.supervised("python3 -m verl.trainer.main_ppo", script="/data/scripts/s.py", state="/x.json",
-                          paths=paths, expected_gpus=16, merge=True, release=None, keep=2)
-    args, _ = supervise.parse(["--run-id", "r", "--max-recoveries", "3", *shlex.split(cmd)[2:]])
+    spec = grpo.job_spec([], main_script="/data/scripts/m.py", script="/data/scripts/s.py", state="/x.json",
+                         paths=paths, expected_gpus=16, merge=True, release=None, keep=2)
+    args, _ = supervise.parse(["--run-id", "r", "--max-recoveries", "3", *spec.supervisor.options(), "--", "true"])
     assert args.keep == 2 and args.merge_timeout_s == grpo.MERGE_TIMEOUT_S and args.merge_on_worker
     assert args.checkpoint_dir.endswith("/run-abc") and args.merge_to.endswith("/run-abc")
 

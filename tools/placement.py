@@ -1,9 +1,10 @@
 """Where things run: each process of a run, the pod it lands on, and the mount serving every path it uses.
 
 Derived from the rendered objects of a plan (tools.plan): the pods (the staging Job, the RayCluster's
-head and worker group), their volumes, the PVCs and PVs behind them, and the Ray job's entrypoint
-and runtime env. Nothing here lists a path by hand: each comes from an argument, a Hydra override or
-an environment variable the stack registers. Where each process lands, and why:
+head and worker group), their volumes, the PVCs and PVs behind them, the Ray job's runtime env and its
+command (the plan's `job`: recipe.job_spec, the spec its entrypoint is rendered from). Nothing here lists
+a path by hand: each comes from an argument, a Hydra override or an environment variable the stack
+registers. Where each process lands, and why:
 
 - the job's driver (our run supervisor, and verl's `main_ppo` as its child) on the head: Ray's job
   manager pins a driver to the head node unless the submission asks for entrypoint resources or the
@@ -27,11 +28,11 @@ kubernetes pkg/kubelet/volumemanager/cache/desired_state_of_world.go @00661844, 
 from __future__ import annotations
 
 import posixpath
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.paths import TENSORBOARD_BUCKET_ENV
+from recipe.job_spec import JobSpec
 
 DRIVER_ON_WORKERS_ENV = "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES"
 ENTRYPOINT_RESOURCE_KEYS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
@@ -173,33 +174,25 @@ def processes(plan: dict[str, Any], all_pods: dict[str, Pod]) -> list[Process]:
         p.uses += [Use(a["work-dir"], True, LOCAL, "work-dir")] if "work-dir" in a else []
         procs.append(p)
     job = _job(plan)
-    if job is None or HEAD not in all_pods:
+    if job is None or plan.get("job") is None or HEAD not in all_pods:
         return procs
+    spec = JobSpec.from_dict(plan["job"])
+    sup, hydra = spec.supervisor, spec.trainer.values()
     env = (job.get("runtime_env") or {}).get("env_vars") or {}
-    words = shlex.split(job["entrypoint"])
-    supervisor, trainer = (words[:words.index("--")], words[words.index("--") + 1:]) if "--" in words \
-        else ([], words)
-    sup = _options(supervisor)
-    hydra = dict(w.split("=", 1) for w in trainer if "=" in w and not w.startswith("-"))
     on_workers = any(job.get(k) for k in ENTRYPOINT_RESOURCE_KEYS) or \
         all_pods[HEAD].env.get(DRIVER_ON_WORKERS_ENV) == "1"
     driver_pod = WORKERS if on_workers else HEAD
     driver_why = ("entrypoint resources or " + DRIVER_ON_WORKERS_ENV) if on_workers else \
         "Ray's job manager pins the driver to the head (job_manager.py _get_scheduling_strategy)"
     imports = [Use(env["PYTHONPATH"], False, BUCKET, "PYTHONPATH")] if "PYTHONPATH" in env else []
-    ckpt = sup.get("checkpoint-dir") or hydra.get("trainer.default_local_dir")
-    if supervisor:
-        p = Process("job driver: run supervisor", driver_pod, driver_why)
-        p.uses.append(Use(supervisor[1], False, BUCKET, "script"))
-        if "state" in sup:
-            p.uses.append(Use(sup["state"], True, BUCKET, "--state (recovery budget)"))
-        if ckpt:
-            p.uses.append(Use(ckpt, "keep" in sup, BUCKET, "--checkpoint-dir (tracker; pruning)"))
-        procs.append(p)
-    entry = [Use(trainer[1], False, BUCKET, "trainer script (verl_main.py)")] \
-        if len(trainer) > 1 and trainer[1].endswith(".py") else []
+    ckpt = sup.checkpoint_dir
+    p = Process("job driver: run supervisor", driver_pod, driver_why)
+    p.uses.append(Use(sup.script, False, BUCKET, "script"))
+    p.uses.append(Use(sup.state, True, BUCKET, "--state (recovery budget)"))
+    p.uses.append(Use(ckpt, bool(sup.keep), BUCKET, "--checkpoint-dir (tracker; pruning)"))
+    procs.append(p)
     procs.append(Process("verl main_ppo (driver's child)", driver_pod, "child process of the driver",
-                         [*imports, *entry]))
+                         [*imports, Use(spec.trainer.script, False, BUCKET, "trainer script (verl_main.py)")]))
     head_cpus = all_pods[HEAD].head_cpus
     runner = Process("verl TaskRunner", WORKERS if head_cpus == "0" else HEAD,
                      "a 1-CPU actor (verl main_ppo.py); the head has num-cpus "
@@ -208,8 +201,7 @@ def processes(plan: dict[str, Any], all_pods: dict[str, Pod]) -> list[Process]:
     for key in ("data.train_files", "data.val_files", "actor_rollout_ref.model.path"):
         if key in hydra:
             runner.uses.append(Use(hydra[key], False, BUCKET, key))
-    if ckpt:
-        runner.uses.append(Use(ckpt, True, BUCKET, "trainer.default_local_dir (tracker, dataloader state)"))
+    runner.uses.append(Use(ckpt, True, BUCKET, "trainer.default_local_dir (tracker, dataloader state)"))
     if "TENSORBOARD_DIR" in env:  # the event files, one append per record: the pod's own disk
         runner.uses.append(Use(env["TENSORBOARD_DIR"], True, LOCAL, "TENSORBOARD_DIR"))
     if TENSORBOARD_BUCKET_ENV in env:  # their copies (components/scripts/verl_main.py): the bucket
@@ -224,16 +216,12 @@ def processes(plan: dict[str, Any], all_pods: dict[str, Pod]) -> list[Process]:
                       list(imports))
     if "actor_rollout_ref.model.path" in hydra:
         workers.uses.append(Use(hydra["actor_rollout_ref.model.path"], False, BUCKET, "model weights"))
-    if ckpt:
-        workers.uses.append(Use(ckpt, True, BUCKET, "checkpoint shards"))
+    workers.uses.append(Use(ckpt, True, BUCKET, "checkpoint shards"))
     procs.append(workers)
-    if "merge-to" in sup:
-        merge_pod = WORKERS if "merge-on-worker" in sup else driver_pod
-        merge = Process("model merge", merge_pod, "a 1-GPU Ray task (supervise.py ON_WORKER)" if
-                        merge_pod == WORKERS else "the driver's child", list(imports))
-        if ckpt:
-            merge.uses.append(Use(ckpt, False, BUCKET, "last checkpoint"))
-        merge.uses.append(Use(sup["merge-to"], True, BUCKET, "--merge-to (and its marker)"))
+    if sup.merge_to:  # always with --merge-on-worker (recipe.job_spec)
+        merge = Process("model merge", WORKERS, "a 1-GPU Ray task (supervise.py ON_WORKER)", list(imports))
+        merge.uses.append(Use(ckpt, False, BUCKET, "last checkpoint"))
+        merge.uses.append(Use(sup.merge_to, True, BUCKET, "--merge-to (and its marker)"))
         procs.append(merge)
     return procs
 

@@ -5,6 +5,7 @@
 Runs the real program under Pulumi mocks and writes DIR/plan.json (every registration with
 its inputs, secrets replaced by "[secret]"; "memory": the per-GPU memory breakdown of the GRPO
 run, "sizing": steps, checkpoints, bucket space, GPU-hours and the estimated step time;
+"job": the Ray job's command, typed (recipe.job_spec: the supervisor's options, the trainer's overrides);
 "placement": where each process of the run lands and which mount serves each path it uses,
 tools.placement, whose problems fail the plan; "warnings"),
 DIR/manifests/*.yaml (the Kubernetes objects) and DIR/graph.mmd (components and
@@ -94,12 +95,20 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
         })
     outputs = {k: (mocking.SECRET if k in run.secret_outputs else v) for k, v in run.outputs.items()}
     plan = {"project": stack_config.PROJECT, "stack": stack, "resources": resources, "outputs": outputs,
-            **run_figures(cfg)}
+            **run_figures(cfg), "job": job_spec(cfg)}
     plan["warnings"] = [*plan.get("warnings", []), *quota_values.warnings(cfg.region, wanted),
                         *program_messages(run.logs, cfg.warnings)]
     # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
     secrets = {*secret_keys, *(k.full for k in stack_config.KEYS if k.secret)}
     return scrub(plan, [raw[k] for k in secrets if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
+
+
+def job_spec(cfg: stack_config.StackConfig) -> dict[str, Any] | None:
+    """The Ray job's command as the spec the RayJob's entrypoint is rendered from (None with submitJob off)."""
+    from stacks import derived
+
+    job = derived.of(cfg).job
+    return job.spec.as_dict() if job else None
 
 
 def program_messages(logs: list[tuple[str, str]], printed: tuple[str, ...]) -> list[str]:
