@@ -307,8 +307,9 @@ def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
 
 
 def staging_check(task: TaskSpec, *, train_batch_size: int, max_prompt_length: int) -> dict | None:
-    """What the staging Job copies in and checks (stage_data.py --task): None without gs:// files."""
-    if not task.copies:
+    """What the staging Job checks (stage_data.py --task): the gs:// files it copies in and checks, and the
+    reward's smoke test on the first rows of the data as the pods see it. None: no gs:// file and no reward."""
+    if not task.copies and task.reward is None:
         return None
     return {
         "files": [{"key": f.key, "split": "train" if f is task.train else "val", "source": f.source,
@@ -319,6 +320,11 @@ def staging_check(task: TaskSpec, *, train_batch_size: int, max_prompt_length: i
         "scored_sources": None if task.reward else sorted(VERL_SCORED_SOURCES),
         "scored_prefixes": list(VERL_SCORED_PREFIXES),
         "rows_key": _key("dataTrainRows"), "reward_key": _key("rewardFile"),
+        "reward": None if task.reward is None else {
+            "path": task.reward.in_pod, "function": task.reward_function, "packages": list(task.reward_packages),
+            "key": task.reward.key, "label": task.reward.label, "function_key": _key("rewardFunction"),
+            "data": [{"split": split, "key": f.key, "label": f.label, "path": f.in_pod}
+                     for split, f in (("train", task.train), ("val", task.val))]},
     }
 
 

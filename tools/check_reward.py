@@ -22,8 +22,6 @@ from pathlib import Path
 
 from components.scripts import reward_check, reward_jail
 
-SHOWN_OUTPUT_CHARS = 4000  # of the reward's output, on the terminal
-
 
 def command(stack: str) -> str:
     """`--stack=NAME` in one word: a stack named `-x` must not read as an option."""
@@ -35,17 +33,6 @@ def _timeout(text: str) -> float:
     if not 1 <= value <= 3600:
         raise argparse.ArgumentTypeError("must be between 1 and 3600 seconds")
     return value
-
-
-def output_lines(run: reward_jail.Run) -> list[str]:
-    """The reward's stdout and stderr, escaped and bounded, each line marked as its own."""
-    if not run.output_bytes:
-        return ["output of the reward: none"]
-    text = run.output.decode("utf-8", errors="backslashreplace")
-    kept = f", the first {len(run.output):,} kept" if run.output_bytes > len(run.output) else ""
-    shown = reward_check.printable(text, SHOWN_OUTPUT_CHARS)
-    return [f"output of the reward ({run.output_bytes:,} bytes{kept}; escaped):",
-            *(f"  | {line}" for line in shown.splitlines())]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     held, missing = run.containment()
     print(f"reward {task.reward.key} ({task.reward.label}), function {task.reward_function}: {len(calls)} calls")
     print(*(f"jail: {line}" for line in held), sep="\n")
-    print(*output_lines(run), sep="\n")
+    print(*reward_check.output_lines(run.output, run.output_bytes), sep="\n")
     print(*notes, sep="\n")
     for line in missing:
         print(f"warning: NOT contained: {line}", file=sys.stderr)

@@ -49,6 +49,16 @@ def printable(text: object, limit: int = SHOWN_CHARS) -> str:
     return "".join(out) + (f"... ({len(text):,} characters)" if len(text) > limit else "")
 
 
+def output_lines(output: bytes, total: int, limit: int = 4000) -> list[str]:
+    """The reward's stdout and stderr as the jail kept them (`total` bytes in all), escaped and cut at `limit`
+    characters, each line marked as the reward's own."""
+    if not total:
+        return ["output of the reward: none"]
+    kept = f", the first {len(output):,} kept" if total > len(output) else ""
+    shown = printable(output.decode("utf-8", errors="backslashreplace"), limit)
+    return [f"output of the reward ({total:,} bytes{kept}; escaped):", *(f"  | {line}" for line in shown.splitlines())]
+
+
 # --- the file, read without running it --------------------------------------------------------------
 
 
@@ -243,8 +253,9 @@ def _extra_problem(d: dict) -> str | None:
             shown = key.get("repr") if isinstance(key, dict) else key
             return f"key {_text(shown)} must be a string (verl logs it as a metric name)"
         if key != "score" and item.get("kind") not in ("string", "number"):
-            return (f"{_text(key)} is {_text(item.get('repr'))} ({_text(item.get('type'))}): each extra value must be "
-                    "a number or a string (verl averages it per prompt, metric_utils.py process_validation_metrics)")
+            return (f"{printable(repr(key))} is {_text(item.get('repr'))} ({_text(item.get('type'))}): each extra "
+                    "value must be a number or a string (verl averages it per prompt, metric_utils.py "
+                    "process_validation_metrics)")
     return None
 
 
@@ -258,7 +269,7 @@ def _shape(d: dict) -> dict | None:
 def _show(shape: dict | None) -> str:
     if shape is None:
         return "a plain number"
-    return "a dict with " + ", ".join(f"{_text(k)} ({kind})" for k, kind in sorted(shape.items()))
+    return "a dict with " + ", ".join(f"{printable(repr(k))} ({kind})" for k, kind in sorted(shape.items()))
 
 
 _LOAD_KINDS = ("loaded", "import_error", "missing_module", "no_function", "bad_signature")

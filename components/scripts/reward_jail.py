@@ -142,7 +142,7 @@ _NAMESPACES: dict[str, str] = {}
 def namespaces_problem() -> str:
     """Why the keeper cannot have its own user, PID, mount and network namespaces here ("" when it can)."""
     if "answer" not in _NAMESPACES:
-        if shutil.which("unshare", path=PATH) is None:
+        if shutil.which(UNSHARE[0], path=PATH) is None:
             why = "the unshare command (util-linux) is not installed"
         else:
             try:
