@@ -168,3 +168,24 @@ def test_a_layer_the_machine_lacks_is_said_out_loud(tmp_path, capsys, monkeypatc
     assert rc == 0
     assert "warning: NOT contained: no namespaces (the unshare command (util-linux) is not installed): the " \
            "network is reachable" in err
+
+
+def test_the_readmes_own_task_commands_run_as_written(tmp_path, capsys, monkeypatch):
+    """The README's "Your own data and reward" block: its `pulumi config set` lines on the dev stack, then the
+    reward check as written (the stack file read from a copy of the project's, where the lines write)."""
+    import re
+    import shlex
+
+    from tools import plan as plan_tool
+
+    section = (ROOT / "README.md").read_text().partition("## Your own data and reward")[2]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1).splitlines()
+    keys = {words[3]: words[4] for words in map(shlex.split, block) if words[:3] == ["pulumi", "config", "set"]}
+    assert set(keys) == {"dataTrainFile", "dataValFile", "rewardFile", "grpoTrainBatchSize"}
+    text = (ROOT / "Pulumi.dev.yaml").read_text().replace("  verl-gke:grpoTrainBatchSize: 64\n", "")
+    (tmp_path / "Pulumi.dev.yaml").write_text(text + "".join(f"  verl-gke:{k}: {v}\n" for k, v in keys.items()))
+    monkeypatch.setattr(plan_tool, "ROOT", tmp_path)
+    (command,) = [line for line in block if "tools.check_reward" in line]
+    assert check_reward.main(shlex.split(command)[3:]) == 0, capsys.readouterr().err
+    assert "reward smoke test passed: reward.py:compute_score" in capsys.readouterr().out
+

@@ -331,6 +331,7 @@ def test_the_plan_and_preview_never_run_the_reward(files, tmp_path, capsys):
         f"    open({str(ran)!r}, 'a').write('called\\n')\n    return 1.0\n"))
     stack = write_stack(tmp_path, files)
     assert plan_tool.main(["--stack", "dev", "--config", str(stack), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert not ran.exists()
     assert "reward smoke test (your code, run contained): venv/bin/python -m tools.check_reward --stack=dev" in \
         capsys.readouterr().out
     mocking.run(lambda: program(allow_placeholder_project=True), dev_raw(**files), "dev", [], project=config.PROJECT,
