@@ -22,6 +22,7 @@ import copy
 import hashlib
 import keyword
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,6 +251,12 @@ def names(task: TaskSpec) -> reward_check.Names:
         reward_key=task.reward.key, reward_label=task.reward.label, function_key=_key("rewardFunction"),
         function=task.reward_function, packages=task.reward_packages,
         files={"train": (task.train.key, task.train.label), "val": (task.val.key, task.val.label)})
+
+
+def check_command(stack: str) -> str:
+    """The offline smoke test of the stack's reward (tools.check_reward); `--stack=NAME` in one word, so a stack
+    named `-x` stays an argument (as stacks.compose.watch_command)."""
+    return f"venv/bin/python -m tools.check_reward --stack={shlex.quote(stack)}"
 
 
 def smoke_cases(inspection: Inspection) -> list[dict]:

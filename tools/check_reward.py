@@ -16,16 +16,10 @@ Exit 0: the smoke test passed (or could not call the function only because the d
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
 from components.scripts import reward_check, reward_jail
-
-
-def command(stack: str) -> str:
-    """`--stack=NAME` in one word: a stack named `-x` must not read as an option."""
-    return f"venv/bin/python -m tools.check_reward --stack={shlex.quote(stack)}"
 
 
 def _timeout(text: str) -> float:

@@ -161,8 +161,8 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     # The data the run trains on: GSM8K's figures or what stacks.dataset read from the stack's files.
     dataset = {**cfg.data.as_dict(), "notes": list(cfg.task_notes)}
     if cfg.task is not None and cfg.task.reward is not None:  # the plan never runs it: say what does
-        from tools import check_reward
-        dataset["notes"].append(f"reward smoke test (your code, run contained): {check_reward.command(cfg.stack)} "
+        from stacks.dataset import check_command
+        dataset["notes"].append(f"reward smoke test (your code, run contained): {check_command(cfg.stack)} "
                                 "(with the plan's --config, if it had one)")
     if spec is None:
         return {"memory": None, "sizing": None, "dataset": dataset, "warnings": list(cfg.warnings)}
