@@ -102,9 +102,10 @@ class Run:
                         "in /proc, every process it starts ended with the jail")
         else:
             tcp = " (but TCP: Landlock refuses it)" if jail.get("tcp_refused") else ""
+            unless = "" if jail.get("signals_scoped") else " (unless it kills the keeper first)"
             missing.append(f"no namespaces ({self.namespaces or 'the keeper is not PID 1'}): the network is "
                            f"reachable{tcp}, other processes are visible in /proc, and what it starts is ended by the "
-                           "keeper's sweep (a child subreaper) instead of with a PID namespace")
+                           f"keeper's sweep (a child subreaper){unless} instead of with a PID namespace")
         if jail.get("landlock_abi"):
             extra = ("; TCP refused" if jail.get("tcp_refused") else "") + \
                 ("; no signal or abstract socket outside the jail" if jail.get("signals_scoped") else "")
@@ -364,6 +365,24 @@ class _Answers:
         return answer, ""
 
 
+def _send(fd: int, data: bytes, deadline: float) -> bool:
+    """Write all of `data` to the non-blocking `fd` by the deadline; False if the reader is gone or too slow."""
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+            continue
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        left = deadline - time.monotonic()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_WRITE)
+            if left <= 0 or not sel.select(left):
+                return False
+    return True
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -441,18 +460,16 @@ def keep(request_path: str, report_fd: int) -> int:
         if landlock is not None:
             os.close(landlock.fd)
     answers = _Answers(a_r, start + float(request["timeout_s"]))
-    questions = os.fdopen(q_w, "w", encoding="utf-8")
+    os.set_blocking(q_w, False)  # a reward that stops reading must not hold the keeper past its deadline
     timed_out = False
     for case, kwargs in [(None, None), *enumerate(request["cases"])]:
         nonce = secrets.token_hex(16)
         question = ({"op": "load", "nonce": nonce, "keywords": request["keywords"]} if case is None
                     else {"op": "call", "nonce": nonce, "kwargs": kwargs})
-        try:
-            questions.write(json.dumps(question, default=str) + "\n")
-            questions.flush()
-        except OSError:
-            pass  # it is gone: the answer below says so
-        answer, why = answers.next(nonce)
+        if not _send(q_w, (json.dumps(question, default=str) + "\n").encode(), answers.deadline):
+            answer, why = None, "timeout" if time.monotonic() >= answers.deadline else "its process ended"
+        else:
+            answer, why = answers.next(nonce)
         if answer is None:
             timed_out = why == "timeout"
             say({"frame": "broken", "case": case, "why": why})
@@ -460,11 +477,8 @@ def keep(request_path: str, report_fd: int) -> int:
         say({"frame": "answer", "case": case, "answer": answer})
         if answer.get("kind") not in ("loaded", "answer"):
             break
-    try:
-        questions.write(json.dumps({"op": "exit"}) + "\n")
-        questions.close()
-    except OSError:
-        pass
+    _send(q_w, b'{"op": "exit"}\n', time.monotonic())
+    os.close(q_w)
     try:
         exit_code = proc.wait(timeout=0 if timed_out else max(0.0, min(2.0, answers.deadline - time.monotonic())))
     except subprocess.TimeoutExpired:
