@@ -304,12 +304,14 @@ def test_output_is_bounded_in_memory_and_escaped(tmp_path, mode):
             sys.stdout.write(chunk)
         sys.stdout.flush()
     """)
-    caller = ("import json, resource; from pathlib import Path; from components.scripts import reward_check, "
+    # VmHWM, the peak of this process's own memory (ru_maxrss carries the forking parent's peak across exec).
+    caller = ("import json; from pathlib import Path; from components.scripts import reward_check, "
               "reward_jail\n"
               f"run = reward_jail.run(Path({str(path)!r}), 'compute_score', {KEYWORDS!r}, [{CALL!r}], 120, "
               f"**{mode!r})\n"
-              "print(json.dumps([run.output_bytes, len(run.output), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
-              " reward_check.output_lines(run.output, run.output_bytes)]))\n")
+              "peak = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM'))\n"
+              "print(json.dumps([run.output_bytes, len(run.output), peak, "
+              "reward_check.output_lines(run.output, run.output_bytes)]))\n")
     done = subprocess.run([sys.executable, "-c", caller], cwd=ROOT, capture_output=True, text=True, timeout=300)
     total, kept, max_rss_kib, lines = json.loads(done.stdout)
     assert total >= 200 << 20 and kept == reward_jail.OUTPUT_LIMIT
