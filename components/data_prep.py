@@ -1,6 +1,7 @@
 """DataPrep: an in-cluster Job on CPU nodes that stages the verl source, the model weights and the
 GSM8K parquet files into the training bucket (GCS FUSE PVC at MOUNT), or copies in and checks the
-stack's gs:// task files (step "task", with components/scripts/task_check.py shipped next to the script).
+stack's gs:// task files and smoke-tests its reward (step "task", with components/scripts/task_check.py and,
+for a reward, reward_check.py, reward_jail.py and reward_run.py shipped next to the script).
 
 The Job runs components/scripts/stage_data.py, shipped in a ConfigMap (the file is the single
 source). Every folder it writes carries COMPLETE_MARKER, so a rerun skips what is staged and
@@ -32,9 +33,12 @@ from components.problems import Problem, require
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
 SCRIPT_KEY = "stage_data.py"
 # The parquet checks the "task" step runs on gs:// task files (the plan's own, components/scripts/task_check.py),
-# shipped next to the script when the stack has such files.
+# shipped next to the script when the stack has such files, and the reward's smoke test in its jail, when it
+# has a reward file.
 CHECK_FILE = SCRIPT_FILE.parent / "task_check.py"
 CHECK_KEY = "task_check.py"
+REWARD_FILES = tuple(SCRIPT_FILE.parent / n for n in ("reward_check.py", "reward_jail.py", "reward_run.py"))
+SHIPPED_KEYS = (SCRIPT_KEY, CHECK_KEY, *(f.name for f in REWARD_FILES))
 SCRIPTS_DIR = "/scripts"  # the ConfigMap, read-only
 SCRATCH_DIR = "/scratch"  # emptyDir: temp clone, preprocessing, HF datasets cache
 HF_HOME = posixpath.join(SCRATCH_DIR, "huggingface")
@@ -88,7 +92,8 @@ class DataPrepArgs:
     extra_files: dict[str, str] = field(default_factory=dict)
     # False when the stack trains on its own files (components.task_files uploads them): GSM8K is not staged.
     stage_gsm8k: bool = True
-    # stacks.dataset.staging_check(...): gs:// task files to copy in and check (step "task"); None: none.
+    # stacks.dataset.staging_check(...): gs:// task files to copy in and check and the reward to smoke-test
+    # (step "task"); None: none.
     task_check: dict | None = None
 
     def problems(self) -> list[Problem]:
@@ -121,7 +126,7 @@ class DataPrep(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
             metadata={"namespace": args.namespace, "labels": LABELS},
-            data={SCRIPT_KEY: script, **({CHECK_KEY: CHECK_FILE.read_text()} if args.task_check else {}),
+            data={SCRIPT_KEY: script, **{f.name: f.read_text() for f in _checks(args.task_check)},
                   **{_extra_key(dest): text for dest, text in args.extra_files.items()}},
             immutable=True,
             opts=child,
@@ -241,6 +246,13 @@ def command_flags(args: DataPrepArgs) -> list[str]:
     ]
 
 
+def _checks(task_check: dict | None) -> list[Path]:
+    """The scripts step "task" imports, shipped next to stage_data.py."""
+    if not task_check:
+        return []
+    return [CHECK_FILE, *(REWARD_FILES if task_check.get("reward") else ())]
+
+
 def _extra_key(dest: str) -> str:
     """The ConfigMap key of an extra file: its file name."""
     return posixpath.basename(dest)
@@ -276,17 +288,21 @@ def _problems(args: DataPrepArgs) -> list[Problem]:
     keys = [_extra_key(dest) for dest in args.extra_files]
     for dest in args.extra_files:
         if (posixpath.normpath(dest) != dest or not dest.startswith(MOUNT + "/")
-                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) in (SCRIPT_KEY, CHECK_KEY)
+                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) in SHIPPED_KEYS
                 or keys.count(_extra_key(dest)) > 1):
             found.append(("extra_files", f"{dest!r} must be a normalised path under {MOUNT}/ whose file name is a "
-                          f"unique ConfigMap key other than {SCRIPT_KEY} and {CHECK_KEY}"))
+                          f"unique ConfigMap key other than {', '.join(SHIPPED_KEYS)}"))
     if args.task_check is not None:
-        files = args.task_check.get("files") if isinstance(args.task_check, dict) else None
-        if not files or not all(
-                str(f.get("source", "")).startswith("gs://")
-                and str(f.get("path", "")).startswith(posixpath.join(MOUNT, TASKS_DIR) + "/") for f in files):
-            found.append(("task_check", f"must be stacks.dataset.staging_check(...): gs:// files copied "
-                          f"under {posixpath.join(MOUNT, TASKS_DIR)}/"))
+        tasks = posixpath.join(MOUNT, TASKS_DIR) + "/"
+        spec = args.task_check if isinstance(args.task_check, dict) else {}
+        files, reward = spec.get("files"), spec.get("reward")
+        if not isinstance(files, list) or not (files or reward) or not all(
+                str(f.get("source", "")).startswith("gs://") and str(f.get("path", "")).startswith(tasks)
+                for f in files) or (reward is not None and not (
+                    isinstance(reward, dict) and str(reward.get("path", "")).startswith(tasks)
+                    and all(str(f.get("path", "")).startswith(tasks) for f in reward.get("data", [])))):
+            found.append(("task_check", f"must be stacks.dataset.staging_check(...): gs:// files copied under "
+                          f"{tasks} and a reward (with its data) read from there"))
 
     if not isinstance(args.stage_gsm8k, bool):
         found.append(("stage_gsm8k", "must be true or false"))

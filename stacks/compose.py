@@ -114,20 +114,22 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     # selector (d.cpu_selector) names the CPU pool by its constant name on Standard, so the Job need
     # not wait for the pool resource.
     task_check, source_access = _task_sources(d, storage)
-    prep = DataPrep("data-prep", component_rules.data_prep_args(
-        cfg, namespace=storage.namespace, service_account=storage.ksa_name, pvc_name=storage.writer_pvc_name,
-        hf_secret_name=storage.hf_secret_name, hf_secret_key=storage.hf_secret_key,
-        bucket_name=storage.bucket_name, task_check=task_check,
-    ), opts=pulumi.ResourceOptions(provider=cluster.provider,
-                                   # Hugging Face and the git clone of verl go out through the region's NAT.
-                                   depends_on=[storage, *image_deps, *network.handle.egress,
-                                               *([source_access] if source_access else [])]))
     # The stack's own data and reward, checked offline by config.load, uploaded content-addressed.
     task_files = None if cfg.task is None else TaskFiles("task-files", TaskFilesArgs(
         bucket=storage.bucket_name,
         files=tuple(TaskUpload(role, Path(f.asset_path), f.object_name) for role, f in
                     (("train", cfg.task.train), ("val", cfg.task.val), ("reward", cfg.task.reward))
                     if f and not f.source)))
+    # The reward's smoke test reads the uploaded reward and rows: staging waits for the uploads.
+    uploads = [task_files] if task_files and task_check and task_check.get("reward") else []
+    prep = DataPrep("data-prep", component_rules.data_prep_args(
+        cfg, namespace=storage.namespace, service_account=storage.ksa_name, pvc_name=storage.writer_pvc_name,
+        hf_secret_name=storage.hf_secret_name, hf_secret_key=storage.hf_secret_key,
+        bucket_name=storage.bucket_name, task_check=task_check,
+    ), opts=pulumi.ResourceOptions(provider=cluster.provider,
+                                   # Hugging Face and the git clone of verl go out through the region's NAT.
+                                   depends_on=[storage, *image_deps, *network.handle.egress, *uploads,
+                                               *([source_access] if source_access else [])]))
 
     ray = RayCluster("ray", component_rules.ray_cluster_args(
         cfg, namespace=storage.namespace, service_account=storage.ksa_name, pvc_name=storage.pvc_name,

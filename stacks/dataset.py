@@ -9,8 +9,9 @@ dict with "score" (verl/workers/reward_manager/naive.py).
 
 `inspect_task` reads the files offline (the plan and `pulumi preview` both run it through
 stacks.config.load): the schema and types with a bounded scan, the rows, the prompt lengths as an
-estimate without the tokenizer, and a smoke test of the reward function on a few real rows with a
-made-up response, in a subprocess with a timeout and no credentials in its environment.
+estimate without the tokenizer, and the reward file without running it (components/scripts/reward_check.py:
+it parses and takes verl's keywords). The reward's smoke test on real rows runs where user code may run,
+contained (components/scripts/reward_jail.py): tools.check_reward, on `smoke_cases`, and the staging Job.
 `facts` then turns the reading into the DatasetFacts the recipe, the memory model and the sizing use.
 Every problem names the config key, the file, and where it can the row and the column.
 """
@@ -19,19 +20,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import keyword
-import os
 import re
-import signal
-import subprocess
-import sys
-import tempfile
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.datasets import VERL_SCORED_PREFIXES, VERL_SCORED_SOURCES, DatasetFacts
 from catalog.paths import task_copy, task_file
+from components.scripts import reward_check
 
 # The parquet checks live with the staging script, which runs them on gs:// files in the cluster.
 from components.scripts.task_check import (  # noqa: F401 - re-exported: one place for each check
@@ -49,8 +46,6 @@ from components.scripts.task_check import (  # noqa: F401 - re-exported: one pla
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is: the CLI runs the program here
-PROBE = Path(__file__).resolve().parent / "reward_probe.py"
-PROBE_TIMEOUT_S = 120.0  # import + a handful of calls; generous for a loaded machine
 VERL_SOURCE_GB = 0.01  # verl's source, staged next to the data
 
 
@@ -142,7 +137,7 @@ def identifier_problem(name: str) -> str | None:
 # cloud.google.com/storage/docs/buckets#naming) and an object name without gsutil wildcards or a
 # trailing slash (a folder is not a file).
 _GS_URL = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])/([^*?\[\]#\x00-\x1f\x7f]*[^/*?\[\]#\x00-\x1f\x7f])")
-GS_ROLES = ("train.parquet", "val.parquet")  # only the data may be a gs:// URL: the reward is smoke-tested here
+GS_ROLES = ("train.parquet", "val.parquet")  # only the data may be a gs:// URL: the plan reads the reward
 
 
 def resolve_file(key: str, value: str, role_name: str, problems: list[str]) -> TaskFile | None:
@@ -157,7 +152,7 @@ def resolve_file(key: str, value: str, role_name: str, problems: list[str]) -> T
     if "://" in value:
         allowed = ("a local path (uploaded by `pulumi up`) or gs://<bucket>/<object> (copied in during staging)"
                    if role_name in GS_ROLES else "a local path to the file, which `pulumi up` uploads to the "
-                   "stack's bucket (the plan smoke-tests it, so it must be here)")
+                   "stack's bucket (the plan checks it, so it must be here)")
         problems.append(f"{key} = {value!r}: must be {allowed}")
         return None
     path = Path(value).expanduser()
@@ -202,17 +197,15 @@ def _sha256(path: Path) -> str:
 _READINGS: dict[tuple, Inspection] = {}  # one reading per content in a process (the plan loads a stack often)
 
 
-def inspect_task(task: TaskSpec, timeout_s: float | None = None) -> Inspection:
-    """Read both files and smoke-test the reward (what does not depend on the GRPO settings)."""
-    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
-    key = (tuple((f.key, str(f.local), f.sha256) for f in task.files), task.reward_function,
-           task.reward_packages, timeout_s)
+def inspect_task(task: TaskSpec) -> Inspection:
+    """Read both files and the reward, without running it (what does not depend on the GRPO settings)."""
+    key = (tuple((f.key, str(f.local), f.sha256) for f in task.files), task.reward_function, task.reward_packages)
     if key not in _READINGS:
-        _READINGS[key] = _inspect(task, timeout_s)
+        _READINGS[key] = _inspect(task)
     return copy.deepcopy(_READINGS[key])
 
 
-def _inspect(task: TaskSpec, timeout_s: float) -> Inspection:
+def _inspect(task: TaskSpec) -> Inspection:
     out = Inspection()
     for split, f in (("train", task.train), ("val", task.val)):
         if f.source:  # no credentials here: the staging Job checks its copy (components/scripts/task_check.py)
@@ -236,116 +229,40 @@ def _inspect(task: TaskSpec, timeout_s: float) -> Inspection:
                         "scorer in verl (verl/utils/reward_score/__init__.py default_compute_score raises "
                         "NotImplementedError): set rewardFile to your reward function")
         return out
-    cases = []
-    for split in ("train", "val"):
-        reading = out.readings.get(split, FileReading())
-        for sample in reading.samples[: PROBE_ROWS if split == "train" else 1]:
-            cases += _cases(split, sample)
-    if not cases:  # gs:// data only: the probe still imports the file and checks the function's signature
-        out.notes.append(f"{task.reward.key} ({task.reward.label}): imported and its signature checked; not called "
-                         "on rows (the data is gs://, which the plan does not read)")
-    result = probe_reward(task.reward.local, task.reward_function, cases, timeout_s)
-    _judge_probe(task, result, out)
+    # Read, never run: neither the plan nor `pulumi preview`/`up` executes the user's code (tools.check_reward
+    # and the staging Job run the smoke test, contained: components/scripts/reward_jail.py).
+    result = reward_check.static_check(str(task.reward.local), task.reward_function)
+    problems, warnings, notes = reward_check.judge(result, names(task))
+    out.problems += problems
+    out.warnings += warnings
+    out.notes += notes
+    if not problems:
+        shown = result["signature"] or task.reward_function
+        out.notes.append(f"{task.reward.key} ({task.reward.label}): {shown} read without running it (the plan and "
+                         "`pulumi preview`/`up` never run your code); its smoke test on real rows runs in the staging "
+                         "Job during `pulumi up`, and offline, contained, with tools.check_reward")
     return out
 
 
-def _cases(split: str, sample: dict) -> list[dict]:
-    """Two made-up responses per row: one that states the ground truth, one that is empty."""
-    truth = sample["reward_model"]["ground_truth"]
-    extra = dict(sample.get("extra_info") or {})
-    # What verl's naive reward manager adds to extra_info before the call (naive.py).
-    extra.update(num_turns=None, rollout_reward_scores={})
-    base = {"split": split, "row": sample["row"], "data_source": sample["data_source"],
-            "ground_truth": truth, "extra_info": extra}
-    stated = f"Let me work it out step by step.\nThe answer is {truth}.\n#### {truth}"
-    return [{**base, "solution_str": stated}, {**base, "solution_str": ""}]
+def names(task: TaskSpec) -> reward_check.Names:
+    """How the reward checks' messages name the stack's reward and data."""
+    assert task.reward is not None
+    return reward_check.Names(
+        reward_key=task.reward.key, reward_label=task.reward.label, function_key=_key("rewardFunction"),
+        function=task.reward_function, packages=task.reward_packages,
+        files={"train": (task.train.key, task.train.label), "val": (task.val.key, task.val.label)})
 
 
-def probe_env(home: str) -> dict[str, str]:
-    """The reward's environment: no credential of any kind, a scratch HOME (no ~/.config/gcloud,
-    ~/.netrc, ~/.cache/huggingface token), no proxy or cloud variables from the caller."""
-    return {"PATH": os.environ.get("PATH", os.defpath), "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "CLOUDSDK_CONFIG": os.path.join(home, "gcloud"),
-            "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+def check_command(stack: str) -> str:
+    """The offline smoke test of the stack's reward (tools.check_reward); `--stack=NAME` in one word, so a stack
+    named `-x` stays an argument (as stacks.compose.watch_command)."""
+    return f"venv/bin/python -m tools.check_reward --stack={shlex.quote(stack)}"
 
 
-def probe_reward(reward: Path, function: str, cases: list[dict], timeout_s: float) -> dict:
-    """Run stacks/reward_probe.py on the cases: -I (no user site, no PYTHON* variables), a fresh
-    folder as cwd and HOME, the environment of probe_env, killed with its process group on timeout."""
-    with tempfile.TemporaryDirectory(prefix="verl-gke-reward-") as home:
-        result_path = os.path.join(home, "result.json")
-        request = json.dumps({"file": str(reward), "function": function, "cases": cases}, default=str)
-        proc = subprocess.Popen([sys.executable, "-I", str(PROBE), result_path], cwd=home, env=probe_env(home),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-        try:
-            output, _ = proc.communicate(request, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the probe and anything the reward started
-            proc.communicate()
-            return {"status": "timeout", "detail": f"no answer within {timeout_s:g} s"}
-        try:
-            with open(result_path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            tail = (output or "").strip()[-600:]
-            return {"status": "crashed", "detail": f"exit code {proc.returncode}; output: {tail or '(none)'}"}
-
-
-# What the probe found wrong with the function itself, said after "rewardFunction = '<name>': " ({at} names
-# the row and made-up response it answered on, where the probe says).
-_FUNCTION_PROBLEMS = {
-    "no_function": "{where} defines no such function ({detail})",
-    "bad_signature": "{detail}; verl calls it as fn(data_source=..., solution_str=..., ground_truth=..., "
-                     "extra_info=...) (verl/workers/reward_manager/naive.py)",
-    "bad_return": "returned {detail}{at}; verl needs a number or a dict with a numeric \"score\" "
-                  "(verl/workers/reward_manager/naive.py)",
-    "bad_extra": "its dict answer{at}: {detail}",
-    "inconsistent": "answered {detail}{at}; verl keeps one list per key of a dict answer and its validation "
-                    "asserts each holds one value per response (verl/trainer/ppo/ray_trainer.py _validate), so "
-                    "every call must answer a number, or a dict with the same keys",
-}
-
-
-def _judge_probe(task: TaskSpec, result: dict, out: Inspection) -> None:
-    reward = task.reward
-    assert reward is not None
-    fn_key = _key("rewardFunction")
-    where = f"{reward.key} ({reward.local.name})"
-    status, detail = result.get("status"), result.get("detail", "")
-    at = ""
-    if "case" in result:
-        case = result["case"]
-        f = task.train if case["split"] == "train" else task.val
-        at = (f" on {f.key} ({f.label}) row {case['row']} with the made-up response "
-              f"{case['solution_str'][:60]!r}")
-    if status == "ok" and result.get("calls", 0):
-        out.notes.append(f"reward smoke test passed: {reward.local.name}:{task.reward_function} answered "
-                         f"{', '.join(map(str, result.get('scores', [])))} on {result.get('calls', 0)} made-up "
-                         "responses to real rows")
-    elif status == "ok":
-        pass  # no rows to call it on: the note above says so
-    elif status == "missing_module":
-        module = result.get("module", "")
-        top = module.split(".")[0]
-        text = (f"{where} imports {module!r}, which is not installed here, so {task.reward_function} was not "
-                f"smoke-tested{at}")
-        if top in task.reward_packages:
-            out.notes.append(text + f" ({top} is declared in rewardPackages: the image provides it)")
-        else:
-            out.warnings.append(text + ". Fine if the container image has it (verl's image ships torch, "
-                                "transformers, numpy, ...): declare it in rewardPackages to say so")
-    elif status in _FUNCTION_PROBLEMS:
-        said = _FUNCTION_PROBLEMS[status].format(where=where, detail=detail, at=at)
-        out.problems.append(f"{fn_key} = {task.reward_function!r}: {said}")
-    elif status in ("import_error", "raised"):
-        what = "failed to import" if status == "import_error" else f"{task.reward_function} raised"
-        out.problems.append(f"{where}: {what}{at}: {detail}")
-    elif status == "timeout":
-        out.problems.append(f"{where}: the reward smoke test got {detail}: its import or a call on a real row "
-                            "hangs or is far too slow (verl calls it once per generated response)")
-    else:
-        out.problems.append(f"{where}: the reward smoke test crashed ({detail})")
+def smoke_cases(inspection: Inspection) -> list[dict]:
+    """The reward smoke test's calls: made-up responses to the first rows of the local files (none for gs://
+    files, which only the staging Job reads)."""
+    return reward_check.cases({split: r.samples for split, r in inspection.readings.items()}, PROBE_ROWS)
 
 
 def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
@@ -397,8 +314,9 @@ def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
 
 
 def staging_check(task: TaskSpec, *, train_batch_size: int, max_prompt_length: int) -> dict | None:
-    """What the staging Job copies in and checks (stage_data.py --task): None without gs:// files."""
-    if not task.copies:
+    """What the staging Job checks (stage_data.py --task): the gs:// files it copies in and checks, and the
+    reward's smoke test on the first rows of the data as the pods see it. None: no gs:// file and no reward."""
+    if not task.copies and task.reward is None:
         return None
     return {
         "files": [{"key": f.key, "split": "train" if f is task.train else "val", "source": f.source,
@@ -409,6 +327,11 @@ def staging_check(task: TaskSpec, *, train_batch_size: int, max_prompt_length: i
         "scored_sources": None if task.reward else sorted(VERL_SCORED_SOURCES),
         "scored_prefixes": list(VERL_SCORED_PREFIXES),
         "rows_key": _key("dataTrainRows"), "reward_key": _key("rewardFile"),
+        "reward": None if task.reward is None else {
+            "path": task.reward.in_pod, "function": task.reward_function, "packages": list(task.reward_packages),
+            "key": task.reward.key, "label": task.reward.label, "function_key": _key("rewardFunction"),
+            "data": [{"split": split, "key": f.key, "label": f.label, "path": f.in_pod}
+                     for split, f in (("train", task.train), ("val", task.val))]},
     }
 
 

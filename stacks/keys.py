@@ -197,7 +197,7 @@ KEYS: tuple[Key, ...] = (
         "Name of the reward function in rewardFile: fn(data_source, solution_str, ground_truth, extra_info) "
         "returning a number or a dict with \"score\"."),
     Key("rewardPackages", "array", [],
-        "Modules rewardFile imports that only the container image has (the offline smoke test skips them)."),
+        "Modules rewardFile imports that only the container image has (the offline checks do not warn about them)."),
     Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step).", minimum=1, **_ROWS),
     Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt).", minimum=1,
         maximum=1024, why="responses per prompt; more is a typo"),

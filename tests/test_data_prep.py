@@ -290,6 +290,9 @@ DEV_PATHS = bucket_paths("dev", "Qwen/Qwen2.5-1.5B-Instruct", VERL_VERSION)
     ("task_check", {"task_check": {"files": [{"source": "s3://b/o", "path": "/data/tasks/gs-x/train.parquet"}]}}),
     ("task_check", {"task_check": {"files": [{"source": "gs://b/o", "path": "/data/models/train.parquet"}]}}),
     ("task_check", {"task_check": {"files": []}}),
+    ("task_check", {"task_check": {"files": [], "reward": {"path": "/tmp/reward.py", "data": []}}}),
+    ("task_check", {"task_check": {"files": [], "reward": {"path": "/data/tasks/a/reward.py",
+                                                           "data": [{"path": "/home/me/train.parquet"}]}}}),
 ])
 def test_bad_args_are_named_and_create_nothing(arg, overrides):
     errors = []
@@ -420,3 +423,20 @@ def test_gs_task_files_add_the_task_step_and_ship_the_checker():
     assert "--task" not in plain and "--steps" not in plain  # GSM8K stacks: unchanged flags
     (cm,) = [r for r in run_data_prep().resources if r.type == "kubernetes:core/v1:ConfigMap"]
     assert "task_check.py" not in cm.inputs["data"]
+    assert "reward_jail.py" not in cm.inputs["data"]  # no reward: no jail shipped
+
+
+def test_a_reward_ships_its_jail_next_to_the_script():
+    """Issue 45: the staging Job smoke-tests the uploaded reward, contained, before the GRPO job."""
+    spec = {"files": [], "train_batch_size": 2, "max_prompt_length": 512, "scored_sources": None,
+            "scored_prefixes": [], "rows_key": "k", "reward_key": "r",
+            "reward": {"path": "/data/tasks/a/reward.py", "function": "compute_score", "packages": [], "key": "r",
+                       "label": "reward.py", "function_key": "f",
+                       "data": [{"split": "train", "key": "t", "label": "t", "path": "/data/tasks/b/train.parquet"},
+                                {"split": "val", "key": "v", "label": "v", "path": "/data/tasks/c/val.parquet"}]}}
+    run = run_data_prep(stage_gsm8k=False, task_check=spec)
+    args = container(run)["args"]
+    assert args[args.index("--steps") + 1] == "verl,model,task"
+    (cm,) = [r for r in run.resources if r.type == "kubernetes:core/v1:ConfigMap"]
+    for name in ("task_check.py", "reward_check.py", "reward_jail.py", "reward_run.py"):
+        assert cm.inputs["data"][name] == (SCRIPT.parent / name).read_text()

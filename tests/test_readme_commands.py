@@ -78,6 +78,8 @@ RUN_BY = [
     (r"venv/bin/python -m pytest", ".ci/run"),
     (r"venv/bin/python -m tools\.(plan|destroy) --stack [\w-]+( --quiet)?",
      "tests/test_readme_commands.py::test_the_front_pages_tool_commands_run_as_written"),
+    (r"venv/bin/python -m tools\.check_reward --stack [\w-]+",
+     "tests/test_check_reward.py::test_the_readmes_own_task_commands_run_as_written"),
     (r"venv/bin/python -m tools\.watch --stack [\w-]+",
      "tests/test_watch.py::test_watch_through_the_api_server_proxy_from_stack_outputs"),
     (r"pulumi stack select [\w-]+ --create",

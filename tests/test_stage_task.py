@@ -14,6 +14,7 @@ import base64
 import hashlib
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -299,3 +300,61 @@ def test_a_refused_connection_is_retried_then_fails_naming_the_file(stage, gcs):
     assert result.returncode == 1
     assert "retry 1/1" in result.stderr and "Connection refused" in result.stderr
     assert TRAIN in result.stderr and not stage.train.parent.joinpath(MARKER).exists()
+
+
+# --- issue 45: the reward's smoke test, in the staging Job ---------------------------------------------
+
+
+def smoke(tmp_path: Path, body: str, env: dict | None = None, packages: tuple = ()) -> subprocess.CompletedProcess:
+    """Step "task" with no gs:// file and a reward: the uploaded files as the pods see them (local paths here)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    parquet([row(i) for i in range(40)], data, "train.parquet")
+    parquet([row(i) for i in range(8)], data, "val.parquet")
+    (data / "reward.py").write_text(body)
+    spec = {"files": [], "train_batch_size": 16, "max_prompt_length": 512, "scored_sources": None,
+            "scored_prefixes": [], "rows_key": ROWS_KEY, "reward_key": REWARD_KEY,
+            "reward": {"path": str(data / "reward.py"), "function": "compute_score", "packages": list(packages),
+                       "key": REWARD_KEY, "label": "reward.py", "function_key": "verl-gke:rewardFunction",
+                       "data": [{"split": "train", "key": "verl-gke:dataTrainFile", "label": "train.parquet",
+                                 "path": str(data / "train.parquet")},
+                                {"split": "val", "key": "verl-gke:dataValFile", "label": "val.parquet",
+                                 "path": str(data / "val.parquet")}]}}
+    argv = [sys.executable, str(SCRIPT), "--steps", "task", "--task", json.dumps(spec), "--termination-log",
+            str(tmp_path / "term"), "--reward-timeout", "30"]
+    return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+SIG = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+
+
+def test_the_reward_is_smoke_tested_in_staging_without_the_jobs_token(tmp_path):
+    token = "hf_" + "a1b2c3d4" * 4
+    result = smoke(tmp_path, (
+        "import os\nloot = []\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    try:\n        loot.append(open(f'/proc/{pid}/environ', 'rb').read())\n    except OSError:\n        pass\n"
+        "print('LOOT', loot, dict(os.environ))\n" + SIG + "    return 1.0 if solution_str else 0.0\n"),
+        env={"HF_TOKEN": token})
+    assert result.returncode == 0, result.stderr
+    assert "reward smoke test passed: reward.py:compute_score answered 1.0, 0.0" in result.stdout
+    assert "LOOT" in result.stdout and token not in result.stdout + result.stderr
+
+
+def test_a_reward_that_raises_fails_the_job_naming_row_and_response(tmp_path):
+    result = smoke(tmp_path, SIG + "    return 1 / len(solution_str)\n")
+    assert result.returncode == 5
+    said = (tmp_path / "term").read_text()
+    assert "the reward function fails its smoke test (the GRPO job is not submitted)" in said
+    assert "compute_score raised on verl-gke:dataTrainFile (train.parquet) row 0 with the made-up response '': " \
+           "ZeroDivisionError" in said
+
+
+def test_a_module_the_image_lacks_fails_the_job_even_if_declared(tmp_path):
+    """In the image, a missing module is what verl would meet: rewardPackages no longer excuses it."""
+    result = smoke(tmp_path, "import not_in_the_image_pkg\n" + SIG + "    return 1.0\n",
+                   packages=("not_in_the_image_pkg",))
+    assert result.returncode == 5
+    assert "imports 'not_in_the_image_pkg', which is not installed in the image" in (tmp_path / "term").read_text()
+

@@ -169,6 +169,10 @@ def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
     spec = model_spec(cfg.model)
     # The data the run trains on: GSM8K's figures or what stacks.dataset read from the stack's files.
     dataset = {**cfg.data.as_dict(), "notes": list(cfg.task_notes)}
+    if cfg.task is not None and cfg.task.reward is not None:  # the plan never runs it: say what does
+        from stacks.dataset import check_command
+        dataset["notes"].append(f"reward smoke test (your code, run contained): {check_command(cfg.stack)} "
+                                "(with the plan's --config, if it had one)")
     if spec is None:
         return {"memory": None, "sizing": None, "dataset": dataset, "warnings": list(cfg.warnings)}
     g = cfg.grpo
@@ -430,15 +434,30 @@ def stack_path(stack: str, config: Path | None = None) -> Path:
     missing file for an empty one and blame the first required key)."""
     check_stack_name(stack)  # the name becomes a file name: never `../x`
     if config is not None:
-        if not config.is_file():
-            raise UsageError(f"--config {config}: no such stack file")
+        if problem := _file_problem(config):
+            raise UsageError(f"--config {config}: {problem}")
         return config
     path = ROOT / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
+    if (problem := _file_problem(path)) == NO_FILE:
         here = ", ".join(stack_names()) or "none"
         raise UsageError(f"{path.name}: no such stack file, so no stack {stack!r} here (stacks with a file: {here}); "
                          "name one with --stack, or give the stack's file with --config")
+    if problem:
+        raise UsageError(f"{path.name}: {problem}")
     return path
+
+
+NO_FILE = "no such stack file"
+
+
+def _file_problem(path: Path) -> str | None:
+    """stack_file's rule on what may be read as a stack file, by stat (never an open, which a FIFO blocks)."""
+    try:
+        return stack_file.kind_problem(path.stat())
+    except FileNotFoundError:
+        return NO_FILE
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
 
 
 def check_out(out: Path) -> None:

@@ -30,7 +30,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -45,6 +47,7 @@ SECURE_PLACEHOLDER = "secure-value-not-decrypted-offline"
 STACK_FIELDS = ("config", "environment", "secretsprovider", "encryptedkey", "encryptionsalt")  # ProjectStack
 MAX_VALUES = 100_000
 MAX_DEPTH = 100
+MAX_BYTES = 16 * 1024 * 1024  # far above MAX_VALUES short values; a bound on what the plan reads into memory
 
 
 class StackFileError(Exception):
@@ -313,10 +316,39 @@ def from_text(text: str, stack: str, where: str) -> Reading:
     return from_config(config, stack, where)
 
 
+def kind_problem(info: os.stat_result) -> str | None:
+    """Why a file of this kind and size cannot be a stack file (a folder, a FIFO, a device: one the read would
+    block on or never finish), or None."""
+    mode = info.st_mode
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a stack file: name the Pulumi.<stack>.yaml file inside it"
+    if not stat.S_ISREG(mode):
+        kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+        kind = next((name for test, name in kinds if test(mode)), "a special file")
+        return f"is {kind}, not a regular file: a stack file is a YAML file"
+    if info.st_size > MAX_BYTES:
+        return f"is {info.st_size:,} bytes; a stack file is at most {MAX_BYTES:,}"
+    return None
+
+
+def read_bytes(path: Path) -> bytes:
+    """The stack file's bytes: opened without blocking (a FIFO) and checked before it is read, the read bounded
+    (StackFileError); FileNotFoundError as open raises it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if problem := kind_problem(os.fstat(fd)):
+            raise StackFileError(f"{path}: {problem}")
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:  # it grew while read
+        raise StackFileError(f"{path}: is more than {MAX_BYTES:,} bytes; a stack file is at most {MAX_BYTES:,}")
+    return data
+
+
 def read(path: Path, stack: str) -> Reading:
     """Pulumi.<stack>.yaml (a missing file is an empty config, as for the CLI)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(path)
     except FileNotFoundError:
         data = b""
     try:

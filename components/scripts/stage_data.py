@@ -16,12 +16,14 @@ Step "task" copies the stack's gs:// train/validation files (which the plan cann
 bucket into tasks/gs-<sha256 of URL and role>/ through the JSON API with the pod's Workload Identity token,
 verifies size and MD5, and runs the plan's parquet checks on the copies (task_check.py, shipped next
 to this script): a file that fails them fails the Job, so the GRPO job, which waits for staging, is
-never submitted. A copy is marked complete only once checked; a missing marker means copy again.
+never submitted. A copy is marked complete only once checked; a missing marker means copy again. With a
+reward file, the step then smoke-tests it on the first rows of the data, contained (reward_jail.py and
+reward_check.py, shipped next to this script): the only place `pulumi up` runs the user's code before verl.
 
 The Hugging Face token is read from HF_TOKEN only: never an argument, never printed.
 Exit codes: 0 done, 1 a step failed, 2 bad arguments, 3 model gated/private/not found,
 4 another staging run holds the lease, 5 a gs:// task file is missing, unreadable (no grant) or fails
-the checks.
+the checks, or the reward fails its smoke test.
 """
 
 from __future__ import annotations
@@ -420,16 +422,62 @@ def stage_task(args: argparse.Namespace) -> tuple[bool, str]:
     if problems:
         raise StepError("the task files fail verl's checks (nothing marked complete; the GRPO job is not "
                         "submitted):\n  " + "\n  ".join(problems), code=EXIT_TASK, retry=False)
+    if spec.get("reward"):
+        if problems := smoke_test_reward(spec["reward"], args.reward_timeout):
+            raise StepError("the reward function fails its smoke test (the GRPO job is not submitted):\n  "
+                            + "\n  ".join(problems), code=EXIT_TASK, retry=False)
     for f in spec["files"]:  # marked only once checked: an unchecked copy is copied and checked again
         if f["path"] in copied:
             write_marker(os.path.dirname(f["path"]), args.marker_name, {"source": f["source"]}, **copied[f["path"]])
-    urls = ", ".join(f["source"] for f in spec["files"])
-    return not copied, f"{urls} (checked)"
+    checked = [*(f["source"] for f in spec["files"]), *([spec["reward"]["label"]] if spec.get("reward") else [])]
+    return not copied and not spec.get("reward"), f"{', '.join(checked)} (checked)"
+
+
+def smoke_test_reward(reward: dict, timeout_s: float) -> list[str]:
+    """The stack's reward called on the first rows of its data as the pods see them, in the jail of
+    reward_jail.py (shipped next to this script; the Job's HF_TOKEN is in no environment the reward gets):
+    the problems, after logging what contained it, its output (bounded, escaped) and the notes."""
+    import reward_check
+    import reward_jail
+    import task_check
+
+    samples = {}
+    for f in reward["data"]:
+        reading, problems = task_check.read_parquet(f["key"], f["path"], scan_rows=task_check.PROBE_ROWS,
+                                                    label=f["label"])
+        if problems:
+            return problems
+        samples[f["split"]] = reading.samples
+    calls = reward_check.cases(samples, task_check.PROBE_ROWS)
+    run = reward_jail.run(reward["path"], reward["function"], list(reward_check.KEYWORDS),
+                          [c["kwargs"] for c in calls], timeout_s)
+    held, missing = run.containment()
+    for line in held:
+        log(f"  jail: {line}")
+    for line in missing:
+        log(f"  NOT contained: {line}", err=True)
+    for line in reward_check.output_lines(run.output, run.output_bytes):
+        log(f"  {line}")
+    names = reward_check.Names(
+        reward_key=reward["key"], reward_label=reward["label"], function_key=reward["function_key"],
+        function=reward["function"], packages=tuple(reward["packages"]),
+        files={f["split"]: (f["key"], f["label"]) for f in reward["data"]})
+    result = reward_check.verdict(run.report, len(calls), timeout_s)
+    problems, warnings, notes = reward_check.judge(result, names, calls, here="in the image", missing_is_problem=True)
+    for line in (*notes, *warnings):
+        log(f"  {line}")
+    return problems
 
 
 def parse_task(value: str) -> dict:
     """--task: the JSON that stacks.dataset.staging_check writes."""
     spec = json.loads(value)
+    if not spec["files"] and not spec.get("reward"):
+        raise ValueError("neither gs:// files to copy nor a reward to smoke-test")
+    reward = spec.get("reward")
+    if reward is not None and (not os.path.isabs(reward["path"]) or not reward["function"].isidentifier()
+                               or {f["split"] for f in reward["data"]} != {"train", "val"}):
+        raise ValueError(f"reward {reward['path']!r}: needs an absolute path, a function name and train/val data")
     for f in spec["files"]:
         bucket, name = _split_gs(f["source"])
         if not f["source"].startswith("gs://") or not bucket or not name or not os.path.isabs(f["path"]):
@@ -671,7 +719,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--termination-log", default=None, help="file for the failure reason (/dev/termination-log)")
     p.add_argument("--ship", action="append", default=[], metavar="SRC=DEST",
                    help="also copy the file SRC to DEST (e.g. the run supervisor into the bucket)")
-    p.add_argument("--task", help="JSON: the gs:// task files to copy and check (stacks.dataset.staging_check)")
+    p.add_argument("--task", help="JSON: the gs:// task files to copy and check and the reward to smoke-test "
+                   "(stacks.dataset.staging_check)")
+    p.add_argument("--reward-timeout", type=float, default=120.0,
+                   help="s for the reward's import and every smoke-test call (reward_jail.py)")
     p.add_argument("--gcs-api", default=GcsStore.API, help="Cloud Storage JSON API root (tests: a stand-in)")
     p.add_argument("--gcs-token-url", default=GcsStore.TOKEN_URL, help="metadata server token URL (tests: a stand-in)")
     p.add_argument("--gcs-timeout", type=float, default=60.0, help="s without an answer before a request is retried")
@@ -683,7 +734,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         try:
             args.task = parse_task(args.task)
         except (ValueError, KeyError, TypeError) as e:
-            p.error(f"--task: must be the JSON of stacks.dataset.staging_check with gs:// sources ({e})")
+            p.error(f"--task: must be the JSON of stacks.dataset.staging_check ({e})")
     for pair in args.ship:
         src, sep, dest = pair.partition("=")
         if not sep or not src or not dest.startswith("/"):
