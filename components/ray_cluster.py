@@ -11,6 +11,7 @@ data-prep Job), so there is no editable-install init container.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ from catalog.gcsfuse import (
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.nics import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
 from catalog.paths import CHECKPOINT_MOUNT, MOUNT, BucketPaths
+from catalog.problems import Problem
 from catalog.ray import (
     API_VERSION,
     CLIENT_PORT,
@@ -48,7 +50,7 @@ from catalog.ray import (
     WORKER_GROUP,
     head_service,
 )
-from components.problems import Problem, require
+from components.problems import require
 
 # On the GPU nodes' local SSDs: /tmp, Ray spill, the GCS FUSE file caches. The whole pod, sidecar
 # included, stays within what Autopilot is known to admit on an 8-GPU node (catalog.autopilot).
@@ -189,7 +191,7 @@ class RayClusterArgs:
         found: list[Problem] = []
 
         def bad(field_name: str, allowed: str) -> None:
-            found.append((field_name, allowed))
+            found.append(Problem(field_name, allowed))
 
         acc = self.accelerator
         if problem := naming.dns_1035_label(self.name, MAX_CLUSTER_NAME):
@@ -200,7 +202,7 @@ class RayClusterArgs:
             bad("namespace", problem)
         if isinstance(self.gpu_nodes, bool) or not isinstance(self.gpu_nodes, int) or self.gpu_nodes < 1:
             bad("gpu_nodes", "must be an integer >= 1")
-        found += [(f"capacity.{f}", why) for f, why in self.capacity.problems()]
+        found += [dataclasses.replace(p, key=f"capacity.{p.key}") for p in self.capacity.problems()]
         for field_name in ("cpu_pool_name", "gpu_pool_name"):
             given = getattr(self, field_name) is not None
             if self.autopilot and given:

@@ -35,7 +35,8 @@ from catalog.gcsfuse import (
     volume_handle,
     writer_mount_options,
 )
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 from components.stack_guard import BucketKeeper
 
 # Static provisioning: the class only pairs the PV with its PVC, so it must not name a real
@@ -118,14 +119,14 @@ class TrainingStorageArgs:
             and not isinstance(self.checkpoint_ranks_per_pod, bool) and self.checkpoint_ranks_per_pod >= 1
             else "must be an integer >= 1 (the GPUs of one worker pod)",
         }
-        found = [(k, why) for k, why in checks.items() if why]
+        found = [Problem(k, why) for k, why in checks.items() if why]
         for field_name, key in (("hf_token", "hfToken"), ("wandb_api_key", "wandbApiKey")):
             if getattr(self, field_name) is not None and not isinstance(getattr(self, field_name), pulumi.Output):
                 # A plain string has already been through non-secret code paths: refuse it.
-                found.append((field_name, f"a plain value: must be a secret Output "
+                found.append(Problem(field_name, f"a plain value: must be a secret Output "
                                           f"(pulumi.Config().get_secret('{key}')) or None"))
         if self.wandb_secret_name == self.hf_secret_name:
-            found.append(("wandb_secret_name", "must differ from hf_secret_name"))
+            found.append(Problem("wandb_secret_name", "must differ from hf_secret_name"))
         return found
 
 

@@ -33,10 +33,10 @@ from catalog.gcp_provider import GCP_PROVIDER_KEYS, provider_keys
 from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
 from catalog.gke import Floor
 from catalog.models import is_gated
+from catalog.problems import MAX_LINES, MAX_SHOWN, SECRET, ConfigError, Problem, shown
 from recipe import tuning
 from recipe.grpo import GrpoSettings, preflight, task_override_problems
 from recipe.grpo import warnings as grpo_warnings
-from recipe.problems import Problem
 from stacks import checkpoints, component_rules, dataset
 from stacks.keys import CHANNELS, KEYS, KEYS_BY_NAME, MODES, PROJECT, Key, field_key
 
@@ -44,20 +44,6 @@ __all__ = ["CHANNELS", "KEYS", "KEYS_BY_NAME", "MODES", "PROJECT", "ConfigError"
 PLACEHOLDER_PROJECT = "replace-with-your-project-id"  # what the stack files ship with
 
 
-class ConfigError(ValueError):
-    """Bad stack configuration; the message lists every problem, one per line."""
-
-    def __init__(self, problems: list[str]):
-        # Every problem stays readable whatever the input: a 1 MB value must not make a 3 MB message.
-        self.problems = [p if len(p) <= 2 * MAX_LINE else f"{p[:MAX_LINE]} [...] {p[-MAX_LINE:]}" for p in problems]
-        # ...and a file of 20,000 stray keys must not print 20,000 lines: the first MAX_LINES, then a count.
-        shown_lines = self.problems[:MAX_LINES] + ([f"... and {len(self.problems) - MAX_LINES} more problems"]
-                                                   if len(self.problems) > MAX_LINES else [])
-        super().__init__("invalid stack configuration:\n  - " + "\n  - ".join(shown_lines))
-
-
-MAX_LINE = 300  # characters kept from each end of an over-long problem line
-MAX_LINES = 100  # problem lines printed; ConfigError.problems keeps them all
 MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
 _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
 # Why a key other than the secret ones (hfToken, wandbApiKey) cannot be kept secret when set with --secret.
@@ -182,23 +168,23 @@ class _Reader:
 
     def __init__(self, raw: Mapping[str, str], secret_keys: Collection[str] = ()):
         self.secret = frozenset(secret_keys)
-        self.problems: list[str] = []
+        self.problems: list[Problem] = []
         self.missing: set[str] = set()
         self.refused: set[str] = set()  # keys with a problem: the arithmetic never runs on their values
         self.v: dict[str, Any] = {}  # every key's value as read (values())
         self.masked = {k.name for k in KEYS if k.full in self.secret and not k.secret}
         for key in sorted(self.masked):
-            self.problems.append(f"{KEYS_BY_NAME[key].full} is set as a secret (--secret), which the program cannot "
-                                 f"keep: {_PLAIN_TEXT_WHY.get(key, _PLAIN_TEXT_WHY[''])}; set it with `pulumi config "
-                                 f"set {key} <value>` (only {' and '.join(k.name for k in KEYS if k.secret)} are "
-                                 "kept secret)")
+            self.problems.append(Problem(
+                KEYS_BY_NAME[key].full, f"is set as a secret (--secret), which the program cannot keep: "
+                f"{_PLAIN_TEXT_WHY.get(key, _PLAIN_TEXT_WHY[''])}; set it with `pulumi config set {key} <value>` "
+                f"(only {' and '.join(k.name for k in KEYS if k.secret)} are kept secret)"))
         self.refused |= self.masked
         masked = {KEYS_BY_NAME[k].full for k in self.masked}
         self.raw = {k: v for k, v in raw.items() if k not in masked}
 
     def bad(self, key: str, value: object, allowed: str) -> None:
         full = KEYS_BY_NAME[key].full
-        self.problems.append(f"{full} = {'[secret]' if full in self.secret else shown(value)}: {allowed}")
+        self.problems.append(Problem(full, allowed, SECRET if full in self.secret else value))
         self.refused.add(key)
 
     def _value(self, key: str) -> Any:
@@ -235,7 +221,7 @@ class _Reader:
             # The Google provider reads gcp:* keys itself, as typed: "my-project\n" is not my-project there.
             self.bad(key, value, "has leading or trailing whitespace, which the Google provider keeps: remove it")
         if not text and KEYS_BY_NAME[key].default is None and key not in self.masked:
-            self.problems.append(f"{KEYS_BY_NAME[key].full} is not set: {KEYS_BY_NAME[key].description}")
+            self.problems.append(Problem(KEYS_BY_NAME[key].full, f"is not set: {KEYS_BY_NAME[key].description}"))
             self.missing.add(key)
             self.refused.add(key)
         return text
@@ -426,7 +412,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
             found = preflight(grpo, accelerator=acc, data=data, **shape)
             r.problems += _named(found)
-            warnings += [] if found else _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape))
+            warnings += [] if found else map(str, _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape)))
             grpo = checkpoints.resolve_save_freq(grpo, model=model, acc=acc, nnodes=gpu_nodes,
                                                  capacity_kind=capacity.kind, data=data)
     _secret_problems(r, raw, grpo.extra_overrides)
@@ -471,7 +457,6 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
 READ_NAMESPACES = (PROJECT, "gcp", "pulumi")
 # Ours first: a typo is most likely of a key the stack files set.
 GCP_NAMES = [k.name.partition(":")[2] for k in KEYS if k.name.startswith("gcp:")] + sorted(GCP_PROVIDER_KEYS)
-MAX_SHOWN = 80
 
 
 def _secret_problems(r: _Reader, raw: dict[str, Any], overrides: tuple[str, ...]) -> None:
@@ -501,15 +486,6 @@ def _secret_problems(r: _Reader, raw: dict[str, Any], overrides: tuple[str, ...]
 SECRET_IN_TEXT_MIN = 8
 
 
-def shown(value: object) -> str:
-    """A value as an error message shows it: escaped (repr), and cut short when long."""
-    text = repr(value)
-    if len(text) <= MAX_SHOWN:
-        return text
-    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
-    return f"{text[:MAX_SHOWN // 2]}... ({size})"
-
-
 def _invisible(key: str) -> bool:
     """Whether a key carries characters a reader cannot see: spaces, zero-width or other format characters."""
     return any(c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") for c in key)
@@ -520,10 +496,10 @@ def _visible(key: str) -> str:
                    if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
 
 
-def unknown_keys(raw: Mapping[str, str]) -> list[str]:
+def unknown_keys(raw: Mapping[str, str]) -> list[Problem]:
     """Keys in our namespace (or one a typo away from it) that the program does not read, and keys in a
     namespace nothing in `pulumi up` reads."""
-    problems = []
+    problems: list[Problem] = []
     ours = [k.name for k in KEYS if ":" not in k.name]
     known = {k.full for k in KEYS}
 
@@ -540,26 +516,26 @@ def unknown_keys(raw: Mapping[str, str]) -> list[str]:
             look_alike = _visible(key)
             hint = (f"it looks like {look_alike} but carries invisible or space characters; retype it"
                     if look_alike in known else "keys have no spaces or invisible characters")
-            problems.append(f"{shown(key)} (as typed, escaped) is not a known key: {hint}")
+            problems.append(Problem(shown(key), f"(as typed, escaped) is not a known key: {hint}"))
         elif namespace == PROJECT and name not in KEYS_BY_NAME:
             close = closest(name, ours)
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
-            problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a known key: {hint}")
+            problems.append(Problem(key, f"is not a known key: {hint}"))
         elif namespace == "gcp" and key not in known and name not in provider_keys():
             # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
             # otherwise surface only as the key it meant being unset.
             close = closest(name, GCP_NAMES)
             hint = f"did you mean gcp:{close[0]}?" if close else "the keys it reads are in catalog/gcp_provider.py"
-            problems.append(f"{key if len(key) <= MAX_SHOWN else shown(key)} is not a key the Google provider "
-                            f"reads: {hint}")
+            problems.append(Problem(key, f"is not a key the Google provider reads: {hint}"))
         elif namespace != PROJECT and len(namespace) <= MAX_SHOWN and \
                 difflib.SequenceMatcher(None, namespace.lower(), PROJECT).ratio() >= 0.75:
-            problems.append(f"{key}: namespace {namespace!r} is not this project's; did you mean {PROJECT}:{name}?")
+            problems.append(Problem(key, f"namespace {namespace!r} is not this project's; did you mean "
+                                         f"{PROJECT}:{name}?"))
         elif namespace not in READ_NAMESPACES:
             hint = f"; did you mean {PROJECT}:{name}?" if name in KEYS_BY_NAME else ""
-            problems.append(f"{shown(key)}: nothing in this program reads namespace {namespace!r} (it reads "
-                            f"{', '.join(n + ':' for n in READ_NAMESPACES)} keys), so the value would be "
-                            f"silently ignored{hint}")
+            problems.append(Problem(key, f"nothing in this program reads namespace {namespace!r} (it reads "
+                                         f"{', '.join(n + ':' for n in READ_NAMESPACES)} keys), so the value would be "
+                                         f"silently ignored{hint}"))
     return problems
 
 
@@ -591,7 +567,7 @@ def _task(r: _Reader) -> tuple[dataset.TaskSpec | None, dataset.Inspection | Non
     for name in packages:
         if problem := dataset.identifier_problem(name):
             r.bad("rewardPackages", name, f"{problem} (a top-level module name, e.g. sympy)")
-    found: list[str] = []
+    found: list[Problem] = []
     files = {role: dataset.resolve_file(KEYS_BY_NAME[key].full, value, name, found)
              for role, key, value, name in (("train", "dataTrainFile", train, "train.parquet"),
                                              ("val", "dataValFile", val, "val.parquet"),
@@ -824,9 +800,9 @@ def _grpo(r: _Reader) -> GrpoSettings:
     )
 
 
-def _named(found: list[Problem]) -> list[str]:
+def _named(found: list[Problem]) -> list[Problem]:
     """The recipe's problems (in its own field names) as the user reads them: naming the config keys."""
-    return [p.render(field_key) for p in found]
+    return [p.renamed(field_key) for p in found]
 
 
 def from_pulumi(stack: str, allow_placeholder_project: bool = False) -> StackConfig:

@@ -46,14 +46,14 @@ def test_every_setting_has_its_config_key():
 
 def rendered(problems: list) -> list[str]:
     """The recipe's problems as the gate reports them: naming the config keys (stacks.config)."""
-    return [p.render(field_key) for p in problems]
+    return [str(p.renamed(field_key)) for p in problems]
 
 
 def test_the_recipe_names_its_own_fields(defaults):
     """recipe/ knows no config key: its messages name GrpoSettings fields (and nnodes); stacks maps them."""
     g = dataclasses.replace(defaults, rollout_n=1, extra_overrides=("data.train_batch_size=8",))
     problems = grpo.preflight(g, nnodes=2, gpus_per_node=8, model=MODEL)[:2]  # then the batch it unbalances
-    assert [p.field for p in problems] == ["extra_overrides", "rollout_n"]
+    assert [p.key for p in problems] == ["extra_overrides", "rollout_n"]
     assert [str(p) for p in problems] == [
         "extra_overrides: 'data.train_batch_size=8' overrides data.train_batch_size, which set train_batch_size "
         "instead",

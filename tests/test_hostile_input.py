@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from catalog.problems import Problem
 from stacks import config as stack_config
 from tests.stack_helpers import ROOT, STACK_FILES, plan_command, plan_in_process
 from tools import mocking, plan
@@ -683,7 +684,7 @@ def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox):
 
 
 def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, monkeypatch):
-    """Backstop: a PreflightError raised inside the program (here the GKE version check, with the gate's
+    """Backstop: a preflight ConfigError raised inside the program (here the GKE version check, with the gate's
     copy of it switched off) is exit 2 with its message, no traceback, nothing written."""
     tmp_path, _ = sandbox
     monkeypatch.setattr(plan, "gke_version_problems", lambda cfg: [])
@@ -1034,10 +1035,10 @@ def test_did_you_mean_is_worked_out_only_for_the_lines_printed():
     raw = {f"verl-gke:gpuNode{i:05d}": "2" for i in range(stack_config.MAX_LINES + 50)}
     problems = stack_config.unknown_keys(raw)
     assert len(problems) == len(raw)
-    assert "did you mean verl-gke:gpuNodes?" in problems[stack_config.MAX_LINES - 1]
-    assert "did you mean" not in problems[stack_config.MAX_LINES] and "see Pulumi.yaml" in problems[-1]
+    assert "did you mean verl-gke:gpuNodes?" in str(problems[stack_config.MAX_LINES - 1])
+    assert "did you mean" not in str(problems[stack_config.MAX_LINES]) and "see Pulumi.yaml" in str(problems[-1])
 
 
 def test_every_problem_line_is_bounded():
-    err = stack_config.ConfigError(["k = " + "y" * 100_000 + " tail"])
+    err = stack_config.ConfigError([Problem("k", "y" * 100_000 + " tail")])
     assert len(str(err)) < 1000 and err.problems[0].endswith(" tail")

@@ -178,7 +178,7 @@ def test_every_args_class_has_one_shape():
 
 def test_the_helper_raises_every_problem_as_a_run_error():
     args = dataclasses.replace(_ray_args(), gpu_nodes=0, image="verlai/verl")
-    assert [p for p, _ in args.problems()] == ["gpu_nodes", "image"]
+    assert [p.key for p in args.problems()] == ["gpu_nodes", "image"]
     with pytest.raises(ArgsError) as err:
         require("RayCluster", args)
     # A RunError prints the message alone in `pulumi up`; a ValueError as the components raised before.
