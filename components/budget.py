@@ -35,7 +35,7 @@ class ProjectBudgetArgs:
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
-        if why := naming.billing_account_id(self.billing_account):
+        if why := naming.billing_account_id_problem(self.billing_account):
             found.append(Problem("billing_account", why))
         if not isinstance(self.monthly_amount, int) or self.monthly_amount < 1:
             found.append(Problem("monthly_amount", "must be an integer >= 1"))

@@ -268,29 +268,29 @@ def _annotations(args: DataPrepArgs) -> dict[str, str]:
 def name_problems(name: str) -> list[Problem]:
     # Auto-name "<name>-job-xxxxxxx" must stay a valid label value (<= 63) for the job-name label.
     return [Problem("name", "must be a DNS label of at most 40 characters")] \
-        if naming.dns_label(name, max_len=40) else []
+        if naming.dns_label_problem(name, max_len=40) else []
 
 
 def _problems(args: DataPrepArgs) -> list[Problem]:
     found: list[Problem] = []
     checks = {
-        "namespace": naming.dns_label, "service_account": naming.dns_subdomain, "pvc_name": naming.dns_subdomain,
-        "hf_secret_name": naming.dns_subdomain,
+        "namespace": naming.dns_label_problem, "service_account": naming.dns_subdomain_problem,
+        "pvc_name": naming.dns_subdomain_problem, "hf_secret_name": naming.dns_subdomain_problem,
     }
     for arg, check in checks.items():
         value = getattr(args, arg)
         if isinstance(value, str) and (problem := check(value)):
             found.append(Problem(arg, problem))
-    for arg, check in (("hf_secret_key", naming.secret_key), ("image", naming.image_ref),
-                       ("model_id", naming.model_id), ("model_revision", naming.git_ref),
-                       ("verl_version", naming.git_ref), ("verl_repo", naming.repo_url)):
+    for arg, check in (("hf_secret_key", naming.secret_key_problem), ("image", naming.image_ref_problem),
+                       ("model_id", naming.model_id_problem), ("model_revision", naming.git_ref_problem),
+                       ("verl_version", naming.git_ref_problem), ("verl_repo", naming.repo_url_problem)):
         if problem := check(getattr(args, arg)):
             found.append(Problem(arg, problem))
     found += _path_problems(args)
     keys = [_extra_key(dest) for dest in args.extra_files]
     for dest in args.extra_files:
         if (posixpath.normpath(dest) != dest or not dest.startswith(MOUNT + "/")
-                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) in SHIPPED_KEYS
+                or naming.secret_key_problem(_extra_key(dest)) or _extra_key(dest) in SHIPPED_KEYS
                 or keys.count(_extra_key(dest)) > 1):
             found.append(Problem("extra_files", f"{dest!r} must be a normalised path under {MOUNT}/ whose file name "
                                  f"is a unique ConfigMap key other than {', '.join(SHIPPED_KEYS)}"))
@@ -312,7 +312,7 @@ def _problems(args: DataPrepArgs) -> list[Problem]:
         found.append(Problem("disk_budget", "must be catalog.gcsfuse.staging_disk_budget(...)"))
     quantities_ok = True
     for arg in ("cpu_request", "memory_request", "memory_limit"):
-        if problem := naming.positive_quantity(getattr(args, arg)):
+        if problem := naming.positive_quantity_problem(getattr(args, arg)):
             found.append(Problem(arg, problem))
             quantities_ok = False
     if quantities_ok and naming.quantity(args.memory_request) > naming.quantity(args.memory_limit):

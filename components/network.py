@@ -85,7 +85,7 @@ class RdmaNetworkArgs:
     addresses_after: tuple[pulumi.Input[pulumi.Resource], ...] = ()
 
     def problems(self) -> list[Problem]:
-        return [Problem("zone", problem)] if (problem := naming.zone_in_region(self.zone, self.region)) else []
+        return [Problem("zone", problem)] if (problem := naming.zone_in_region_problem(self.zone, self.region)) else []
 
 
 class RdmaNetwork(pulumi.ComponentResource):

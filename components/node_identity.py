@@ -18,7 +18,7 @@ from components.problems import require
 
 
 def problems(account_id: str) -> list[Problem]:
-    return [Problem("account_id", problem)] if (problem := naming.service_account_id(account_id)) else []
+    return [Problem("account_id", problem)] if (problem := naming.service_account_id_problem(account_id)) else []
 
 
 class NodeServiceAccount(pulumi.ComponentResource):

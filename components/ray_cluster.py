@@ -21,7 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog import naming
-from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
+from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_problem, nccl_env
 from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, EXTENDED_DURATION, PERFORMANCE
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gcsfuse import (
@@ -194,11 +194,11 @@ class RayClusterArgs:
             found.append(Problem(field_name, allowed))
 
         acc = self.accelerator
-        if problem := naming.dns_1035_label(self.name, MAX_CLUSTER_NAME):
+        if problem := naming.dns_1035_label_problem(self.name, MAX_CLUSTER_NAME):
             bad("name", problem)
-        if problem := foreign_accelerator_in_name(str(self.name), acc.key):
+        if problem := foreign_accelerator_problem(str(self.name), acc.key):
             bad("name", problem)
-        if isinstance(self.namespace, str) and (problem := naming.dns_label(self.namespace)):
+        if isinstance(self.namespace, str) and (problem := naming.dns_label_problem(self.namespace)):
             bad("namespace", problem)
         if isinstance(self.gpu_nodes, bool) or not isinstance(self.gpu_nodes, int) or self.gpu_nodes < 1:
             bad("gpu_nodes", "must be an integer >= 1")
@@ -209,9 +209,9 @@ class RayClusterArgs:
                 bad(field_name, "must be None on Autopilot (there are no node pools to select)")
             elif not self.autopilot and not given:
                 bad(field_name, "is required on Standard (the node pool's name)")
-        if self.autopilot and (problem := naming.zone(str(self.zone))):
+        if self.autopilot and (problem := naming.zone_problem(str(self.zone))):
             bad("zone", f"is required on Autopilot (the RoCE VPC's zone): {problem}")
-        for field_name, check in (("image", naming.image_ref), ("ray_version", naming.ray_version)):
+        for field_name, check in (("image", naming.image_ref_problem), ("ray_version", naming.ray_version_problem)):
             if problem := check(getattr(self, field_name)):
                 bad(field_name, problem)
         missing = {DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION} - set(self.network_annotations)
@@ -251,7 +251,7 @@ class RayClusterArgs:
         if clash := set(self.worker_secret_env) & {*RayCluster._common_env(self), *nccl_env(acc)}:
             bad("worker_secret_env", f"{sorted(clash)} already set")
         for var, ref in self.worker_secret_env.items():
-            if problem := naming.env_var(var):
+            if problem := naming.env_var_problem(var):
                 bad("worker_secret_env", f"{var!r}: {problem}")
             if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[1], str)):
                 bad("worker_secret_env", f"{var!r}: values must be (secret name, key)")

@@ -81,7 +81,7 @@ class GpuReleaseAccessArgs:
     raycluster: str  # the RayCluster's name
 
     def problems(self) -> list[Problem]:
-        return [Problem("raycluster", problem)] if (problem := naming.dns_subdomain(self.raycluster)) else []
+        return [Problem("raycluster", problem)] if (problem := naming.dns_subdomain_problem(self.raycluster)) else []
 
 
 class GpuReleaseAccess(pulumi.ComponentResource):

@@ -97,22 +97,22 @@ class TrainingStorageArgs:
 
     def problems(self) -> list[Problem]:
         checks = {
-            "project_id": naming.project_id(self.project_id),
+            "project_id": naming.project_id_problem(self.project_id),
             "location": None if self.location else "must be a Cloud Storage location such as us-central1",
-            "bucket_prefix": naming.bucket_prefix(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
-            "existing_bucket": naming.bucket_prefix(self.existing_bucket, 63) if self.existing_bucket else None,
-            "namespace": naming.namespace(self.namespace),
-            "ksa_name": naming.dns_label(self.ksa_name),
-            **{f: naming.dns_subdomain(getattr(self, f)) for f in (
+            "bucket_prefix": naming.bucket_prefix_problem(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
+            "existing_bucket": naming.bucket_prefix_problem(self.existing_bucket, 63) if self.existing_bucket else None,
+            "namespace": naming.namespace_problem(self.namespace),
+            "ksa_name": naming.dns_label_problem(self.ksa_name),
+            **{f: naming.dns_subdomain_problem(getattr(self, f)) for f in (
                 "pv_name", "pvc_name", "writer_pv_name", "writer_pvc_name", "checkpoint_pv_name",
                 "checkpoint_pvc_name", "head_checkpoint_pv_name", "head_checkpoint_pvc_name")},
-            "soft_delete_days": naming.soft_delete_days(self.soft_delete_days),
+            "soft_delete_days": naming.soft_delete_days_problem(self.soft_delete_days),
             "file_cache_mib": None if isinstance(self.file_cache_mib, int) and self.file_cache_mib >= 1
             else "must be an integer >= 1",
-            "hf_secret_name": naming.dns_subdomain(self.hf_secret_name),
-            "hf_secret_key": naming.secret_key(self.hf_secret_key),
-            "wandb_secret_name": naming.dns_subdomain(self.wandb_secret_name),
-            "wandb_secret_key": naming.secret_key(self.wandb_secret_key),
+            "hf_secret_name": naming.dns_subdomain_problem(self.hf_secret_name),
+            "hf_secret_key": naming.secret_key_problem(self.hf_secret_key),
+            "wandb_secret_name": naming.dns_subdomain_problem(self.wandb_secret_name),
+            "wandb_secret_key": naming.secret_key_problem(self.wandb_secret_key),
             "capacity_gib": None if isinstance(self.capacity_gib, int) and self.capacity_gib >= 1
             else "must be an integer >= 1",
             "checkpoint_ranks_per_pod": None if isinstance(self.checkpoint_ranks_per_pod, int)

@@ -6,10 +6,10 @@ with its defects fixed: KL applied as a loss term as verl's GRPO examples do
 (volcengine/verl examples/grpo_trainer @v0.6.1), weights read from the bucket copy, checkpoints on the
 bucket with auto-resume, no pip installs, per-accelerator NCCL tuning.
 
-`preflight` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
+`settings_problems` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
 cluster is up, so a bad batch size fails `pulumi preview` instead of a job on 16 idle GPUs.
 Its problems (catalog.problems.Problem) name the settings by field (`rollout_n`, `nnodes`);
-stacks.config, which calls `preflight` as part of its one gate, shows them as config keys.
+stacks.config, which calls `settings_problems` as part of its one gate, shows them as config keys.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ SAVE_CONTENTS_KEY = "actor_rollout_ref.actor.checkpoint.save_contents"
 LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio",
            "file")
 # GSM8K's figures (catalog.datasets, the default dataset), kept under their old names. A stack with its
-# own data passes its DatasetFacts (stacks.dataset) to preflight, the memory model and the sizing.
+# own data passes its DatasetFacts (stacks.dataset) to settings_problems, the memory model and the sizing.
 GSM8K_TRAIN_ROWS = GSM8K.train_rows
 MEAN_PROMPT_TOKENS = GSM8K.mean_prompt_tokens
 MEAN_RESPONSE_TOKENS = GSM8K.mean_response_tokens
@@ -205,7 +205,7 @@ _HYDRA_LITERALS = ("true", "false", "null", "inf", "nan")
 _MAX_STACK_IN_ID = 64  # keeps the id (plus the provider's "-r<k>" retries) within 128 chars
 
 
-def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
+def settings_problems(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
               accelerator: Accelerator | None = None, data: DatasetFacts = GSM8K) -> list[Problem]:
     """What verl rejects only on the running cluster; each names the setting, value and what is allowed.
 

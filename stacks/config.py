@@ -35,7 +35,7 @@ from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.problems import MAX_LINES, MAX_SHOWN, SECRET, ConfigError, Problem, shown
 from recipe import tuning
-from recipe.grpo import GrpoSettings, preflight, task_override_problems
+from recipe.grpo import GrpoSettings, settings_problems, task_override_problems
 from recipe.grpo import warnings as grpo_warnings
 from stacks import checkpoints, component_rules, dataset
 from stacks.keys import CHANNELS, KEYS, KEYS_BY_NAME, MODES, PROJECT, Key, field_key
@@ -315,42 +315,42 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     r.values()  # every key against its row of the table; the rules below read r.v
 
     project = r.v["gcp:project"]
-    r.check("gcp:project", project, naming.project_id(project))
+    r.check("gcp:project", project, naming.project_id_problem(project))
     if project == PLACEHOLDER_PROJECT and not allow_placeholder_project:
         r.bad("gcp:project", project, "is the placeholder; run `pulumi config set gcp:project <your-project>`")
     region = r.v["gcp:region"]
-    r.check("gcp:region", region, naming.region(region))
+    r.check("gcp:region", region, naming.region_problem(region))
     zone = r.v["gcp:zone"]
     if region and "gcp:region" not in r.missing:
-        r.check("gcp:zone", zone, naming.zone_in_region(zone, region))
+        r.check("gcp:zone", zone, naming.zone_in_region_problem(zone, region))
 
     acc_key = r.v["accelerator"]
     acc = ACCELERATORS.get(acc_key, ACCELERATORS["b200"])
     vouched = r.v["zoneOffersAccelerator"]
     if vouched and vouched != zone:
         r.bad("zoneOffersAccelerator", vouched, f"must be empty or gcp:zone ({zone}): it vouches for that one zone")
-    if acc_key in ACCELERATORS and zone and "gcp:zone" not in r.missing and not naming.zone(zone):
+    if acc_key in ACCELERATORS and zone and "gcp:zone" not in r.missing and not naming.zone_problem(zone):
         r.check("gcp:zone", zone, zones.offered_problem(acc.machine_type, zone, vouched))
     mode = r.v["clusterMode"]
     gpu_nodes = r.v["gpuNodes"]
     # The capacity's own rules and what the machine offers are GkeClusterArgs' (stacks.component_rules).
     capacity = Capacity(r.v["capacity"], r.v["reservation"])
     if capacity.reservation:
-        r.check("reservation", capacity.reservation, naming.dns_1035_label(capacity.reservation))
+        r.check("reservation", capacity.reservation, naming.dns_1035_label_problem(capacity.reservation))
 
     prefix = r.v["namePrefix"]
-    if problem := naming.dns_1035_label(prefix, MAX_PREFIX):
+    if problem := naming.dns_1035_label_problem(prefix, MAX_PREFIX):
         r.bad("namePrefix", prefix, problem)
     else:
         _derived_names(r, prefix, acc)
     namespace = r.v["namespace"]
-    r.check("namespace", namespace, naming.namespace(namespace))
+    r.check("namespace", namespace, naming.namespace_problem(namespace))
 
     network = _network(r, acc, gpu_nodes)
     cluster = _cluster(r, acc, mode, capacity)
 
     model = r.v["model"]
-    model_problem = naming.model_id(model)  # also guards the arithmetic below
+    model_problem = naming.model_id_problem(model)  # also guards the arithmetic below
     r.check("model", model, model_problem)
     has_token = bool(raw.get(KEYS_BY_NAME["hfToken"].full))
     if is_gated(model) and not has_token:
@@ -358,26 +358,26 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
               "`pulumi config set --secret hfToken <token>` with a token that has access")
 
     verl_version = r.v["verlVersion"]
-    r.check("verlVersion", verl_version, naming.release_tag(verl_version))
+    r.check("verlVersion", verl_version, naming.release_tag_problem(verl_version))
     image = r.v["image"]
-    r.check("image", image, naming.image_ref(image))
+    r.check("image", image, naming.image_ref_problem(image))
     ray_version = r.v["rayVersion"]
-    r.check("rayVersion", ray_version, naming.ray_version(ray_version))
+    r.check("rayVersion", ray_version, naming.ray_version_problem(ray_version))
 
     budget = _budget(r)
     bucket_location = r.v["bucketLocation"]
     if bucket_location:
-        r.check("bucketLocation", bucket_location, storage_locations.bucket_location(bucket_location))
-    elif region and "gcp:region" not in r.missing and not naming.region(region):
+        r.check("bucketLocation", bucket_location, storage_locations.bucket_location_problem(bucket_location))
+    elif region and "gcp:region" not in r.missing and not naming.region_problem(region):
         # The bucket defaults to the cluster's region: it must be a location Cloud Storage offers.
-        r.check("gcp:region", region, storage_locations.bucket_location(region))
+        r.check("gcp:region", region, storage_locations.bucket_location_problem(region))
     bucket_location = bucket_location or region
     bucket_name = r.v["bucketName"]
     if bucket_name:
-        r.check("bucketName", bucket_name, naming.bucket_prefix(bucket_name, 63))
+        r.check("bucketName", bucket_name, naming.bucket_prefix_problem(bucket_name, 63))
     delete_bucket = r.v["bucketDeleteOnDestroy"]
     soft_delete = r.v["bucketSoftDeleteDays"]
-    r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days(soft_delete))
+    r.check("bucketSoftDeleteDays", soft_delete, naming.soft_delete_days_problem(soft_delete))
     task, reading, task_ok = _task(r)
     if task is None and not r.v["dataTrainFile"]:  # own data that failed to read: its rows are unknown, not GSM8K's
         _batch_bounds(r, GSM8K.train_rows, "the GSM8K training rows")
@@ -410,7 +410,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         r.problems += _named(derive_problems)
         if not derive_problems:
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
-            found = preflight(grpo, accelerator=acc, data=data, **shape)
+            found = settings_problems(grpo, accelerator=acc, data=data, **shape)
             r.problems += _named(found)
             warnings += [] if found else map(str, _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape)))
             grpo = checkpoints.resolve_save_freq(grpo, model=model, acc=acc, nnodes=gpu_nodes,
@@ -612,7 +612,7 @@ def _budget(r: _Reader) -> BudgetConfig | None:
     account = r.v["billingAccount"]
     amount = r.v["budgetMonthly"]
     if account:
-        r.check("billingAccount", account, naming.billing_account_id(account))
+        r.check("billingAccount", account, naming.billing_account_id_problem(account))
         if amount < 1:
             r.bad("budgetMonthly", amount, "must be a positive amount (in the billing account's currency) "
                   "when billingAccount is set")
@@ -625,11 +625,11 @@ def _budget(r: _Reader) -> BudgetConfig | None:
 def _derived_names(r: _Reader, prefix: str, acc: Accelerator) -> None:
     """The names built from namePrefix must pass the rules of the components that use them."""
     bucket = f"{prefix}-data"
-    if problem := naming.bucket_prefix(bucket, naming.MAX_BUCKET_PREFIX):
+    if problem := naming.bucket_prefix_problem(bucket, naming.MAX_BUCKET_PREFIX):
         r.bad("namePrefix", prefix, f"the bucket name {bucket}-<suffix> {problem.removeprefix('must ')}"
               if problem.startswith("must not") else problem)
     # The RayCluster name's rules are RayClusterArgs' (stacks.component_rules).
-    if problem := naming.service_account_id(f"{prefix}-nodes"):
+    if problem := naming.service_account_id_problem(f"{prefix}-nodes"):
         r.bad("namePrefix", prefix, f"the node service account id {prefix}-nodes {problem}")
 
 
@@ -688,7 +688,7 @@ def _network(r: _Reader, acc: Accelerator, gpu_nodes: int) -> NetworkConfig:
 def _cluster(r: _Reader, acc: Accelerator, mode: str, capacity: Capacity) -> ClusterConfig:
     floors = acc.gke_floors + capacity.gke_floors + gcsfuse.gke_floors()
     pin = r.v["gkeVersion"]
-    if pin and (problem := naming.gke_version_pin(pin)):
+    if pin and (problem := naming.gke_version_pin_problem(pin)):
         r.bad("gkeVersion", pin, problem)
     elif pin:
         # A full pin meets every floor or fails here; a minor pin fails here when its whole minor is

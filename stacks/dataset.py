@@ -271,7 +271,7 @@ def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
           max_response_length: int) -> tuple[DatasetFacts, list[Problem], list[str], list[str]]:
     """DatasetFacts for the run, plus (problems, warnings, notes): verl filters prompts longer than
     max_prompt_length (data.filter_overlong_prompts, verl/utils/dataset/rl_dataset.py), so the rows
-    it keeps are the ones the sizing counts (and recipe.grpo.preflight checks a batch against)."""
+    it keeps are the ones the sizing counts (and recipe.grpo.settings_problems checks a batch against)."""
     problems: list[Problem] = []
     warnings: list[str] = []
     notes: list[str] = []

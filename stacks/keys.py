@@ -151,7 +151,7 @@ KEYS: tuple[Key, ...] = (
     Key("bucketSoftDeleteDays", "integer", 0,
         "Days Cloud Storage keeps (and bills) deleted objects such as rotated checkpoints: 0 = off, or 7..90.",
         # Cloud Storage soft delete retention: at most 90 days (soft_delete_policy docs); 0 or 7..90 is
-        # catalog.naming.soft_delete_days' rule, which the gate applies after the bounds.
+        # catalog.naming.soft_delete_days_problem's rule, which the gate applies after the bounds.
         maximum=90, why="Cloud Storage keeps soft-deleted objects at most 90 days"),
     Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",

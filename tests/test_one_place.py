@@ -74,9 +74,9 @@ def _count_method(monkeypatch, counts, label: str, cls: type, name: str) -> None
 def test_the_gate_runs_each_rule_once(monkeypatch, stack, extra):
     counts: collections.Counter = collections.Counter()
     _count_method(monkeypatch, counts, "offered_problem", capacity.Capacity, "offered_problem")
-    _count(monkeypatch, counts, "RayCluster name label", naming.dns_1035_label,
+    _count(monkeypatch, counts, "RayCluster name label", naming.dns_1035_label_problem,
            lambda value, *a, **k: str(value).endswith("-ray"))
-    _count(monkeypatch, counts, "foreign accelerator in name", accelerators.foreign_accelerator_in_name)
+    _count(monkeypatch, counts, "foreign accelerator in name", accelerators.foreign_accelerator_problem)
     for cls in (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs):
         _count_method(monkeypatch, counts, cls.__name__, cls, "problems")
     stack_config.load(_raw(stack, **extra), stack, allow_placeholder_project=True)
@@ -92,10 +92,10 @@ def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value(mo
     counts: collections.Counter = collections.Counter()
     raw = _raw("b200")
     namespace, model = raw["verl-gke:namespace"], raw["verl-gke:model"]
-    _count(monkeypatch, counts, "model_id", naming.model_id, lambda value, *a, **k: value == model)
-    _count(monkeypatch, counts, "namespace", naming.namespace, lambda value, *a, **k: value == namespace)
-    # naming.namespace reads dns_label itself: any other caller judges the namespace a second way.
-    _count(monkeypatch, counts, "dns_label", naming.dns_label, lambda value, *a, **k: value == namespace)
+    _count(monkeypatch, counts, "model_id", naming.model_id_problem, lambda value, *a, **k: value == model)
+    _count(monkeypatch, counts, "namespace", naming.namespace_problem, lambda value, *a, **k: value == namespace)
+    # naming.namespace_problem reads dns_label itself: any other caller judges the namespace a second way.
+    _count(monkeypatch, counts, "dns_label", naming.dns_label_problem, lambda value, *a, **k: value == namespace)
     stack_config.load(raw, "b200", allow_placeholder_project=True)
     assert counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
 
@@ -184,7 +184,7 @@ def test_the_helper_raises_every_problem_as_a_run_error():
     # A RunError prints the message alone in `pulumi up`; a ValueError as the components raised before.
     assert isinstance(err.value, pulumi.RunError) and isinstance(err.value, ValueError)
     assert err.value.problems == ["RayClusterArgs.gpu_nodes = 0: must be an integer >= 1",
-                                  f"RayClusterArgs.image = 'verlai/verl': {naming.image_ref('verlai/verl')}"]
+                                  f"RayClusterArgs.image = 'verlai/verl': {naming.image_ref_problem('verlai/verl')}"]
     assert str(err.value).startswith("invalid RayCluster arguments:\n  - RayClusterArgs.gpu_nodes = 0")
 
 
