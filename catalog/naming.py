@@ -8,6 +8,7 @@ named for (machine_vcpus, gke_version_key, quantity).
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Callable
 
@@ -128,6 +129,13 @@ def bucket_prefix_problem(value: object, max_len: int) -> str | None:
     if value.startswith("goog") or "google" in value:
         return "must not start with 'goog' or contain 'google' (Cloud Storage bucket naming rules)"
     return None
+
+
+def python_identifier_problem(value: object) -> str | None:
+    """A Python name (a function or a top-level module)."""
+    if isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value):
+        return None
+    return "must be a Python identifier"
 
 
 def machine_vcpus(machine_type: str) -> int | None:

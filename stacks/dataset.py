@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import keyword
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -125,13 +124,6 @@ class Inspection:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the plan shows about the task
     readings: dict[str, FileReading] = field(default_factory=dict)  # "train" / "val"
-
-
-def identifier_problem(name: str) -> str | None:
-    """A Python name (a function or a top-level module), or why not."""
-    if not name.isidentifier() or keyword.iskeyword(name):
-        return "must be a Python identifier"
-    return None
 
 
 # gs://bucket/object: a bucket name as GCS allows it (3-63 of a-z 0-9 . _ -, alphanumeric at both ends;

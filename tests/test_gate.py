@@ -132,7 +132,7 @@ def test_every_component_rule_has_a_gate_case():
 
 def test_bucket_prefix_limit_is_the_components():
     # The gate's namePrefix bound leaves room for "-data" within the storage component's bucket prefix.
-    from stacks.config import MAX_PREFIX
+    from stacks.keys import MAX_PREFIX
 
     assert MAX_PREFIX + len("-data") <= MAX_BUCKET_PREFIX
 

@@ -49,55 +49,65 @@ def _raw(stack: str, **extra: str) -> dict[str, str]:
     return {**raw, **extra}
 
 
-def _count(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter, label: str, fn: Callable,
-           when: Callable[..., bool] = lambda *a, **k: True) -> None:
-    """Count the calls of `fn` made through any project module that holds it by name."""
-    def counted(*args, **kwargs):
-        if when(*args, **kwargs):
-            counts[label] += 1
-        return fn(*args, **kwargs)
+class _Calls:
+    """Counts the calls of functions by their code, however a caller reaches them (a module's name for one, a
+    rule in a key's row, a method), while the block runs: `counts[label]`."""
 
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").split(".")[0] not in ("catalog", "components", "stacks", "recipe"):
-            continue
-        for name, value in list(vars(module).items()):
-            if value is fn:
-                monkeypatch.setattr(module, name, counted)
+    def __init__(self) -> None:
+        self.counts: collections.Counter = collections.Counter()
+        self._watched: list[tuple[str, object, Callable[..., bool]]] = []
 
+    def watch(self, label: str, fn: Callable, when: Callable[..., bool] = lambda *a: True) -> None:
+        """Count each call of `fn` whose positional parameters (self first for a method) satisfy `when`."""
+        self._watched.append((label, fn.__code__, when))
 
-def _count_method(monkeypatch, counts, label: str, cls: type, name: str) -> None:
-    real = getattr(cls, name)
-    monkeypatch.setattr(cls, name, lambda self, *a, **k: (counts.update([label]), real(self, *a, **k))[1])
+    def __enter__(self) -> _Calls:
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+    def _profile(self, frame, event: str, _arg: object) -> None:
+        if event != "call":
+            return
+        for label, code, when in self._watched:
+            if frame.f_code is code:
+                args = [frame.f_locals[name] for name in code.co_varnames[:code.co_argcount]]
+                if when(*args):
+                    self.counts[label] += 1
 
 
 @pytest.mark.parametrize("stack,extra", [("b200", {}), ("dev", BUDGET)])
-def test_the_gate_runs_each_rule_once(monkeypatch, stack, extra):
-    counts: collections.Counter = collections.Counter()
-    _count_method(monkeypatch, counts, "offered_problem", capacity.Capacity, "offered_problem")
-    _count(monkeypatch, counts, "RayCluster name label", naming.dns_1035_label_problem,
-           lambda value, *a, **k: str(value).endswith("-ray"))
-    _count(monkeypatch, counts, "foreign accelerator in name", accelerators.foreign_accelerator_problem)
+def test_the_gate_runs_each_rule_once(stack, extra):
+    calls = _Calls()
+    calls.watch("offered_problem", capacity.Capacity.offered_problem)
+    calls.watch("RayCluster name label", naming.dns_1035_label_problem, lambda value, *a: str(value).endswith("-ray"))
+    calls.watch("foreign accelerator in name", accelerators.foreign_accelerator_problem)
     for cls in (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs):
-        _count_method(monkeypatch, counts, cls.__name__, cls, "problems")
-    stack_config.load(_raw(stack, **extra), stack, allow_placeholder_project=True)
-    assert counts == {"offered_problem": 1, "RayCluster name label": 1, "foreign accelerator in name": 1,
-                      "GkeClusterArgs": 1, "RayClusterArgs": 1, "TrainingStorageArgs": 1, "DataPrepArgs": 1,
-                      **({"ProjectBudgetArgs": 1} if extra else {})}
+        calls.watch(cls.__name__, cls.problems)
+    raw = _raw(stack, **extra)
+    with calls:
+        stack_config.load(raw, stack, allow_placeholder_project=True)
+    assert calls.counts == {"offered_problem": 1, "RayCluster name label": 1, "foreign accelerator in name": 1,
+                            "GkeClusterArgs": 1, "RayClusterArgs": 1, "TrainingStorageArgs": 1, "DataPrepArgs": 1,
+                            **({"ProjectBudgetArgs": 1} if extra else {})}
 
 
-def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value(monkeypatch):
+def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value():
     """The model id: by its key (it guards the recipe's arithmetic) and by DataPrepArgs (the folder it stages),
     once each. The namespace: by its key and by TrainingStorageArgs, which creates it; RayCluster and DataPrep
     get TrainingStorage's namespace and KSA outputs (stand-ins in the gate, as compose passes Outputs)."""
-    counts: collections.Counter = collections.Counter()
     raw = _raw("b200")
     namespace, model = raw["verl-gke:namespace"], raw["verl-gke:model"]
-    _count(monkeypatch, counts, "model_id", naming.model_id_problem, lambda value, *a, **k: value == model)
-    _count(monkeypatch, counts, "namespace", naming.namespace_problem, lambda value, *a, **k: value == namespace)
+    calls = _Calls()
+    calls.watch("model_id", naming.model_id_problem, lambda value, *a: value == model)
+    calls.watch("namespace", naming.namespace_problem, lambda value, *a: value == namespace)
     # naming.namespace_problem reads dns_label itself: any other caller judges the namespace a second way.
-    _count(monkeypatch, counts, "dns_label", naming.dns_label_problem, lambda value, *a, **k: value == namespace)
-    stack_config.load(raw, "b200", allow_placeholder_project=True)
-    assert counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
+    calls.watch("dns_label", naming.dns_label_problem, lambda value, *a: value == namespace)
+    with calls:
+        stack_config.load(raw, "b200", allow_placeholder_project=True)
+    assert calls.counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
 
 
 def test_a_component_rule_still_names_its_key():

@@ -39,6 +39,7 @@ import yaml
 
 from catalog.problems import ConfigError, Problem
 from stacks import config as stack_config
+from stacks import cross_keys
 from tools import quota_source, stack_file
 from tools.plan_graph import ROOT as ROOT_PARENT
 from tools.plan_graph import PlanGraph
@@ -277,7 +278,7 @@ def _steps(z: dict[str, Any]) -> str:
 
 # A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
 # replacing every `-` in the plan would mangle it and redact nothing.
-MIN_EMBEDDED_SECRET = stack_config.SECRET_IN_TEXT_MIN  # the gate looks for secrets in overrides by the same rule
+MIN_EMBEDDED_SECRET = cross_keys.SECRET_IN_TEXT_MIN  # the gate looks for secrets in overrides by the same rule
 
 
 def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
