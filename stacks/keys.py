@@ -1,10 +1,10 @@
 """Every config key of the project, in one table: type, default, bounds, choices, its own rules, description.
 
 Pulumi.yaml's `config:` block is generated from it (`python -m tools.schema --write`) and a test
-keeps the two equal. The gate (stacks.config) reads every key through its row (stacks.key_values: the
-type as the Pulumi CLI reads it, the bounds, the choices), then the rules every key of its kind obeys
-(KIND_RULES) and its row's own rules (`rules`, `each`: catalog checks and the validators below), before
-the rules over several keys (stacks.cross_keys); messages name the key and what its row allows.
+keeps the two equal. The gate (stacks.config) reads every key through its row (stacks.key_values): the
+rules every key of its kind obeys (KIND_RULES), the type as the Pulumi CLI reads it, the bounds, the
+choices, then the row's own rules (`rules`, `each`: catalog checks and the validators below), before the
+rules over several keys (stacks.cross_keys); messages name the key and what its row allows.
 Descriptions that name catalog facts (accelerators, capacity types) are written from the catalog.
 """
 
@@ -388,7 +388,8 @@ KEYS: tuple[Key, ...] = (
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 
 # Rules every key of a kind obeys, on its value as the CLI hands it over (before its type is read): (which keys,
-# rule). A rule for every non-secret key is one more row here, `(lambda k: not k.secret, <its check>)`.
+# rule). A rule for every non-secret key is one more row here, `(lambda k: not k.secret, <its check>)`; a secret
+# key's value is judged by its own row only (Key.rules), never shown.
 KIND_RULES: tuple[tuple[Callable[[Key], bool], Check], ...] = (
     (lambda k: k.name.startswith("gcp:"), _gcp_as_typed),
 )

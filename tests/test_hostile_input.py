@@ -235,7 +235,7 @@ BAD_FILES += [
      "verl-gke:cpuNodesMax: quota"),
     ("quota-all-regions", stack_text(**{"verl-gke:gpuNodes": "8", "verl-gke:grpoTrainBatchSize": "512"}),
      "GPUS-ALL-REGIONS"),
-    # review 26: the program's GKE version preflight raised PreflightError (traceback, exit 1) on a pin the
+    # review 26: the program's GKE version preflight raised its error (traceback, exit 1) on a pin the
     # gate's shape check took; the gate now runs that check on the plan's sample versions
     ("gke-minor-not-offered", dev_text(**{"verl-gke:gkeVersion": '"1.99"'}), "offers no 1.99.x version"),
     ("gke-minor-leading-zero", yaml_case("verl-gke:gkeVersion", '"01.33"'), "verl-gke:gkeVersion"),

@@ -1,9 +1,12 @@
-"""One rule in one place (issue 25): one validation shape, each rule run once by the gate, values
-derived once per config, and compose that only wires.
+"""One rule in one place (issues 25, 44): one problem type, each rule beside what it guards and run once
+by the gate, values derived once per config, and compose that only wires.
 
-- every component's args answer `problems()` with (path, reason) pairs, and one helper raises them;
-- the gate (stacks.config.load, whose component pass is stacks.component_rules) runs each component
-  rule once: the rules a component holds are not checked again by the config;
+- every bad setting is a catalog.problems.Problem: every component's args answer `problems()` with
+  them, and one helper raises them;
+- a key's own rules sit in its row (stacks.keys), the rules over several keys in stacks.cross_keys;
+  the gate (stacks.config.load) holds none, it calls them;
+- the gate (whose component pass is stacks.component_rules) runs each component rule once: the rules
+  a component holds are not checked again by the config;
 - stacks.derived computes the derived values once per config object, shared by the gate, compose and
   the plan;
 - compose.py calls no catalog or recipe function, and no component takes the stack's config.
@@ -34,7 +37,7 @@ from components.ray_cluster import RayClusterArgs
 from components.run_supervisor import GpuReleaseAccessArgs
 from components.storage import TrainingStorageArgs
 from components.task_files import TaskFilesArgs, TaskSourceAccessArgs
-from stacks import compose, derived
+from stacks import compose, derived, key_values
 from stacks import config as stack_config
 from tests.stack_helpers import ROOT
 from tools import mocking, plan
@@ -123,6 +126,54 @@ def test_a_component_rule_still_names_its_key():
     (problem,) = err.value.problems
     assert problem.startswith("verl-gke:namePrefix: RayClusterArgs.name = 'verl-b200-ray': ")
     assert "b200" in problem and "h200" in problem
+
+
+def _project_sources() -> list[Path]:
+    layers = ("catalog", "components", "recipe", "stacks", "tools")
+    return sorted(p for layer in layers for p in (ROOT / layer).rglob("*.py"))
+
+
+def test_every_bad_setting_is_one_problem_type():
+    """catalog.problems.Problem is the one problem class: no other module defines one (a Finding, a second
+    Problem), and no problems function answers bare (path, reason) tuples."""
+    others, tuples = [], []
+    for path in _project_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and ("Problem" in node.name or "Finding" in node.name) \
+                    and path != ROOT / "catalog" / "problems.py":
+                others.append(f"{path.relative_to(ROOT)}:{node.name}")
+            if isinstance(node, ast.FunctionDef) and node.name.endswith("problems") and node.returns is not None \
+                    and "tuple[str, str]" in ast.unparse(node.returns):
+                tuples.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert others == [] and tuples == [], (others, tuples)
+
+
+def test_the_gate_holds_no_rule_of_its_own():
+    """stacks.config.load calls the rules where they sit; it judges no value itself (no catalog check, no
+    recorded problem)."""
+    tree = ast.parse((ROOT / "stacks" / "config.py").read_text())
+    calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert "cross_keys.placement" in calls, "the scan found no rule group: the test itself is broken"
+    judged = [c for c in calls if c.endswith(("_problem", ".bad", ".check"))]
+    checks = sorted(m for m in _imports(ROOT / "stacks" / "config.py")
+                    if m in ("catalog.naming", "catalog.gcp_ranges", "catalog.storage_locations", "catalog.zones"))
+    assert judged == [] and checks == [], (judged, checks)
+
+
+def test_a_kind_rule_judges_every_key_of_its_kind(monkeypatch):
+    """A rule for every non-secret key is one row of stacks.keys.KIND_RULES: each such key set to what it refuses
+    is refused, naming that key; a secret key is not judged by it."""
+    canary = "canary-value-7"
+    refuse = ("must not be the canary", lambda value: "must not be the canary" if value == canary else None)
+    monkeypatch.setattr(key_values, "KIND_RULES", (*key_values.KIND_RULES, (lambda k: not k.secret, refuse[1])))
+    raw = _raw("b200")
+    for k in stack_config.KEYS:
+        with pytest.raises(stack_config.ConfigError) as err:
+            # A bad namePrefix (unless it is the key judged): refused even where the canary is not.
+            stack_config.load({**raw, "verl-gke:namePrefix": "Not_A_Prefix", k.full: canary}, "b200",
+                              allow_placeholder_project=True)
+        judged = [p for p in err.value.problems if p.endswith(refuse[0])]
+        assert judged == ([] if k.secret else [f"{k.full} = {canary!r}: {refuse[0]}"]), (k.name, judged)
 
 
 def test_derived_values_are_computed_once_per_config(monkeypatch):
