@@ -387,9 +387,9 @@ KEYS: tuple[Key, ...] = (
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 
-# Rules every key of a kind obeys, on its value as the CLI hands it over (before its type is read): (which keys,
-# rule). A rule for every non-secret key is one more row here, `(lambda k: not k.secret, <its check>)`; a secret
-# key's value is judged by its own row only (Key.rules), never shown.
+# Rules every key of a kind obeys, on its value as given (the CLI's string, or the row's default when unset) before
+# its type is read: (which keys, rule). A rule for every non-secret key is one more row here,
+# `(lambda k: not k.secret, <its check>)`; a secret key's value is judged by its own row only (Key.rules), never shown.
 KIND_RULES: tuple[tuple[Callable[[Key], bool], Check], ...] = (
     (lambda k: k.name.startswith("gcp:"), _gcp_as_typed),
 )
