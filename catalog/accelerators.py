@@ -265,7 +265,7 @@ ACCELERATORS: dict[str, Accelerator] = {
 }
 
 
-def foreign_accelerator_in_name(name: str, key: str) -> str | None:
+def foreign_accelerator_problem(name: str, key: str) -> str | None:
     """A name that spells another accelerator (the tutorial's b200-ray-cluster on H200) misleads operators."""
     other = [k for k in ACCELERATORS if k != key and k in name]
     return f"{name!r} names accelerator {other[0]} but the stack runs {key}" if other else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from catalog.gke import AI_CLUSTER_DOC, Floor
+from catalog.problems import Problem
 
 SPOT, ON_DEMAND, RESERVATION, FLEX_START = "spot", "on-demand", "reservation", "flex-start"
 CAPACITIES = (SPOT, ON_DEMAND, RESERVATION, FLEX_START)
@@ -56,16 +57,16 @@ class Capacity:
     kind: str = SPOT
     reservation: str = ""
 
-    def problems(self) -> list[tuple[str, str]]:
-        """(field, what is allowed) for each broken rule; field is `kind` or `reservation`."""
-        found: list[tuple[str, str]] = []
+    def problems(self) -> list[Problem]:
+        """Each broken rule, by field: `kind` or `reservation`."""
+        found: list[Problem] = []
         if self.kind not in CAPACITIES:
-            found.append(("kind", "must be one of " + ", ".join(CAPACITIES)))
+            found.append(Problem("kind", "must be one of " + ", ".join(CAPACITIES)))
         elif self.kind == RESERVATION and not self.reservation:
-            found.append(("reservation", "must name a Compute Engine reservation when capacity=reservation"))
+            found.append(Problem("reservation", "must name a Compute Engine reservation when capacity=reservation"))
         elif self.reservation and self.kind != RESERVATION:
             why = _NO_RESERVATION_WHY.get(self.kind, "it is unused")
-            found.append(("reservation", f"is set but capacity={self.kind}: {why}; set capacity=reservation "
+            found.append(Problem("reservation", f"is set but capacity={self.kind}: {why}; set capacity=reservation "
                                          "or unset reservation"))
         return found
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from catalog.naming import gke_minor as minor
-from catalog.naming import gke_version as version_key
+from catalog.naming import gke_version_key as version_key
 
 __all__ = ["NODE_OAUTH_SCOPES", "NODE_ROLES", "Floor", "highest", "minor", "unmet", "unmet_by_minor",
            "version_key", "version_prefix"]

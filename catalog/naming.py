@@ -1,12 +1,14 @@
 """Naming and format rules of Kubernetes, GCP, Hugging Face and git, each written once.
 
-Every check returns None when the value is allowed, else the text that says what is allowed, so
-the config gate (stacks.config) and the components' own assertions share one implementation and
-phrase the same rule the same way.
+Every `*_problem` check returns None when the value is allowed, else the text that says what is
+allowed, so the config gate (stacks.config) and the components' own assertions share one
+implementation and phrase the same rule the same way; the other functions return what they are
+named for (machine_vcpus, gke_version_key, quantity).
 """
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Callable
 
@@ -64,62 +66,62 @@ def _full_match(pattern: re.Pattern[str], allowed: str) -> Check:
     return check
 
 
-def dns_label(value: object, max_len: int = 63) -> str | None:
+def dns_label_problem(value: object, max_len: int = 63) -> str | None:
     if isinstance(value, str) and _DNS_LABEL.fullmatch(value) and len(value) <= max_len:
         return None
     return f"must be a DNS label: at most {max_len} lowercase letters, digits or '-', starting and ending " \
            "with a letter or digit"
 
 
-def dns_1035_label(value: object, max_len: int = 63) -> str | None:
+def dns_1035_label_problem(value: object, max_len: int = 63) -> str | None:
     if isinstance(value, str) and _DNS_1035.fullmatch(value) and len(value) <= max_len:
         return None
     return f"must be a DNS-1035 label: at most {max_len} lowercase letters, digits or '-', starting with a " \
            "letter and not ending with '-'"
 
 
-def dns_subdomain(value: object) -> str | None:
+def dns_subdomain_problem(value: object) -> str | None:
     if isinstance(value, str) and _DNS_SUBDOMAIN.fullmatch(value) and len(value) <= 253:
         return None
     return "must be a DNS subdomain: at most 253 lowercase letters, digits, '-' or '.'"
 
 
-def namespace(value: object) -> str | None:
-    if problem := dns_label(value):
+def namespace_problem(value: object) -> str | None:
+    if problem := dns_label_problem(value):
         return problem
     if str(value).startswith(RESERVED_NAMESPACE_PREFIXES):
         return f"must not start with {', '.join(RESERVED_NAMESPACE_PREFIXES)} (reserved by Kubernetes and GKE)"
     return None
 
 
-secret_key: Check = _full_match(_SECRET_KEY, "must be a Secret data key: letters, digits, '-', '_' or '.'")
+secret_key_problem: Check = _full_match(_SECRET_KEY, "must be a Secret data key: letters, digits, '-', '_' or '.'")
 
 
-env_var: Check = _full_match(_ENV_VAR, "must be an environment variable name: a letter or '_', then letters, "
-                                       "digits or '_'")
+env_var_problem: Check = _full_match(_ENV_VAR, "must be an environment variable name: a letter or '_', then "
+                                               "letters, digits or '_'")
 
 
-project_id: Check = _full_match(_PROJECT_ID, "must be a project id: 6-30 lowercase letters, digits or hyphens, "
-                                             "starting with a letter")
+project_id_problem: Check = _full_match(_PROJECT_ID, "must be a project id: 6-30 lowercase letters, digits or "
+                                                     "hyphens, starting with a letter")
 
 
-region: Check = _full_match(_REGION, "must be a region such as us-central1")
+region_problem: Check = _full_match(_REGION, "must be a region such as us-central1")
 
 
-def zone(value: object) -> str | None:
+def zone_problem(value: object) -> str | None:
     if isinstance(value, str) and "-" in value and re.fullmatch(r"[a-z]", value.rsplit("-", 1)[1]) \
-            and region(value.rsplit("-", 1)[0]) is None:
+            and region_problem(value.rsplit("-", 1)[0]) is None:
         return None
     return "must be a zone such as us-central1-b"
 
 
-def zone_in_region(zone: object, region_name: str) -> str | None:
+def zone_in_region_problem(zone: object, region_name: str) -> str | None:
     if isinstance(zone, str) and re.fullmatch(re.escape(region_name) + r"-[a-z]", zone):
         return None
     return f"must be a zone in region {region_name} (e.g. {region_name}-b)"
 
 
-def bucket_prefix(value: object, max_len: int) -> str | None:
+def bucket_prefix_problem(value: object, max_len: int) -> str | None:
     """Cloud Storage bucket naming ("Bucket names" in the Cloud Storage docs) for `<prefix>-<suffix>`."""
     if not (isinstance(value, str) and _DNS_LABEL.fullmatch(value) and len(value) <= max_len):
         return f"must be 1-{max_len} lowercase letters, digits or hyphens, starting and ending with a letter " \
@@ -129,19 +131,26 @@ def bucket_prefix(value: object, max_len: int) -> str | None:
     return None
 
 
+def python_identifier_problem(value: object) -> str | None:
+    """A Python name (a function or a top-level module)."""
+    if isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value):
+        return None
+    return "must be a Python identifier"
+
+
 def machine_vcpus(machine_type: str) -> int | None:
     """vCPUs of a predefined machine type such as c2-standard-16; None when not of that form."""
     m = _MACHINE.fullmatch(machine_type)
     return int(m.group(1)) if m else None
 
 
-def service_account_id(value: object) -> str | None:
+def service_account_id_problem(value: object) -> str | None:
     if isinstance(value, str) and _SERVICE_ACCOUNT_ID.fullmatch(value) and 6 <= len(value) <= 30:
         return None
     return "must be a service account id: 6-30 lowercase letters, digits or '-', starting with a letter"
 
 
-def gke_version(version: str) -> tuple[int, ...] | None:
+def gke_version_key(version: str) -> tuple[int, ...] | None:
     """A GKE version as a comparable tuple; None when not of the form 1.32.2-gke.1475000."""
     m = _GKE_VERSION.fullmatch(version or "")
     return tuple(int(g) for g in m.groups()) if m else None
@@ -153,7 +162,7 @@ def gke_minor(version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def gke_version_pin(value: object) -> str | None:
+def gke_version_pin_problem(value: object) -> str | None:
     """A pin is a full version or a minor to take the channel's newest patch of."""
     if isinstance(value, str) and (_GKE_VERSION.fullmatch(value) or _GKE_MINOR.fullmatch(value)):
         return None
@@ -166,7 +175,7 @@ def gke_version_pin(value: object) -> str | None:
 MAX_MODEL_ID = 96 + 1 + 96  # a namespace is a user or organisation name; the name has at most 96 characters
 
 
-def model_id(value: object) -> str | None:
+def model_id_problem(value: object) -> str | None:
     allowed = "must be a Hugging Face model id such as Qwen/Qwen2.5-32B-Instruct"
     if not isinstance(value, str):
         return allowed
@@ -181,17 +190,19 @@ def model_id(value: object) -> str | None:
     return None
 
 
-git_ref: Check = _full_match(_GIT_REF, "must be a git tag, branch or commit such as v0.6.1")
+git_ref_problem: Check = _full_match(_GIT_REF, "must be a git tag, branch or commit such as v0.6.1")
 
 
 # A release tag (v0.6.1): a branch would stage a moving target under a versioned folder.
-release_tag: Check = _full_match(re.compile(r"v\d+\.\d+\.\d+(\.post\d+)?"), "must be a release tag such as v0.6.1")
+release_tag_problem: Check = _full_match(re.compile(r"v\d+\.\d+\.\d+(\.post\d+)?"),
+                                         "must be a release tag such as v0.6.1")
 
 
-repo_url: Check = _full_match(_REPO_URL, "must be a git URL (https://, ssh://, git://, file:// or user@host:path)")
+repo_url_problem: Check = _full_match(_REPO_URL,
+                                      "must be a git URL (https://, ssh://, git://, file:// or user@host:path)")
 
 
-def image_ref(value: object) -> str | None:
+def image_ref_problem(value: object) -> str | None:
     """An image reference with a tag or a digest (a bare name would float to :latest)."""
     m = _IMAGE.fullmatch(value) if isinstance(value, str) else None
     if m and len(m["name"]) <= 255 and (":" in value.rsplit("/", 1)[-1] or "@" in value):
@@ -205,7 +216,7 @@ def image_ref(value: object) -> str | None:
             "e.g. repo/image:tag or repo/image@sha256:...")
 
 
-ray_version: Check = _full_match(_RAY_VERSION, "must be a Ray version such as 2.49.2")
+ray_version_problem: Check = _full_match(_RAY_VERSION, "must be a Ray version such as 2.49.2")
 
 
 def quantity(value: str) -> float | None:
@@ -214,7 +225,7 @@ def quantity(value: str) -> float | None:
     return float(m.group(1)) * _UNITS[m.group(2)] if m else None
 
 
-def positive_quantity(value: object) -> str | None:
+def positive_quantity_problem(value: object) -> str | None:
     number = quantity(value) if isinstance(value, str) else None
     if number is not None and number > 0:
         return None
@@ -226,11 +237,11 @@ def positive_quantity(value: object) -> str | None:
 _BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
 
 
-billing_account_id: Check = _full_match(_BILLING_ACCOUNT, "must be a billing account id such as "
-                                                          "012345-567890-ABCDEF (gcloud billing accounts list)")
+billing_account_id_problem: Check = _full_match(_BILLING_ACCOUNT, "must be a billing account id such as "
+                                                                  "012345-567890-ABCDEF (gcloud billing accounts list)")
 
 
-def soft_delete_days(value: object) -> str | None:
+def soft_delete_days_problem(value: object) -> str | None:
     """A bucket's soft-delete retention in days: 0 turns it off, else 7..90 (Cloud Storage
     soft_delete_policy.retention_duration_seconds; terraform-provider-google storage_bucket docs)."""
     if isinstance(value, int) and not isinstance(value, bool) and (value == 0 or 7 <= value <= 90):

@@ -71,15 +71,25 @@ def resolver_problem(text: str) -> str | None:
 COMMIT_KEY = re.compile(r"(?i)(^|[._])(revision|commit|commit_id|sha|git_sha|commit_sha)$")
 
 
-def credential_problem(text: str, key: str = "") -> str | None:
-    """Which credential `text` looks like, None when it looks like none (`key`: the override's key)."""
+def credential_shape(text: str, key: str = "") -> str | None:
+    """Which credential `text` looks like (e.g. "a Hugging Face token (hf_...)"), None when it looks like none.
+    Under a `key` that names a commit, 40 hex characters are a commit id."""
     for what, shape in SHAPES:
         if "W&B" in what and COMMIT_KEY.search(key):
             continue
         if shape.search(text):
-            return (f"carries what looks like {what}: the overrides become the job's entrypoint, shown "
-                    "in plain text on the Ray dashboard; set keys with `pulumi config set --secret` "
-                    "(hfToken, wandbApiKey)" + (
-                        "; a commit id has the same shape: it is taken under a key named revision, commit or sha"
-                        if "W&B" in what else ""))
+            return what
     return None
+
+
+def credential_problem(text: str, key: str = "") -> str | None:
+    """Why an override carrying what looks like a credential is refused, None when it carries none (`key`: the
+    override's key)."""
+    what = credential_shape(text, key)
+    if what is None:
+        return None
+    return (f"carries what looks like {what}: the overrides become the job's entrypoint, shown "
+            "in plain text on the Ray dashboard; set keys with `pulumi config set --secret` "
+            "(hfToken, wandbApiKey)" + (
+                "; a commit id has the same shape: it is taken under a key named revision, commit or sha"
+                if "W&B" in what else ""))

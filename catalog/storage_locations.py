@@ -37,7 +37,7 @@ MULTI_REGIONS = frozenset({"asia", "eu", "us"})
 LOCATIONS = REGIONS | DUAL_REGIONS | MULTI_REGIONS
 
 
-def bucket_location(value: object) -> str | None:
+def bucket_location_problem(value: object) -> str | None:
     """None when Cloud Storage offers `value` as a bucket location, else what is allowed."""
     if isinstance(value, str) and value.lower() in LOCATIONS:
         return None

@@ -18,7 +18,8 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import naming
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 
 THRESHOLDS = (0.5, 0.9, 1.0)  # share of the amount (BudgetThresholdRule: 1.0-based, 0.5 = 50%)
 
@@ -34,14 +35,14 @@ class ProjectBudgetArgs:
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
-        if why := naming.billing_account_id(self.billing_account):
-            found.append(("billing_account", why))
+        if why := naming.billing_account_id_problem(self.billing_account):
+            found.append(Problem("billing_account", why))
         if not isinstance(self.monthly_amount, int) or self.monthly_amount < 1:
-            found.append(("monthly_amount", "must be an integer >= 1"))
+            found.append(Problem("monthly_amount", "must be an integer >= 1"))
         if not self.thresholds or any(t <= 0 for t in self.thresholds):
-            found.append(("thresholds", "must be shares > 0"))
+            found.append(Problem("thresholds", "must be shares > 0"))
         if not 1 <= len(self.display_name) <= 60:  # Budget.displayName: at most 60 characters (Budgets API)
-            found.append(("display_name", "must be 1-60 characters"))
+            found.append(Problem("display_name", "must be 1-60 characters"))
         return found
 
 

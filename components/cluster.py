@@ -9,6 +9,7 @@ puts the control plane and the pools in that zone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -19,9 +20,10 @@ import pulumi_kubernetes as k8s
 from catalog.accelerators import GPU_RESOURCE, Accelerator, installer_url
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gke import NODE_OAUTH_SCOPES
+from catalog.problems import Problem
 from catalog.versions import GIB_INSTALLER_REVISION
 from components.network import ClusterNetwork
-from components.problems import Problem, require
+from components.problems import require
 
 # cluster-toolkit examples/gke-a4 and gke-a3-ultragpu (@1047080): a release channel upgrades nodes
 # under a running job; this exclusion holds minor and node upgrades until the minor version's end
@@ -103,17 +105,17 @@ class GkeClusterArgs:
 
     def problems(self) -> list[Problem]:
         acc = self.accelerator
-        found = [(f"capacity.{f}", why) for f, why in self.capacity.problems()]
+        found = [dataclasses.replace(p, key=f"capacity.{p.key}") for p in self.capacity.problems()]
         if why := self.capacity.offered_problem(acc.consumption, acc.machine_type, acc.consumption_source):
-            found.append(("capacity.kind", why))
+            found.append(Problem("capacity.kind", why))
         if self.network.rdma_nics != acc.rdma_nics:
-            found.append(("network", f"has {self.network.rdma_nics} RDMA NICs: {acc.key} has {acc.rdma_nics}"))
+            found.append(Problem("network", f"has {self.network.rdma_nics} RDMA NICs: {acc.key} has {acc.rdma_nics}"))
         if self.location not in (None, self.region, self.zone):
-            found.append(("location", f"must be None, the region {self.region} or the zone {self.zone}"))
+            found.append(Problem("location", f"must be None, the region {self.region} or the zone {self.zone}"))
         if self.location == self.zone and self.autopilot:
-            found.append(("location", "Autopilot clusters are regional; pass None"))
+            found.append(Problem("location", "Autopilot clusters are regional; pass None"))
         if self.gpu_nodes < 1:
-            found.append(("gpu_nodes", "must be >= 1"))
+            found.append(Problem("gpu_nodes", "must be >= 1"))
         return found
 
 

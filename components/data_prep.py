@@ -27,8 +27,9 @@ from catalog.gcsfuse import EPHEMERAL_STORAGE_LIMIT as FUSE_STORAGE_LIMIT
 from catalog.gcsfuse import SIDECAR_ANNOTATION as FUSE_VOLUMES
 from catalog.gcsfuse import STAGING_SCRATCH_GIB, DiskBudget, gib_quantity, staging_disk_budget
 from catalog.paths import COMPLETE_MARKER, MOUNT, STAGING_LEASE, TASKS_DIR, BucketPaths
+from catalog.problems import Problem
 from catalog.versions import VERL_IMAGE, VERL_REPO
-from components.problems import Problem, require
+from components.problems import require
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "stage_data.py"
 SCRIPT_KEY = "stage_data.py"
@@ -266,32 +267,33 @@ def _annotations(args: DataPrepArgs) -> dict[str, str]:
 
 def name_problems(name: str) -> list[Problem]:
     # Auto-name "<name>-job-xxxxxxx" must stay a valid label value (<= 63) for the job-name label.
-    return [("name", "must be a DNS label of at most 40 characters")] if naming.dns_label(name, max_len=40) else []
+    return [Problem("name", "must be a DNS label of at most 40 characters")] \
+        if naming.dns_label_problem(name, max_len=40) else []
 
 
 def _problems(args: DataPrepArgs) -> list[Problem]:
     found: list[Problem] = []
     checks = {
-        "namespace": naming.dns_label, "service_account": naming.dns_subdomain, "pvc_name": naming.dns_subdomain,
-        "hf_secret_name": naming.dns_subdomain,
+        "namespace": naming.dns_label_problem, "service_account": naming.dns_subdomain_problem,
+        "pvc_name": naming.dns_subdomain_problem, "hf_secret_name": naming.dns_subdomain_problem,
     }
     for arg, check in checks.items():
         value = getattr(args, arg)
         if isinstance(value, str) and (problem := check(value)):
-            found.append((arg, problem))
-    for arg, check in (("hf_secret_key", naming.secret_key), ("image", naming.image_ref),
-                       ("model_id", naming.model_id), ("model_revision", naming.git_ref),
-                       ("verl_version", naming.git_ref), ("verl_repo", naming.repo_url)):
+            found.append(Problem(arg, problem))
+    for arg, check in (("hf_secret_key", naming.secret_key_problem), ("image", naming.image_ref_problem),
+                       ("model_id", naming.model_id_problem), ("model_revision", naming.git_ref_problem),
+                       ("verl_version", naming.git_ref_problem), ("verl_repo", naming.repo_url_problem)):
         if problem := check(getattr(args, arg)):
-            found.append((arg, problem))
+            found.append(Problem(arg, problem))
     found += _path_problems(args)
     keys = [_extra_key(dest) for dest in args.extra_files]
     for dest in args.extra_files:
         if (posixpath.normpath(dest) != dest or not dest.startswith(MOUNT + "/")
-                or naming.secret_key(_extra_key(dest)) or _extra_key(dest) in SHIPPED_KEYS
+                or naming.secret_key_problem(_extra_key(dest)) or _extra_key(dest) in SHIPPED_KEYS
                 or keys.count(_extra_key(dest)) > 1):
-            found.append(("extra_files", f"{dest!r} must be a normalised path under {MOUNT}/ whose file name is a "
-                          f"unique ConfigMap key other than {', '.join(SHIPPED_KEYS)}"))
+            found.append(Problem("extra_files", f"{dest!r} must be a normalised path under {MOUNT}/ whose file name "
+                                 f"is a unique ConfigMap key other than {', '.join(SHIPPED_KEYS)}"))
     if args.task_check is not None:
         tasks = posixpath.join(MOUNT, TASKS_DIR) + "/"
         spec = args.task_check if isinstance(args.task_check, dict) else {}
@@ -301,60 +303,61 @@ def _problems(args: DataPrepArgs) -> list[Problem]:
                 for f in files) or (reward is not None and not (
                     isinstance(reward, dict) and str(reward.get("path", "")).startswith(tasks)
                     and all(str(f.get("path", "")).startswith(tasks) for f in reward.get("data", [])))):
-            found.append(("task_check", f"must be stacks.dataset.staging_check(...): gs:// files copied under "
-                          f"{tasks} and a reward (with its data) read from there"))
+            found.append(Problem("task_check", f"must be stacks.dataset.staging_check(...): gs:// files copied "
+                                 f"under {tasks} and a reward (with its data) read from there"))
 
     if not isinstance(args.stage_gsm8k, bool):
-        found.append(("stage_gsm8k", "must be true or false"))
+        found.append(Problem("stage_gsm8k", "must be true or false"))
     if not isinstance(args.disk_budget, DiskBudget):
-        found.append(("disk_budget", "must be catalog.gcsfuse.staging_disk_budget(...)"))
+        found.append(Problem("disk_budget", "must be catalog.gcsfuse.staging_disk_budget(...)"))
     quantities_ok = True
     for arg in ("cpu_request", "memory_request", "memory_limit"):
-        if problem := naming.positive_quantity(getattr(args, arg)):
-            found.append((arg, problem))
+        if problem := naming.positive_quantity_problem(getattr(args, arg)):
+            found.append(Problem(arg, problem))
             quantities_ok = False
     if quantities_ok and naming.quantity(args.memory_request) > naming.quantity(args.memory_limit):
-        found.append(("memory_request", f"must not exceed memory_limit = {args.memory_limit!r}"))
+        found.append(Problem("memory_request", f"must not exceed memory_limit = {args.memory_limit!r}"))
     for arg, minimum in (("active_deadline_seconds", 60), ("backoff_limit", 0), ("await_margin_seconds", 60)):
         value = getattr(args, arg)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            found.append((arg, f"must be an integer >= {minimum}"))
+            found.append(Problem(arg, f"must be an integer >= {minimum}"))
 
     for arg, value_types in (("pod_annotations", (str,)), ("node_selector", (str, pulumi.Output))):
         value = getattr(args, arg)
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, value_types)
                                                   for k, v in value.items()):
-            found.append((arg, "must be a dict of strings to strings"))
+            found.append(Problem(arg, "must be a dict of strings to strings"))
     if isinstance(args.pod_annotations, dict) and args.pod_annotations.get(FUSE_VOLUMES) != "true":
-        found.append(("pod_annotations", f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)'))
+        found.append(Problem("pod_annotations",
+                             f'must carry {FUSE_VOLUMES}: "true" (the bucket PVC is a GCS FUSE volume)'))
     return found
 
 
 def _path_problems(args: DataPrepArgs) -> list[Problem]:
     paths = args.paths
     if not isinstance(paths, BucketPaths):
-        return [("paths", "must be a catalog.paths.BucketPaths (bucket_paths(...))")]
+        return [Problem("paths", "must be a catalog.paths.BucketPaths (bucket_paths(...))")]
     found: list[Problem] = []
     folders = {"verl_src": paths.verl_src, "model_dir": paths.model_dir, "dataset_dir": paths.dataset_dir}
     for field_name, value in {**folders, "train_file": paths.train_file, "val_file": paths.val_file}.items():
         if (not isinstance(value, str) or posixpath.normpath(value) != value
                 or not value.startswith(MOUNT + "/") or any(c.isspace() for c in value)):
-            found.append((f"paths.{field_name}", f"must be a normalised absolute path under {MOUNT}/"))
+            found.append(Problem(f"paths.{field_name}", f"must be a normalised absolute path under {MOUNT}/"))
     if found:
         return found
     # The script wipes verl_src and dataset_dir before restaging: no folder may hold another.
     for a, pa in folders.items():
         for b, pb in folders.items():
             if a != b and (pa == pb or pb.startswith(pa + "/")):
-                found.append((f"paths.{b}", f"must not be inside or equal to paths.{a} = {pa!r}"))
+                found.append(Problem(f"paths.{b}", f"must not be inside or equal to paths.{a} = {pa!r}"))
     for field_name, file_name in (("train_file", "train.parquet"), ("val_file", "test.parquet")):
         expected = posixpath.join(paths.dataset_dir, file_name)
         if getattr(paths, field_name) != expected:
-            found.append((f"paths.{field_name}",
+            found.append(Problem(f"paths.{field_name}",
                           f"must be {expected!r}: the script writes {file_name} into paths.dataset_dir"))
     if not paths.model_dir.endswith(f"/{args.model_id}/{args.model_revision}"):
-        found.append(("paths.model_dir", f"must be the folder of model_id = {args.model_id!r} "
+        found.append(Problem("paths.model_dir", f"must be the folder of model_id = {args.model_id!r} "
                       f"at model_revision = {args.model_revision!r}"))
     if not paths.verl_src.endswith("/" + args.verl_version):
-        found.append(("paths.verl_src", f"must be the folder of verl_version = {args.verl_version!r}"))
+        found.append(Problem("paths.verl_src", f"must be the folder of verl_version = {args.verl_version!r}"))
     return found

@@ -22,7 +22,8 @@ import pulumi_gcp as gcp
 
 from catalog import naming
 from catalog.nics import NicSpec, additional_nics
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 
 PRIMARY_MTU = 8896
 NAT_ADDRESSES = 2
@@ -84,7 +85,7 @@ class RdmaNetworkArgs:
     addresses_after: tuple[pulumi.Input[pulumi.Resource], ...] = ()
 
     def problems(self) -> list[Problem]:
-        return [("zone", problem)] if (problem := naming.zone_in_region(self.zone, self.region)) else []
+        return [Problem("zone", problem)] if (problem := naming.zone_in_region_problem(self.zone, self.region)) else []
 
 
 class RdmaNetwork(pulumi.ComponentResource):

@@ -14,13 +14,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog.nics import API_VERSION, interface_annotations
+from catalog.problems import Problem
 from components.network import AttachedNic
-from components.problems import Problem, require
+from components.problems import require
 
 
 def problems(nics: Sequence[AttachedNic]) -> list[Problem]:
     if isinstance(nics, str) or not nics or not all(isinstance(n, AttachedNic) for n in nics):
-        return [("nics", "must be RdmaNetwork.handle.nics (one or more AttachedNic in NIC order)")]
+        return [Problem("nics", "must be RdmaNetwork.handle.nics (one or more AttachedNic in NIC order)")]
     return []
 
 

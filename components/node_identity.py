@@ -13,11 +13,12 @@ import pulumi_gcp as gcp
 
 from catalog import naming
 from catalog.gke import NODE_ROLES
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 
 
 def problems(account_id: str) -> list[Problem]:
-    return [("account_id", problem)] if (problem := naming.service_account_id(account_id)) else []
+    return [Problem("account_id", problem)] if (problem := naming.service_account_id_problem(account_id)) else []
 
 
 class NodeServiceAccount(pulumi.ComponentResource):

@@ -1,14 +1,14 @@
 """One shape for every component's argument checks.
 
-Each `XArgs.problems()` is pure: it returns (path, reason) pairs, the path a field of the args
-(`capacity.kind`, `paths.model_dir`) and the reason what is allowed. The component calls `require`
-before it registers anything; the config gate (stacks.component_rules) calls the same `problems()`
-and names the config key each path comes from, so a rule runs once there.
+Each `XArgs.problems()` is pure: it returns catalog.problems.Problem, keyed by a field of the args
+(`capacity.kind`, `paths.model_dir`), saying what is allowed. The component calls `require` before it
+registers anything; the config gate (stacks.component_rules) calls the same `problems()` and names the
+config key each field comes from, so a rule runs once there.
 
 `ArgsError` is a `pulumi.RunError`: a program that builds a component with bad args ends with the
 message alone, not a traceback (pulumi SDK `pulumi/errors.py`: RunError "results in a clean exit
-rather than the usual verbose unhandled error logic"). It is a ValueError too, as the components
-raised before.
+rather than the usual verbose unhandled error logic"). It is a catalog.problems.ConfigError too,
+carrying the same problems, and a ValueError, as the components raised before.
 
 A component built alone gets the same clean message when an arg has the wrong shape: an Output in a
 field that is not a `pulumi.Input` (the component shapes resources from it when the program runs) is
@@ -24,18 +24,18 @@ from typing import Any
 
 import pulumi
 
-Problem = tuple[str, str]  # (path in the args, reason)
+from catalog.problems import NO_VALUE, ConfigError, Problem
 
 _PLAIN = (str, int, float, bool, type(None))
 _MISSING = object()
 
 
-class ArgsError(pulumi.RunError, ValueError):
-    """A component's args break its rules; `problems` holds each as one line."""
+class ArgsError(pulumi.RunError, ConfigError, ValueError):
+    """A component's args break its rules (`found`, each named `<Owner>.<field>`; `problems`: their lines)."""
 
-    def __init__(self, component: str, problems: list[str]):
-        self.component, self.problems = component, problems
-        super().__init__(f"invalid {component} arguments:\n  - " + "\n  - ".join(problems))
+    def __init__(self, component: str, found: list[Problem]):
+        self.component = component
+        ConfigError.__init__(self, found, f"invalid {component} arguments")
 
 
 def value_at(args: object, path: str) -> Any:
@@ -48,13 +48,15 @@ def value_at(args: object, path: str) -> Any:
     return value
 
 
-def describe(owner: str, args: object, path: str, reason: str, secret: Iterable[str] = ()) -> str:
-    """`owner.path = value: reason`, the value shown only when it is plain and not a secret field."""
+def located(owner: str, args: object, problem: Problem, secret: Iterable[str] = ()) -> Problem:
+    """The problem keyed `owner.field` (`owner` alone: the args as a whole), with the field's value where it is
+    plain and not a secret field."""
+    path = problem.key
     value = value_at(args, path)
     plain = isinstance(value, _PLAIN) or (isinstance(value, (tuple, list, frozenset))
                                           and all(isinstance(v, _PLAIN) for v in value))
-    shown = f" = {value!r}" if plain and path.split(".")[0] not in set(secret) else ""
-    return f"{owner}{'.' + path if path else ''}{shown}: {reason}"  # path "": the args as a whole
+    shown = value if plain and path.split(".")[0] not in set(secret) else NO_VALUE
+    return Problem(f"{owner}{'.' + path if path else ''}", problem.allowed, shown)
 
 
 def _takes_output(annotation: object) -> bool:
@@ -68,8 +70,8 @@ def unknown_in_plain_fields(args: object) -> list[Problem]:
     when the program runs (names, sizes, the accelerator), so they must be plain values by then."""
     if not dataclasses.is_dataclass(args) or isinstance(args, type):
         return []
-    return [(f.name, f"is a pulumi.Output: give a plain {f.type} (only pulumi.Input fields take a value not "
-                     "known yet)")
+    return [Problem(f.name, f"is a pulumi.Output: give a plain {f.type} (only pulumi.Input fields take a value "
+                            "not known yet)")
             for f in dataclasses.fields(args)
             if isinstance(getattr(args, f.name, None), pulumi.Output) and not _takes_output(f.type)]
 
@@ -83,8 +85,8 @@ def _checked(args: object, secret: Iterable[str]) -> list[Problem]:
         for value in _strings([getattr(args, name, None) for name in secret]):
             text = text.replace(value, "<secret>")  # an error's text may quote a value: never a secret one
         first = text.splitlines()[0] if text else ""
-        return [("", f"a value has the wrong type ({type(err).__name__}: {first}): "
-                     f"pass the types {type(args).__name__} declares")]
+        return [Problem("", f"a value has the wrong type ({type(err).__name__}: {first}): "
+                            f"pass the types {type(args).__name__} declares")]
 
 
 def _strings(value: object) -> list[str]:
@@ -105,4 +107,4 @@ def require(component: str, args: object, found: Iterable[Problem] | None = None
     found = list(found)
     if found:
         owner = owner or type(args).__name__
-        raise ArgsError(component, [describe(owner, args, path, reason, secret) for path, reason in found])
+        raise ArgsError(component, [located(owner, args, p, secret) for p in found])

@@ -11,6 +11,7 @@ data-prep Job), so there is no editable-install init container.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog import naming
-from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_in_name, nccl_env
+from catalog.accelerators import GPU_RESOURCE, Accelerator, foreign_accelerator_problem, nccl_env
 from catalog.autopilot import ACCELERATOR, COMPUTE_CLASS_SELECTOR, EXTENDED_DURATION, PERFORMANCE
 from catalog.capacity import FLEX_START, RESERVATION, SPOT, Capacity
 from catalog.gcsfuse import (
@@ -34,6 +35,7 @@ from catalog.gcsfuse import (
 from catalog.gcsfuse import pod_annotations as gcsfuse_pod_annotations
 from catalog.nics import DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION, rdma_count_of
 from catalog.paths import CHECKPOINT_MOUNT, MOUNT, BucketPaths
+from catalog.problems import Problem
 from catalog.ray import (
     API_VERSION,
     CLIENT_PORT,
@@ -48,7 +50,7 @@ from catalog.ray import (
     WORKER_GROUP,
     head_service,
 )
-from components.problems import Problem, require
+from components.problems import require
 
 # On the GPU nodes' local SSDs: /tmp, Ray spill, the GCS FUSE file caches. The whole pod, sidecar
 # included, stays within what Autopilot is known to admit on an 8-GPU node (catalog.autopilot).
@@ -189,27 +191,27 @@ class RayClusterArgs:
         found: list[Problem] = []
 
         def bad(field_name: str, allowed: str) -> None:
-            found.append((field_name, allowed))
+            found.append(Problem(field_name, allowed))
 
         acc = self.accelerator
-        if problem := naming.dns_1035_label(self.name, MAX_CLUSTER_NAME):
+        if problem := naming.dns_1035_label_problem(self.name, MAX_CLUSTER_NAME):
             bad("name", problem)
-        if problem := foreign_accelerator_in_name(str(self.name), acc.key):
+        if problem := foreign_accelerator_problem(str(self.name), acc.key):
             bad("name", problem)
-        if isinstance(self.namespace, str) and (problem := naming.dns_label(self.namespace)):
+        if isinstance(self.namespace, str) and (problem := naming.dns_label_problem(self.namespace)):
             bad("namespace", problem)
         if isinstance(self.gpu_nodes, bool) or not isinstance(self.gpu_nodes, int) or self.gpu_nodes < 1:
             bad("gpu_nodes", "must be an integer >= 1")
-        found += [(f"capacity.{f}", why) for f, why in self.capacity.problems()]
+        found += [dataclasses.replace(p, key=f"capacity.{p.key}") for p in self.capacity.problems()]
         for field_name in ("cpu_pool_name", "gpu_pool_name"):
             given = getattr(self, field_name) is not None
             if self.autopilot and given:
                 bad(field_name, "must be None on Autopilot (there are no node pools to select)")
             elif not self.autopilot and not given:
                 bad(field_name, "is required on Standard (the node pool's name)")
-        if self.autopilot and (problem := naming.zone(str(self.zone))):
+        if self.autopilot and (problem := naming.zone_problem(str(self.zone))):
             bad("zone", f"is required on Autopilot (the RoCE VPC's zone): {problem}")
-        for field_name, check in (("image", naming.image_ref), ("ray_version", naming.ray_version)):
+        for field_name, check in (("image", naming.image_ref_problem), ("ray_version", naming.ray_version_problem)):
             if problem := check(getattr(self, field_name)):
                 bad(field_name, problem)
         missing = {DEFAULT_INTERFACE_ANNOTATION, INTERFACES_ANNOTATION} - set(self.network_annotations)
@@ -249,7 +251,7 @@ class RayClusterArgs:
         if clash := set(self.worker_secret_env) & {*RayCluster._common_env(self), *nccl_env(acc)}:
             bad("worker_secret_env", f"{sorted(clash)} already set")
         for var, ref in self.worker_secret_env.items():
-            if problem := naming.env_var(var):
+            if problem := naming.env_var_problem(var):
                 bad("worker_secret_env", f"{var!r}: {problem}")
             if not (isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[1], str)):
                 bad("worker_secret_env", f"{var!r}: values must be (secret name, key)")

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Self, TypedDict
 
+from catalog.problems import Problem
 from catalog.ray import cluster_of_service
 from components.ray_client import PROGRESS_EVERY_S, GkeDashboard
 from components.ray_presence import PROBE_WINDOW_S
@@ -60,41 +61,41 @@ class RayJobArgs:
 
     SECRET_FIELDS = ("runtime_env",)  # its env_vars may carry a token: never shown in a problem
 
-    def problems(self) -> list[tuple[str, str]]:
-        """(field, reason) for each bad value; a value not known yet (an Output, a preview unknown) is not judged."""
-        bad: list[tuple[str, str]] = []
+    def problems(self) -> list[Problem]:
+        """Each bad value, by field; a value not known yet (an Output, a preview unknown) is not judged."""
+        bad: list[Problem] = []
         known = {f.name: v for f in fields(self) if not _pending(v := getattr(self, f.name))}
         has_address, has_gke = _given(self.address), _given(self.gke)
         if has_address == has_gke:
-            bad.append(("address", "give exactly one of `address` (dashboard URL) and `gke` (service proxy)"))
+            bad.append(Problem("address", "give exactly one of `address` (dashboard URL) and `gke` (service proxy)"))
         address = known.get("address")
         if isinstance(address, str) and not address.startswith(("http://", "https://")):
-            bad.append(("address", f"{address!r} is not an http(s):// URL"))
+            bad.append(Problem("address", f"{address!r} is not an http(s):// URL"))
         if isinstance(self.gke, dict):  # field by field: at preview the endpoint and CA are often unknown
-            bad += [(f"gke.{key}", "required") for key in ("endpoint", "ca_certificate", "namespace", "service")
+            bad += [Problem(f"gke.{key}", "required") for key in ("endpoint", "ca_certificate", "namespace", "service")
                     if not _given(self.gke.get(key))]
-        bad += [(key, "required") for key in ("submission_id", "entrypoint") if not _given(getattr(self, key))]
+        bad += [Problem(key, "required") for key in ("submission_id", "entrypoint") if not _given(getattr(self, key))]
         sid = known.get("submission_id")
         if sid and not (isinstance(sid, str) and SUBMISSION_ID_RE.match(sid)):
-            bad.append(("submission_id", f"{sid!r} must match {SUBMISSION_ID_RE.pattern}"))
+            bad.append(Problem("submission_id", f"{sid!r} must match {SUBMISSION_ID_RE.pattern}"))
         entrypoint = known.get("entrypoint")
         if entrypoint and not (isinstance(entrypoint, str) and entrypoint.strip()):
-            bad.append(("entrypoint", "must be a non-empty shell command"))
+            bad.append(Problem("entrypoint", "must be a non-empty shell command"))
         for key, value in known.items():
             if key in _COUNTS and not (isinstance(value, int) and value >= 0):
-                bad.append((key, f"{value!r} must be an integer >= 0"))
+                bad.append(Problem(key, f"{value!r} must be an integer >= 0"))
             if key.endswith("_s") and not (isinstance(value, (int, float)) and value > 0):
-                bad.append((key, f"{value!r} must be a number of seconds > 0"))
+                bad.append(Problem(key, f"{value!r} must be a number of seconds > 0"))
         scale = known.get("scale")
         if scale is not None:
             if not has_gke:
-                bad.append(("scale", "needs `gke`: the worker group is scaled through the Kubernetes API"))
+                bad.append(Problem("scale", "needs `gke`: the worker group is scaled through the Kubernetes API"))
             elif isinstance(scale, dict):
-                bad += [(f"scale.{key}", "required") for key in ("namespace", "name", "group", "replicas")
+                bad += [Problem(f"scale.{key}", "required") for key in ("namespace", "name", "group", "replicas")
                         if scale.get(key) in (None, "")]
         metadata = known.get("metadata")
         if isinstance(metadata, dict) and not all(isinstance(v, str) or _pending(v) for v in metadata.values()):
-            bad.append(("metadata", "Ray job metadata values must be strings"))
+            bad.append(Problem("metadata", "Ray job metadata values must be strings"))
         return bad
 
 

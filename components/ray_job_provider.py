@@ -174,7 +174,7 @@ class RayJobProvider(dyn.ResourceProvider):
 
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         provider_stop.watch()  # from the first call on: a Cancel may come before the create it is meant for
-        failures = [dyn.CheckFailure(prop, reason) for prop, reason in JobInput.from_props(news).problems()]
+        failures = [dyn.CheckFailure(p.key, p.allowed) for p in JobInput.from_props(news).problems()]
         inputs = _wire_unknowns(news)  # stored as given: no defaults, so a state's inputs never grow by themselves
         # The attempt state remembers (put into the inputs by `read`) rides along to the next create.
         if olds.get(LAST_JOB_KEY) and not news.get(LAST_JOB_KEY):
@@ -198,7 +198,7 @@ class RayJobProvider(dyn.ResourceProvider):
         job = JobInput.from_props(props)
         problems = job.problems()
         if problems:
-            raise RayJobError("; ".join(f"{prop}: {reason}" for prop, reason in problems))
+            raise RayJobError("; ".join(f"{p.key}: {p.allowed}" for p in problems))
         with Dashboard(job.target) as dash:
             scaled = False
             try:

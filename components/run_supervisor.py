@@ -26,7 +26,8 @@ import pulumi_kubernetes as k8s
 from catalog import naming
 from catalog.accelerators import Accelerator
 from catalog.paths import BucketPaths
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 
 SCRIPT_FILE = Path(__file__).resolve().parent / "scripts" / "supervise.py"
 PROTOCOL_FILE = SCRIPT_FILE.with_name("verl_gke_protocol.py")  # supervise.py imports it from its own folder
@@ -80,7 +81,7 @@ class GpuReleaseAccessArgs:
     raycluster: str  # the RayCluster's name
 
     def problems(self) -> list[Problem]:
-        return [("raycluster", problem)] if (problem := naming.dns_subdomain(self.raycluster)) else []
+        return [Problem("raycluster", problem)] if (problem := naming.dns_subdomain_problem(self.raycluster)) else []
 
 
 class GpuReleaseAccess(pulumi.ComponentResource):

@@ -26,6 +26,8 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
+from catalog.problems import Problem
+
 
 def _unknown(value: Any) -> bool:
     from pulumi.runtime import rpc
@@ -33,8 +35,8 @@ def _unknown(value: Any) -> bool:
     return rpc.contains_unknowns(value) or value == rpc.UNKNOWN
 
 
-def refusals(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]]:
-    """(config key, why and the way out) for each guarded value that changed since the last deployment.
+def refusals(olds: dict[str, Any], news: dict[str, Any]) -> list[Problem]:
+    """A problem for each guarded value that changed since the last deployment: its config key, why and the way out.
 
     `fixed` maps a config key to {"value", "replaces"}. A key absent from the old inputs (a newly guarded
     key) is never refused: the first `up` only records it.
@@ -48,7 +50,7 @@ def refusals(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]
         if not isinstance(was, dict) or not isinstance(now, dict) or _unknown(now.get("value")):
             continue
         if now.get("value") != was.get("value"):
-            found.append((key, (
+            found.append(Problem(key, (
                 f"changing {key} from {was.get('value')!r} to {now.get('value')!r} would replace "
                 f"{now.get('replaces')}: refused before anything changes. Set it back "
                 f"(`pulumi config set {key} {was.get('value')}`), or `pulumi destroy` this stack first "
@@ -62,7 +64,7 @@ class StackGuardProvider(dyn.ResourceProvider):
         # under that name in the inputs (pulumi/pulumi pkg/resource/deploy/step_generator.go `issueCheckFailures`,
         # commit 1b5949891b3c), and a config key is no input name: "property verl-gke:clusterMode value {<nil>}".
         # The reason names the key itself.
-        return dyn.CheckResult(news, [dyn.CheckFailure("", why) for _key, why in refusals(olds, news)])
+        return dyn.CheckResult(news, [dyn.CheckFailure("", p.allowed) for p in refusals(olds, news)])
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         return dyn.CreateResult("stack-guard", {k: v for k, v in props.items() if not k.startswith("__")})

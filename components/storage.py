@@ -35,7 +35,8 @@ from catalog.gcsfuse import (
     volume_handle,
     writer_mount_options,
 )
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 from components.stack_guard import BucketKeeper
 
 # Static provisioning: the class only pairs the PV with its PVC, so it must not name a real
@@ -96,36 +97,36 @@ class TrainingStorageArgs:
 
     def problems(self) -> list[Problem]:
         checks = {
-            "project_id": naming.project_id(self.project_id),
+            "project_id": naming.project_id_problem(self.project_id),
             "location": None if self.location else "must be a Cloud Storage location such as us-central1",
-            "bucket_prefix": naming.bucket_prefix(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
-            "existing_bucket": naming.bucket_prefix(self.existing_bucket, 63) if self.existing_bucket else None,
-            "namespace": naming.namespace(self.namespace),
-            "ksa_name": naming.dns_label(self.ksa_name),
-            **{f: naming.dns_subdomain(getattr(self, f)) for f in (
+            "bucket_prefix": naming.bucket_prefix_problem(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
+            "existing_bucket": naming.bucket_prefix_problem(self.existing_bucket, 63) if self.existing_bucket else None,
+            "namespace": naming.namespace_problem(self.namespace),
+            "ksa_name": naming.dns_label_problem(self.ksa_name),
+            **{f: naming.dns_subdomain_problem(getattr(self, f)) for f in (
                 "pv_name", "pvc_name", "writer_pv_name", "writer_pvc_name", "checkpoint_pv_name",
                 "checkpoint_pvc_name", "head_checkpoint_pv_name", "head_checkpoint_pvc_name")},
-            "soft_delete_days": naming.soft_delete_days(self.soft_delete_days),
+            "soft_delete_days": naming.soft_delete_days_problem(self.soft_delete_days),
             "file_cache_mib": None if isinstance(self.file_cache_mib, int) and self.file_cache_mib >= 1
             else "must be an integer >= 1",
-            "hf_secret_name": naming.dns_subdomain(self.hf_secret_name),
-            "hf_secret_key": naming.secret_key(self.hf_secret_key),
-            "wandb_secret_name": naming.dns_subdomain(self.wandb_secret_name),
-            "wandb_secret_key": naming.secret_key(self.wandb_secret_key),
+            "hf_secret_name": naming.dns_subdomain_problem(self.hf_secret_name),
+            "hf_secret_key": naming.secret_key_problem(self.hf_secret_key),
+            "wandb_secret_name": naming.dns_subdomain_problem(self.wandb_secret_name),
+            "wandb_secret_key": naming.secret_key_problem(self.wandb_secret_key),
             "capacity_gib": None if isinstance(self.capacity_gib, int) and self.capacity_gib >= 1
             else "must be an integer >= 1",
             "checkpoint_ranks_per_pod": None if isinstance(self.checkpoint_ranks_per_pod, int)
             and not isinstance(self.checkpoint_ranks_per_pod, bool) and self.checkpoint_ranks_per_pod >= 1
             else "must be an integer >= 1 (the GPUs of one worker pod)",
         }
-        found = [(k, why) for k, why in checks.items() if why]
+        found = [Problem(k, why) for k, why in checks.items() if why]
         for field_name, key in (("hf_token", "hfToken"), ("wandb_api_key", "wandbApiKey")):
             if getattr(self, field_name) is not None and not isinstance(getattr(self, field_name), pulumi.Output):
                 # A plain string has already been through non-secret code paths: refuse it.
-                found.append((field_name, f"a plain value: must be a secret Output "
+                found.append(Problem(field_name, f"a plain value: must be a secret Output "
                                           f"(pulumi.Config().get_secret('{key}')) or None"))
         if self.wandb_secret_name == self.hf_secret_name:
-            found.append(("wandb_secret_name", "must differ from hf_secret_name"))
+            found.append(Problem("wandb_secret_name", "must differ from hf_secret_name"))
         return found
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pulumi
 import pulumi_gcp as gcp
 
-from components.problems import Problem, require
+from catalog.problems import Problem
+from components.problems import require
 
 _OBJECT = re.compile(r"^tasks/[0-9a-f]{64}/[A-Za-z0-9._-]+$")
 
@@ -37,11 +38,11 @@ class TaskFilesArgs:
         roles = [f.role for f in self.files]
         for f in self.files:
             if not _OBJECT.match(f.object_name):
-                found.append(("files", f"object name {f.object_name!r} must be tasks/<sha256>/<file>"))
+                found.append(Problem("files", f"object name {f.object_name!r} must be tasks/<sha256>/<file>"))
             if not f.local.is_file():
-                found.append(("files", f"{f.local} is not a file"))
+                found.append(Problem("files", f"{f.local} is not a file"))
             if not re.fullmatch(r"[a-z][a-z0-9-]*", f.role) or roles.count(f.role) > 1:
-                found.append(("files", f"role {f.role!r} must be a unique lowercase name"))
+                found.append(Problem("files", f"role {f.role!r} must be a unique lowercase name"))
         return found
 
 
@@ -70,7 +71,7 @@ class TaskSourceAccessArgs:
     member: pulumi.Input[str]  # the pods' Workload Identity principal (components.storage)
 
     def problems(self) -> list[Problem]:
-        return [("buckets", f"{bucket!r} must be a unique bucket name") for bucket in self.buckets
+        return [Problem("buckets", f"{bucket!r} must be a unique bucket name") for bucket in self.buckets
                 if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", bucket) or self.buckets.count(bucket) > 1]
 
 

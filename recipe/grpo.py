@@ -6,10 +6,10 @@ with its defects fixed: KL applied as a loss term as verl's GRPO examples do
 (volcengine/verl examples/grpo_trainer @v0.6.1), weights read from the bucket copy, checkpoints on the
 bucket with auto-resume, no pip installs, per-accelerator NCCL tuning.
 
-`preflight` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
+`settings_problems` repeats the checks verl v0.6.1 (fsdp workers, vLLM rollout) runs only once the Ray
 cluster is up, so a bad batch size fails `pulumi preview` instead of a job on 16 idle GPUs.
-Its problems (recipe.problems.Problem) name the settings by field (`rollout_n`, `nnodes`);
-stacks.config, which calls `preflight` as part of its one gate, shows them as config keys.
+Its problems (catalog.problems.Problem) name the settings by field (`rollout_n`, `nnodes`);
+stacks.config, which calls `settings_problems` as part of its one gate, shows them as config keys.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
 from catalog.naming import PROJECT
 from catalog.paths import TENSORBOARD_BUCKET_ENV, TENSORBOARD_LOCAL_ENV, BucketPaths
+from catalog.problems import Problem, named
 from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
 from recipe import memory
 from recipe.job_spec import JobSpec, Supervisor, Trainer
-from recipe.problems import Problem, named, problem
 
 
 class TaskFile(Protocol):
@@ -101,7 +101,7 @@ SAVE_CONTENTS_KEY = "actor_rollout_ref.actor.checkpoint.save_contents"
 LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio",
            "file")
 # GSM8K's figures (catalog.datasets, the default dataset), kept under their old names. A stack with its
-# own data passes its DatasetFacts (stacks.dataset) to preflight, the memory model and the sizing.
+# own data passes its DatasetFacts (stacks.dataset) to settings_problems, the memory model and the sizing.
 GSM8K_TRAIN_ROWS = GSM8K.train_rows
 MEAN_PROMPT_TOKENS = GSM8K.mean_prompt_tokens
 MEAN_RESPONSE_TOKENS = GSM8K.mean_response_tokens
@@ -205,7 +205,7 @@ _HYDRA_LITERALS = ("true", "false", "null", "inf", "nan")
 _MAX_STACK_IN_ID = 64  # keeps the id (plus the provider's "-r<k>" retries) within 128 chars
 
 
-def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
+def settings_problems(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
               accelerator: Accelerator | None = None, data: DatasetFacts = GSM8K) -> list[Problem]:
     """What verl rejects only on the running cluster; each names the setting, value and what is allowed.
 
@@ -216,13 +216,13 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
     problems: list[Problem] = []
 
     def bad(field: str, value: object, allowed: str) -> None:
-        problems.append(problem(field, value, allowed))
+        problems.append(Problem(field, allowed, value))
 
     extras, extra_problems = _parse_extras(g.extra_overrides)
     problems += extra_problems
     world = nnodes * gpus_per_node
     if world < 1:
-        return problems + [problem("nnodes", nnodes, "the cluster needs at least one GPU")]
+        return problems + [Problem("nnodes", "the cluster needs at least one GPU", nnodes)]
     shape = f"{nnodes} node(s) x {gpus_per_node} GPUs = {world} GPUs ({named('nnodes')})"
 
     if g.rollout_n < 2:
@@ -246,11 +246,11 @@ def preflight(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str,
     # scaled by n and split over the data-parallel groups (GPUs / Ulysses sequence-parallel size).
     sp = _extra_int(extras, _SP, 1, problems)
     if world % sp:
-        problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {_SP}={sp} must divide {shape}"))
+        problems.append(Problem("extra_overrides", f"{_SP}={sp} must divide {shape}"))
         sp = 1
     if sp > 1 and not g.use_remove_padding:
         # verl/workers/config/actor.py FSDPActorConfig.validate.
-        problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {_SP}={sp} needs "
+        problems.append(Problem("extra_overrides", f"{_SP}={sp} needs "
                                 f"{named('use_remove_padding')} = true"))
     dp = world // sp
     mini = g.ppo_mini_batch_size * g.rollout_n
@@ -378,7 +378,7 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
     where = f"{acc.key}: {b.torch_budget:.1f} GiB per GPU for PyTorch"
     extra = " (extrapolated beyond the 7B calibration)" if b.extrapolated else ""
     headroom = f"+{memory.FRAGMENTATION:.0%} allocator headroom"
-    problems = [Problem("extra_overrides", f"{named('extra_overrides')}: {k}=false: the memory model was calibrated "
+    problems = [Problem("extra_overrides", f"{k}=false: the memory model was calibrated "
                         "with it on (verl's default) and cannot tell whether the update fits without it; remove "
                         "the override")
                 for k in _UNMODELLED_OFF if _extra_flag(extras, k, True) is False]
@@ -387,20 +387,20 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
         field = "ppo_max_token_len_per_gpu" if g.use_dynamic_bsz else "ppo_micro_batch_size_per_gpu"
         entropy = (f" + eager entropy {b.train_entropy:.1f} ({_entropy_path(extras)} with "
                    f"{named('entropy_coeff')} = {g.entropy_coeff!r})" if b.train_entropy else "")
-        problems.append(problem(
-            field, getattr(g, field), f"the actor update needs {b.update_peak:.1f} GiB per GPU"
+        problems.append(Problem(
+            field, f"the actor update needs {b.update_peak:.1f} GiB per GPU"
             f"{extra} ({headroom}: {b.update_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "
             f"weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam {b.adam_state:.1f} + "
             f"activations {b.train_activations:.1f} + logits {b.train_logits:.1f}{entropy}; lower it "
-            f"(0 = derive), add {named('nnodes')}, or shard wider ({named('fsdp_size')} = -1)"))
+            f"(0 = derive), add {named('nnodes')}, or shard wider ({named('fsdp_size')} = -1)", getattr(g, field)))
     if not b.logprob_fits:
         field = "log_prob_max_token_len_per_gpu" if g.use_dynamic_bsz else "log_prob_micro_batch_size_per_gpu"
         entropy = f" + eager entropy {b.logprob_entropy:.1f} ({_entropy_path(extras)})" if b.logprob_entropy else ""
-        problems.append(problem(
-            field, getattr(g, field), f"the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
+        problems.append(Problem(
+            field, f"the log-prob pass needs {b.logprob_peak:.1f} GiB per GPU"
             f"{extra} ({headroom}: {b.logprob_peak * (1 + memory.FRAGMENTATION):.1f}) of {where}, {layout}: "
             f"logits {b.logprob_logits:.1f}{entropy} + units in flight {b.logprob_units:.1f} on top of the "
-            f"shards; lower it (0 = derive)"))
+            f"shards; lower it (0 = derive)", getattr(g, field)))
     if not b.rollout_fits:
         if b.kv_cache <= 0:
             why = (f"vLLM's pool of {b.vllm_pool:.1f} GiB leaves no KV cache after its weights "
@@ -412,7 +412,7 @@ def _memory_problems(g: GrpoSettings, spec, acc: Accelerator, world: int, extras
                    f"{memory.NON_TORCH_GIB:.1f} outside PyTorch = "
                    f"{b.rollout_resident + b.vllm_pool + memory.NON_TORCH_GIB:.1f} GiB of {b.gpu_gib:.1f} on "
                    f"{acc.key}: lower it, or add {named('nnodes')}")
-        problems.append(problem("gpu_memory_utilization", g.gpu_memory_utilization, why))
+        problems.append(Problem("gpu_memory_utilization", why, g.gpu_memory_utilization))
     return problems
 
 
@@ -425,10 +425,11 @@ def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, ac
     b = memory_breakdown(g, spec, accelerator, nnodes * gpus_per_node, data=data)
     if not b.rollout_fits or b.kv_holds_batch:
         return []
-    return [problem("gpu_memory_utilization", g.gpu_memory_utilization,
+    return [Problem("gpu_memory_utilization",
                     f"each vLLM replica's KV cache holds {b.kv_tokens:,} tokens, less than its share of one rollout "
                     f"batch ({b.kv_tokens_needed:,} tokens): vLLM will preempt and recompute sequences. Raise it, "
-                    f"shrink {named('train_batch_size')} or {named('rollout_n')}, or add {named('nnodes')}")]
+                    f"shrink {named('train_batch_size')} or {named('rollout_n')}, or add {named('nnodes')}",
+                    g.gpu_memory_utilization, fatal=False)]
 
 
 def parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]]:
@@ -445,12 +446,11 @@ def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]
              **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
              **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
              **{k: f"comes from {named(field)}" for k, field in _TASK.items()}}
-    where = named("extra_overrides")
     parsed: dict[str, str] = {}
     problems: list[Problem] = []
 
     def bad(text: str) -> None:
-        problems.append(Problem("extra_overrides", f"{where}: {text}"))
+        problems.append(Problem("extra_overrides", text))
 
     for item in extra:
         m = _OVERRIDE.match(item.strip()) if isinstance(item, str) else None
@@ -480,7 +480,7 @@ def task_override_problems(extra: tuple[str, ...]) -> list[Problem]:
         key = m["key"]
         for assumed, why in _TASK_ASSUMED.items():
             if key == assumed or key.startswith(assumed + "."):
-                problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {item.strip()!r} changes "
+                problems.append(Problem("extra_overrides", f"{item.strip()!r} changes "
                                         f"{key}, but with {named('train_file')} {why} (verl's default); leave it "
                                         "at the default"))
                 break
@@ -495,7 +495,7 @@ def _extra_int(extras: dict[str, str], key: str, default: int, problems: list[Pr
     except ValueError:
         value = 0
     if value < 1:
-        problems.append(Problem("extra_overrides", f"{named('extra_overrides')}: {key}={extras[key]!r} must be an "
+        problems.append(Problem("extra_overrides", f"{key}={extras[key]!r} must be an "
                                 "integer >= 1"))
         return default
     return value

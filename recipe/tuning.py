@@ -32,9 +32,9 @@ from typing import Any
 from catalog.accelerators import Accelerator
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import ModelSpec, model_spec, tp_choices
+from catalog.problems import AsText, Problem, named
 from recipe import memory, sizing
 from recipe.grpo import GrpoSettings, memory_inputs, sequence_tokens
-from recipe.problems import Problem, named
 
 AUTO = 0  # integer keys: 0 = derive
 TRAIN_TOKEN_CAP = 32768  # issue #13 / perf_tuning.rst: 16-32K tokens per GPU for the update
@@ -126,22 +126,23 @@ def _more_nodes(asked: GrpoSettings, g: GrpoSettings, field: str, spec: ModelSpe
         longer = ("max_prompt_length" if asked.max_prompt_length - SHORT_PROMPT
                   > asked.max_response_length - SHORT_RESPONSE else "max_response_length")
         return Problem(longer, (
-            f"{named(longer)} = {getattr(asked, longer)}: {what} needs {need:.1f} GiB per GPU "
+            f"{what} needs {need:.1f} GiB per GPU "
             f"({need * (1 + memory.FRAGMENTATION):.1f} with {memory.FRAGMENTATION:.0%} allocator headroom) of "
             f"{b.torch_budget:.1f} for PyTorch even at the smallest token budget ({named(field)} = "
             f"{getattr(g, field)}, derived from {named('max_prompt_length')} {asked.max_prompt_length} + "
             f"{named('max_response_length')} {asked.max_response_length}; {per_token} grow with the sequence, not "
             f"with the model's shards), and no count up to "
             f"{MAX_NODES_TRIED} nodes fits: shorten the prompt or response ({shorter.max_prompt_length} + "
-            f"{shorter.max_response_length} tokens fit on {short_nodes} node{'s' if short_nodes > 1 else ''})"))
+            f"{shorter.max_response_length} tokens fit on {short_nodes} node{'s' if short_nodes > 1 else ''})"),
+            getattr(asked, longer))
     fix = (f"{fewest} nodes ({fewest * acc.gpus_per_node} GPUs) fit: set it to {fewest}" if fewest
            else f"no count up to {MAX_NODES_TRIED} nodes fits: choose a smaller model")
-    return Problem("nnodes", f"{named('nnodes')} = {nnodes}: {model} does not fit on {world} {acc.key} GPUs: {what} "
+    return Problem("nnodes", f"{model} does not fit on {world} {acc.key} GPUs: {what} "
                    f"needs {need:.1f} GiB per GPU ({need * (1 + memory.FRAGMENTATION):.1f} with "
                    f"{memory.FRAGMENTATION:.0%} allocator headroom) of {b.torch_budget:.1f} for PyTorch even at the "
                    f"smallest token budget ({named(field)} = "
                    f"{getattr(g, field)}, derived; weights {b.actor_weights:.1f} + grads {b.actor_grads:.1f} + Adam "
-                   f"{b.adam_state:.1f} sharded over {b.shard} GPUs); {fix}")
+                   f"{b.adam_state:.1f} sharded over {b.shard} GPUs); {fix}", nnodes)
 
 
 def _fewest_nodes(g: GrpoSettings, spec: ModelSpec, *, model: str, acc: Accelerator, start: int,
@@ -165,8 +166,8 @@ def _resolve(g: GrpoSettings, *, model: str, acc: Accelerator, nnodes: int,
     if spec is None:
         for field in ("tensor_parallel_size", "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
             if getattr(g, field) == AUTO:
-                problems.append(Problem(field, f"{named(field)} = 0 (auto): {model} is not in catalog/models.py, "
-                                        "so nothing can be derived; set it explicitly"))
+                problems.append(Problem(field, f"{model} is not in catalog/models.py, so nothing can be derived; "
+                                        "set it explicitly", AsText("0 (auto)")))
         if g.fsdp_size == AUTO:
             g = dataclasses.replace(g, fsdp_size=-1)
         return g, problems

@@ -21,11 +21,12 @@ from typing import Any
 import pulumi
 
 from catalog.nics import additional_nics, interface_annotations
+from catalog.problems import Problem
 from components.budget import ProjectBudgetArgs
 from components.cluster import CPU_POOL_NAME, CpuPool, GkeClusterArgs
 from components.data_prep import DataPrepArgs
 from components.network import AttachedNic, ClusterNetwork
-from components.problems import describe, value_at
+from components.problems import located, value_at
 from components.ray_cluster import RayClusterArgs
 from components.storage import TrainingStorageArgs
 from stacks import derived
@@ -132,18 +133,18 @@ def _key_of(cls: str, path: str) -> str:
                 "accelerator")
 
 
-def _lines(args: Any) -> list[str]:
-    """The args' problems, one line each, prefixed with the config key it traces to."""
+def _problems(args: Any) -> list[Problem]:
+    """The args' problems, each keyed by the config key it traces to."""
     cls = type(args).__name__
     secret = getattr(args, "SECRET_FIELDS", ())
-    lines = []
-    for path, reason in args.problems():
-        key = _key_of(cls, path)
-        if path in _VERBATIM and key:
-            lines.append(f"{full(key)} = {value_at(args, path)!r}: {reason}")
+    found = []
+    for p in args.problems():
+        key = _key_of(cls, p.key)
+        if p.key in _VERBATIM and key:
+            found.append(Problem(full(key), p.allowed, value_at(args, p.key)))
         else:
-            lines.append(f"{full(key) if key else 'the stack name'}: {describe(cls, args, path, reason, secret)}")
-    return lines
+            found.append(Problem(full(key) if key else "the stack name", str(located(cls, args, p, secret))))
+    return found
 
 
 def gate_args(cfg) -> list[Any]:
@@ -171,9 +172,9 @@ def gate_args(cfg) -> list[Any]:
     return found
 
 
-def problems(cfg) -> list[str]:
-    """Every component rule the config breaks (empty when every component accepts its args)."""
-    return list(dict.fromkeys(line for args in gate_args(cfg) for line in _lines(args)))
+def problems(cfg) -> list[Problem]:
+    """Every component rule the config breaks, once each (empty when every component accepts its args)."""
+    return list({str(p): p for args in gate_args(cfg) for p in _problems(args)}.values())
 
 
 __all__ = ["STANDIN", "budget_args", "data_prep_args", "gke_cluster_args", "problems",

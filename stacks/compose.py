@@ -84,7 +84,7 @@ def build(cfg: StackConfig, hf_token: pulumi.Output[str] | None = None,
     # Lookup checks (stacks.preflight): nothing that bills is registered before they pass (the
     # cluster, the NAT's reserved addresses, the image mirror, the bucket); what is free goes ahead.
     gke_version = _gke_version(cfg, d, apis)
-    checks: list[pulumi.Output[list[preflight.Finding]]] = [gke_version.apply(lambda v: v.findings)]
+    checks: list[preflight.Check] = [gke_version.apply(lambda v: v.problems)]
     checks.append(quotas.check(cfg, apis))
     gate = preflight.Gate(checks)
     after_gate = pulumi.ResourceOptions(depends_on=[gate.after(apis)])
@@ -241,7 +241,7 @@ def _describe_version(version: pulumi.Output[preflight.GkeVersion], cfg: StackCo
 
     def say(v: Any) -> str:
         if isinstance(v, preflight.GkeVersion):
-            return f"{v.version} ({v.basis})" if v.version else f"refused: {'; '.join(map(str, v.findings))}"
+            return f"{v.version} ({v.basis})" if v.version else f"refused: {'; '.join(map(str, v.problems))}"
         text = (f"resolved at deploy time from the {channel} release channel in {cfg.region} (unknown at preview: "
                 "the lookup waits for the container API, which this run enables)")
         pulumi.log.info(f"GKE version {text}")

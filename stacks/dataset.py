@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import keyword
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from catalog.datasets import VERL_SCORED_PREFIXES, VERL_SCORED_SOURCES, DatasetFacts
 from catalog.paths import task_copy, task_file
+from catalog.problems import Problem
 from components.scripts import reward_check
 
 # The parquet checks live with the staging script, which runs them on gs:// files in the cluster.
@@ -120,17 +120,10 @@ class TaskSpec:
 
 @dataclass
 class Inspection:
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the plan shows about the task
     readings: dict[str, FileReading] = field(default_factory=dict)  # "train" / "val"
-
-
-def identifier_problem(name: str) -> str | None:
-    """A Python name (a function or a top-level module), or why not."""
-    if not name.isidentifier() or keyword.iskeyword(name):
-        return "must be a Python identifier"
-    return None
 
 
 # gs://bucket/object: a bucket name as GCS allows it (3-63 of a-z 0-9 . _ -, alphanumeric at both ends;
@@ -140,33 +133,33 @@ _GS_URL = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])/([^*?\[\]#\x00-\
 GS_ROLES = ("train.parquet", "val.parquet")  # only the data may be a gs:// URL: the plan reads the reward
 
 
-def resolve_file(key: str, value: str, role_name: str, problems: list[str]) -> TaskFile | None:
+def resolve_file(key: str, value: str, role_name: str, problems: list[Problem]) -> TaskFile | None:
     """A local path (relative to the project folder) that exists, with its content hash; or, for the
     data files, a gs:// URL that the staging Job copies into the stack's bucket (not read here)."""
     if value.startswith("gs://") and role_name in GS_ROLES:
         if not _GS_URL.fullmatch(value) or len(value.encode()) > 1024 + 70:
-            problems.append(f"{key} = {value!r}: must be gs://<bucket>/<object>, one object (no wildcard, no "
-                            "trailing /), with a valid bucket name")
+            problems.append(Problem(key, "must be gs://<bucket>/<object>, one object (no wildcard, no trailing /), "
+                                    "with a valid bucket name", value))
             return None
         return TaskFile(key, value, None, role_name, hashlib.sha256(value.encode()).hexdigest(), source=value)
     if "://" in value:
         allowed = ("a local path (uploaded by `pulumi up`) or gs://<bucket>/<object> (copied in during staging)"
                    if role_name in GS_ROLES else "a local path to the file, which `pulumi up` uploads to the "
                    "stack's bucket (the plan checks it, so it must be here)")
-        problems.append(f"{key} = {value!r}: must be {allowed}")
+        problems.append(Problem(key, f"must be {allowed}", value))
         return None
     path = Path(value).expanduser()
     path = path if path.is_absolute() else PROJECT_ROOT / path
     if not path.exists():
-        problems.append(f"{key} = {value!r}: no such file ({path})")
+        problems.append(Problem(key, f"no such file ({path})", value))
         return None
     if not path.is_file():
-        problems.append(f"{key} = {value!r}: is not a regular file ({path})")
+        problems.append(Problem(key, f"is not a regular file ({path})", value))
         return None
     try:
         digest = sha256_file(path)
     except OSError as err:
-        problems.append(f"{key} = {value!r}: cannot read it ({err.strerror or err})")
+        problems.append(Problem(key, f"cannot read it ({err.strerror or err})", value))
         return None
     return TaskFile(key, value, path, role_name, digest)
 
@@ -213,9 +206,9 @@ def _inspect(task: TaskSpec) -> Inspection:
                              "staging: the Job copies it into the stack's bucket and checks schema, rows and prompt "
                              "lengths before the GRPO job is submitted")
             continue
-        reading, problems = read_parquet(f.key, f.local)
+        reading, lines = read_parquet(f.key, f.local)
         out.readings[split] = reading
-        out.problems += problems
+        out.problems += [_keyed(f.key, line) for line in lines]
     if out.problems:
         return out
     if task.reward is None:
@@ -224,15 +217,16 @@ def _inspect(task: TaskSpec) -> Inspection:
                 continue
             for source, row in out.readings[split].sources.items():
                 if source not in VERL_SCORED_SOURCES and not source.startswith(VERL_SCORED_PREFIXES):
-                    out.problems.append(
-                        f"{f.key} ({f.local.name}), row {row}, column data_source: {source!r} has no built-in "
+                    out.problems.append(Problem(
+                        f.key, f"({f.local.name}), row {row}, column data_source: {source!r} has no built-in "
                         "scorer in verl (verl/utils/reward_score/__init__.py default_compute_score raises "
-                        "NotImplementedError): set rewardFile to your reward function")
+                        "NotImplementedError): set rewardFile to your reward function"))
         return out
     # Read, never run: neither the plan nor `pulumi preview`/`up` executes the user's code (tools.check_reward
     # and the staging Job run the smoke test, contained: components/scripts/reward_jail.py).
     result = reward_check.static_check(str(task.reward.local), task.reward_function)
-    problems, warnings, notes = reward_check.judge(result, names(task))
+    lines, warnings, notes = reward_check.judge(result, names(task))
+    problems = reward_problems(lines, names(task))
     out.problems += problems
     out.warnings += warnings
     out.notes += notes
@@ -266,11 +260,11 @@ def smoke_cases(inspection: Inspection) -> list[dict]:
 
 
 def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
-          max_response_length: int) -> tuple[DatasetFacts, list[str], list[str], list[str]]:
+          max_response_length: int) -> tuple[DatasetFacts, list[Problem], list[str], list[str]]:
     """DatasetFacts for the run, plus (problems, warnings, notes): verl filters prompts longer than
     max_prompt_length (data.filter_overlong_prompts, verl/utils/dataset/rl_dataset.py), so the rows
-    it keeps are the ones the sizing counts (and recipe.grpo.preflight checks a batch against)."""
-    problems: list[str] = []
+    it keeps are the ones the sizing counts (and recipe.grpo.settings_problems checks a batch against)."""
+    problems: list[Problem] = []
     warnings: list[str] = []
     notes: list[str] = []
     kept: dict[str, int] = {}
@@ -292,9 +286,9 @@ def facts(task: TaskSpec, inspection: Inspection, *, max_prompt_length: int,
                     f"{p.dropped_worst:,} at 3 bytes per token; {ESTIMATE}{p.basis})")
             (warnings if p.dropped else notes).append(text)
         if p.kept < 1:
-            problems.append(f"{_key('grpoMaxPromptLength')} = {max_prompt_length}: every row of {f.key} "
-                            f"({f.label}) is longer (estimate: shortest prompt {p.tokens_min} tokens); verl's "
-                            "filter would leave it empty")
+            problems.append(Problem(_key("grpoMaxPromptLength"), f"every row of {f.key} ({f.label}) is longer "
+                                    f"(estimate: shortest prompt {p.tokens_min} tokens); verl's filter would leave "
+                                    "it empty", max_prompt_length))
     if task.train.source:
         basis = (f"{task.train.source} checked in staging: {_key('dataTrainRows')} rows as declared, prompts assumed "
                  "grpoMaxPromptLength (not read offline), responses half of grpoMaxResponseLength")
@@ -333,6 +327,20 @@ def staging_check(task: TaskSpec, *, train_batch_size: int, max_prompt_length: i
             "data": [{"split": split, "key": f.key, "label": f.label, "path": f.in_pod}
                      for split, f in (("train", task.train), ("val", task.val))]},
     }
+
+
+def _keyed(key: str, line: str) -> Problem:
+    """A line of a check that also runs in the staging pod (which prints it, so it writes text) as a problem of
+    `key`, the key the line starts with: `<key> (<file>), row 3: ...`."""
+    return Problem(key, line.removeprefix(key).lstrip())
+
+
+def reward_problems(lines: list[str], names: reward_check.Names) -> list[Problem]:
+    """The reward check's problem lines (components/scripts/reward_check.py, which the staging Job runs too) as
+    problems: of rewardFunction, with its value, or of rewardFile."""
+    valued = f"{names.function_key} = {names.function!r}: "
+    return [Problem(names.function_key, line.removeprefix(valued), names.function) if line.startswith(valued)
+            else _keyed(names.reward_key, line) for line in lines]
 
 
 def _key(name: str) -> str:

@@ -1,22 +1,26 @@
-"""Every config key of the project, in one table: type, default, bounds, choices and description.
+"""Every config key of the project, in one table: type, default, bounds, choices, its own rules, description.
 
 Pulumi.yaml's `config:` block is generated from it (`python -m tools.schema --write`) and a test
-keeps the two equal. The gate (stacks.config) checks every key against its row in one loop (the type
-as the Pulumi CLI reads it, the bounds, the choices) before its cross-key rules; messages name the
-key and what its row allows. Descriptions that name catalog facts (accelerators, capacity types)
-are written from the catalog.
+keeps the two equal. The gate (stacks.config) reads every key through its row (stacks.key_values): the
+rules every key of its kind obeys (KIND_RULES), the type as the Pulumi CLI reads it, the bounds, the
+choices, then the row's own rules (`rules`, `each`: catalog checks and the validators below), before the
+rules over several keys (stacks.cross_keys); messages name the key and what its row allows.
+Descriptions that name catalog facts (accelerators, capacity types) are written from the catalog.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import ipaddress
+import json
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import versions
+from catalog import gcp_ranges, naming, storage_locations, versions
 from catalog.accelerators import ACCELERATORS
 from catalog.capacity import CAPACITIES
-from catalog.naming import PROJECT
+from catalog.datasets import GSM8K
+from catalog.naming import PROJECT, Check
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,13 @@ class Key:
     open_minimum: bool = False  # (minimum, maximum]: the minimum itself is refused
     # A live view where the catalog is the list (a row added there is a choice here, at once).
     choices: Collection[str] = ()
+    # The key's own rules, after its type, bounds and choices passed, in order (the first broken one is
+    # reported): each answers None or what is allowed. An array's `each` judge every item, then `rules` the list.
+    # A secret key's rules see its value as the CLI hands it over, and no message shows it.
+    rules: tuple[Check, ...] = ()
+    each: tuple[Check, ...] = ()
+    # Why the key cannot be kept secret when set with --secret, where the usual reason (PLAIN_TEXT) is not it.
+    plain_text: str = ""
 
     @property
     def full(self) -> str:
@@ -72,6 +83,95 @@ def _gpus_per_node() -> str:
     return ", ".join(parts)
 
 
+# --- the rules rows refer to (catalog checks wrapped for a key, and rules of the keys themselves) -------------
+
+# Why a key other than the secret ones cannot be kept secret when set with --secret (Key.plain_text: another why).
+PLAIN_TEXT = "its value goes into resource names, inputs or outputs, or the job, in plain text"
+MAX_PREFIX = 20  # keeps "<prefix>-rdma-sub-N", the cluster (<= 40) and bucket names legal
+
+
+def _optional(check: Check) -> Check:
+    """The check of a key whose empty value means "not set" (nothing to judge)."""
+    return lambda value: None if value == "" else check(value)
+
+
+def _subnet(max_prefix: int) -> Check:
+    """An IPv4 subnet GCP accepts (its valid and prohibited ranges, not is_private), of /max_prefix or larger."""
+    def check(value: object) -> str | None:
+        try:
+            net = ipaddress.ip_network(value, strict=True)
+        except ValueError as err:
+            return f"must be an IPv4 CIDR such as 192.168.0.0/24 ({err})"
+        if problem := gcp_ranges.subnet_problem(net):
+            return problem
+        return f"is too small: use a /{max_prefix} or larger" if net.prefixlen > max_prefix else None
+    return check
+
+
+def _authorized_network(value: object) -> str | None:
+    """A CIDR for master_authorized_networks_config: IPv4 (the cluster is single-stack), no host bits."""
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as err:
+        return f"must be an IPv4 CIDR such as 203.0.113.0/24 ({err})"
+    if net.version != 4:
+        return "must be an IPv4 CIDR: the cluster's endpoint is IPv4"
+    if "/" not in str(value):
+        # GKE API CidrBlock: "cidr_block must be specified in CIDR notation"; ip_network reads a bare
+        # address as /32, the API does not.
+        return f"must be in CIDR notation: write {net}"
+    return None
+
+
+def _distinct_cidrs(values: object) -> str | None:
+    return "lists a CIDR twice" if len(set(values)) != len(values) else None  # type: ignore[arg-type]
+
+
+def _name_prefix(prefix: object) -> str | None:
+    """namePrefix's own rule, and the rules of the names built from it that no component judges alone (the
+    RayCluster name's rules are RayClusterArgs', stacks.component_rules)."""
+    if problem := naming.dns_1035_label_problem(prefix, MAX_PREFIX):
+        return problem
+    bucket = f"{prefix}-data"
+    if problem := naming.bucket_prefix_problem(bucket, naming.MAX_BUCKET_PREFIX):
+        return f"the bucket name {bucket}-<suffix> {problem.removeprefix('must ')}" \
+            if problem.startswith("must not") else problem
+    if problem := naming.service_account_id_problem(f"{prefix}-nodes"):
+        return f"the node service account id {prefix}-nodes {problem}"
+    return None
+
+
+def _machine_type(value: object) -> str | None:
+    return "must be a machine type such as c2-standard-16" if naming.machine_vcpus(str(value)) is None else None
+
+
+def _module_name(value: object) -> str | None:
+    problem = naming.python_identifier_problem(value)
+    return f"{problem} (a top-level module name, e.g. sympy)" if problem else None
+
+
+def _one_string(name: str) -> Check:
+    """A secret is one string: the CLI takes any shape for an undeclared key, and the program would hand a list's
+    or a map's JSON text on as the token."""
+    def check(value: object) -> str | None:
+        if isinstance(value, str) and value[:1] in ("[", "{"):
+            try:
+                shape = json.loads(value)
+            except ValueError:
+                return None
+            if isinstance(shape, (list, dict)):
+                return f"must be one string, not a list or map: `pulumi config set --secret {name} <value>`"
+        return None
+    return check
+
+
+def _gcp_as_typed(value: object) -> str | None:
+    # The Google provider reads gcp:* keys itself, as typed: "my-project\n" is not my-project there.
+    if isinstance(value, str) and value.strip() and value != value.strip():
+        return "has leading or trailing whitespace, which the Google provider keeps: remove it"
+    return None
+
+
 MODES = ("autopilot", "standard")
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 RDMA_DEFAULT = [f"192.168.{n + 1}.0/24" for n in range(8)]
@@ -94,9 +194,10 @@ _STEPS = {"maximum": 1_000_000, "why": "steps; more is a typo"}
 _TOKENS = {"maximum": 4 * 1024 * 1024, "why": "tokens per GPU in one pass; more is a typo"}
 
 KEYS: tuple[Key, ...] = (
-    Key("gcp:project", "string", None, "Google Cloud project id (required)."),
-    Key("gcp:region", "string", None, "Region for the cluster, subnets and bucket (required)."),
-    Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),
+    Key("gcp:project", "string", None, "Google Cloud project id (required).", rules=(naming.project_id_problem,)),
+    Key("gcp:region", "string", None, "Region for the cluster, subnets and bucket (required).",
+        rules=(naming.region_problem,)),
+    Key("gcp:zone", "string", None, "Zone in gcp:region that has the GPUs (required)."),  # cross_keys.placement
     Key("zoneOffersAccelerator", "string", "",
         "Set to gcp:zone when that zone offers the accelerator but is newer than catalog/zones.py's table."),
     Key("accelerator", "string", "b200", f"GPU profile: {_accelerators()}.", choices=ACCELERATORS.keys()),
@@ -105,30 +206,37 @@ KEYS: tuple[Key, ...] = (
         **_GKE_POOL),
     Key("capacity", "string", "spot", f"GPU capacity: {_either(CAPACITIES)}, as the accelerator offers it.",
         choices=CAPACITIES),
-    Key("reservation", "string", "", "Compute Engine reservation name (only with capacity=reservation)."),
-    Key("namePrefix", "string", "verl", "Prefix of every GCP resource name (lowercase, <= 20 chars)."),
-    Key("namespace", "string", "verl", "Kubernetes namespace for the Ray cluster and jobs."),
-    Key("primaryCidr", "string", "10.10.0.0/20", "Primary (node) subnet of the cluster VPC."),
-    Key("podsCidr", "string", "10.20.0.0/14", "Secondary range for pods."),
-    Key("servicesCidr", "string", "10.30.0.0/20", "Secondary range for services."),
+    Key("reservation", "string", "", "Compute Engine reservation name (only with capacity=reservation).",
+        rules=(_optional(naming.dns_1035_label_problem),)),
+    Key("namePrefix", "string", "verl", "Prefix of every GCP resource name (lowercase, <= 20 chars).",
+        rules=(_name_prefix,)),
+    Key("namespace", "string", "verl", "Kubernetes namespace for the Ray cluster and jobs.",
+        rules=(naming.namespace_problem,)),
+    Key("primaryCidr", "string", "10.10.0.0/20", "Primary (node) subnet of the cluster VPC.", rules=(_subnet(24),)),
+    Key("podsCidr", "string", "10.20.0.0/14", "Secondary range for pods.", rules=(_subnet(21),)),
+    Key("servicesCidr", "string", "10.30.0.0/20", "Secondary range for services.", rules=(_subnet(27),)),
     Key("gvnicCidr", "string", "192.168.0.0/24",
-        "Subnet of the additional gVNIC network (accelerators with RDMA NICs only)."),
+        "Subnet of the additional gVNIC network (accelerators with RDMA NICs only).", rules=(_subnet(29),)),
     Key("rdmaCidrs", "array", RDMA_DEFAULT,
-        "One subnet per GPU NIC on the RoCE network, in NIC order (accelerators with RDMA NICs only)."),
+        "One subnet per GPU NIC on the RoCE network, in NIC order (accelerators with RDMA NICs only).",
+        each=(_subnet(29),)),
     # GCP VPC MTU range: 1300..8896 (https://cloud.google.com/vpc/docs/mtu).
     Key("mtu", "integer", 8896, "MTU of the gVNIC and RDMA networks.", minimum=1300, maximum=8896,
         why="the largest MTU a GCP VPC allows, https://cloud.google.com/vpc/docs/mtu"),
     Key("gkeVersion", "string", "",
         "GKE version to create the cluster at: empty = the release channel's newest, a minor such as 1.33 = "
-        "its newest 1.33 patch, or a full version; resolved at deploy time and checked against the floors."),
+        "its newest 1.33 patch, or a full version; resolved at deploy time and checked against the floors.",
+        rules=(_optional(naming.gke_version_pin_problem),)),
     Key("releaseChannel", "string", "REGULAR", f"GKE release channel: {_either(CHANNELS)}.", choices=CHANNELS),
     Key("zonalCluster", "boolean", False,
         "Standard only: a zonal cluster in gcp:zone instead of a regional one (the GKE free tier covers one "
         "zonal cluster per billing account; the control plane is then in one zone)."),
     Key("masterAuthorizedNetworks", "array", [],
         "IPv4 CIDRs allowed to reach the control plane's IP endpoint; empty = the IP endpoint is off. pulumi "
-        "and kubectl use the DNS-based endpoint, authorized by IAM, from any address."),
-    Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard)."),
+        "and kubectl use the DNS-based endpoint, authorized by IAM, from any address.",
+        each=(_authorized_network,), rules=(_distinct_cidrs,)),
+    Key("cpuMachineType", "string", "c2-standard-16", "Machine type of the CPU pool (Standard).",
+        rules=(_machine_type,)),
     Key("cpuNodesMin", "integer", 1, "CPU pool autoscaling minimum (Standard).", minimum=1, **_GKE_POOL),
     Key("cpuNodesMax", "integer", 5, "CPU pool autoscaling maximum (Standard).", minimum=1, **_GKE_POOL),
     Key("rayHeadCpu", "integer", 12,
@@ -137,33 +245,43 @@ KEYS: tuple[Key, ...] = (
     Key("rayHeadMemoryGib", "integer", 32, "Memory (GiB) the Ray head requests.", minimum=1, maximum=2048,
         why="memory of the one CPU node the head runs on; more is a typo"),
     Key("deletionProtection", "boolean", False, "GKE deletion protection (true blocks pulumi destroy)."),
-    Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region."),
+    Key("bucketLocation", "string", "", "Bucket location; empty = gcp:region.",
+        rules=(_optional(storage_locations.bucket_location_problem),)),
     Key("bucketName", "string", "",
         "An existing bucket to adopt (imported), e.g. the one a destroyed stack kept: `pulumi destroy` prints "
-        "its name. Empty: the stack's own bucket, <namePrefix>-data-<random> (the suffix is kept in state)."),
+        "its name. Empty: the stack's own bucket, <namePrefix>-data-<random> (the suffix is kept in state).",
+        rules=(_optional(lambda name: naming.bucket_prefix_problem(name, 63)),)),
     Key("bucketDeleteOnDestroy", "boolean", False,
         "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
     Key("billingAccount", "string", "",
-        "Cloud Billing account id (012345-567890-ABCDEF) for the optional budget alert; set with budgetMonthly."),
+        "Cloud Billing account id (012345-567890-ABCDEF) for the optional budget alert; set with budgetMonthly.",
+        rules=(_optional(naming.billing_account_id_problem),),
+        plain_text="the budget's resource id (billingAccounts/<id>/budgets/...) is plain text in the state"),
     Key("budgetMonthly", "integer", 0,
         "Monthly budget for this project in the billing account's currency; alerts at 50/90/100% "
         "(needs billingAccount).", minimum=0, maximum=10**9, why="a monthly budget; more is a typo"),
     Key("bucketSoftDeleteDays", "integer", 0,
         "Days Cloud Storage keeps (and bills) deleted objects such as rotated checkpoints: 0 = off, or 7..90.",
         # Cloud Storage soft delete retention: at most 90 days (soft_delete_policy docs); 0 or 7..90 is
-        # catalog.naming.soft_delete_days' rule, which the gate applies after the bounds.
-        maximum=90, why="Cloud Storage keeps soft-deleted objects at most 90 days"),
-    Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train."),
+        # catalog.naming.soft_delete_days_problem's rule, which the gate applies after the bounds.
+        maximum=90, why="Cloud Storage keeps soft-deleted objects at most 90 days",
+        rules=(naming.soft_delete_days_problem,)),
+    Key("model", "string", "Qwen/Qwen2.5-32B-Instruct", "Hugging Face model id to train.",
+        rules=(naming.model_id_problem,)),
     Key("hfToken", "string", None, "Hugging Face token (set with --secret; needed for gated models).",
-        secret=True),
+        secret=True, rules=(_one_string("hfToken"),)),
     Key("wandbApiKey", "string", None,
-        "Weights & Biases API key (set with --secret; needed when grpoLogger has wandb).", secret=True),
-    Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket."),
-    Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging."),
+        "Weights & Biases API key (set with --secret; needed when grpoLogger has wandb).", secret=True,
+        rules=(_one_string("wandbApiKey"),)),
+    Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket.",
+        rules=(naming.release_tag_problem,)),
+    Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging.",
+        rules=(naming.image_ref_problem,)),
     Key("imageMirror", "boolean", True,
         "Pull Docker Hub images through an Artifact Registry remote repository in the region "
         "(cached; eligible for GKE image streaming)."),
-    Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion)."),
+    Key("rayVersion", "string", versions.RAY_VERSION, "Ray version inside the image (KubeRay rayVersion).",
+        rules=(naming.ray_version_problem,)),
     Key("submitJob", "boolean", True, "Submit the GRPO job once the Ray cluster can run it."),
     # How long `pulumi up` may block: a week / a month; more is a unit slip (seconds typed as minutes).
     Key("jobReadyTimeoutMinutes", "integer", 90, "How long to wait for the Ray head and all GPUs.", minimum=1,
@@ -195,9 +313,10 @@ KEYS: tuple[Key, ...] = (
         "built-in scorer for the rows' data_source."),
     Key("rewardFunction", "string", "compute_score",
         "Name of the reward function in rewardFile: fn(data_source, solution_str, ground_truth, extra_info) "
-        "returning a number or a dict with \"score\"."),
+        "returning a number or a dict with \"score\".", rules=(naming.python_identifier_problem,)),
     Key("rewardPackages", "array", [],
-        "Modules rewardFile imports that only the container image has (the offline checks do not warn about them)."),
+        "Modules rewardFile imports that only the container image has (the offline checks do not warn about them).",
+        each=(_module_name,)),
     Key("grpoTrainBatchSize", "integer", 256, "data.train_batch_size (prompts per step).", minimum=1, **_ROWS),
     Key("grpoRolloutN", "integer", 8, "actor_rollout_ref.rollout.n (responses per prompt).", minimum=1,
         maximum=1024, why="responses per prompt; more is a typo"),
@@ -248,7 +367,9 @@ KEYS: tuple[Key, ...] = (
     # tensorboard: verl 0.6.1 requires it (its package metadata), so the image has it; see TENSORBOARD_DIR.
     Key("grpoLogger", "array", ["console", "tensorboard"],
         "trainer.logger backends, e.g. [console, tensorboard, wandb] (wandb needs wandbApiKey)."),
-    Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last."),
+    Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last.",
+        plain_text="its items are the job's entrypoint, in plain text on the Ray dashboard and in the state (a "
+                   "token the run needs goes in hfToken or wandbApiKey)"),
     Key("grpoUseRemovePadding", "boolean", True, "actor_rollout_ref.model.use_remove_padding (sequence packing)."),
     Key("grpoUseDynamicBsz", "boolean", True,
         "actor.use_dynamic_bsz and the log-prob passes' *_use_dynamic_bsz (micro-batches by tokens)."),
@@ -266,13 +387,29 @@ KEYS: tuple[Key, ...] = (
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 
+# Rules every key of a kind obeys, on its value as given (the CLI's string, or the row's default when unset) before
+# its type is read: (which keys, rule). A rule for every non-secret key is one more row here,
+# `(lambda k: not k.secret, <its check>)`; a secret key's value is judged by its own row only (Key.rules), never shown.
+KIND_RULES: tuple[tuple[Callable[[Key], bool], Check], ...] = (
+    (lambda k: k.name.startswith("gcp:"), _gcp_as_typed),
+)
+
+# Keys whose bound follows the run's rows (GSM8K's or dataTrainFile's; stacks.cross_keys): a batch holds at most
+# every row, a per-GPU micro batch at most a full batch's samples (rows x the most responses per prompt).
+BATCH_KEYS = ("grpoTrainBatchSize", "grpoPpoMiniBatchSize")
+MICRO_KEYS = ("grpoPpoMicroBatchSizePerGpu", "grpoLogProbMicroBatchSizePerGpu", "grpoRefLogProbMicroBatchSizePerGpu")
+# What a type error on one of them says is allowed: the row's maximum is only the typo guard.
+DATA_BOUND = {**dict.fromkeys(BATCH_KEYS, f"the run's training rows ({GSM8K.train_rows} for GSM8K)"),
+              **dict.fromkeys(MICRO_KEYS, "a full batch's samples (the run's rows x "
+                              f"{KEYS_BY_NAME['grpoRolloutN'].maximum})")}
+
 
 def full(name: str) -> str:
     """The key as `pulumi config` and the stack files spell it, e.g. verl-gke:gpuNodes."""
     return KEYS_BY_NAME[name].full
 
 
-# The recipe names its inputs by field (recipe.problems); the user sets keys. A GrpoSettings field is the
+# The recipe names its inputs by field (catalog.problems.named); the user sets keys. A GrpoSettings field is the
 # key "grpo" + CamelCase(field); the recipe's other inputs:
 RECIPE_INPUTS = {"nnodes": "gpuNodes", "train_file": "dataTrainFile", "reward_file": "rewardFile",
                  "reward_function": "rewardFunction"}

@@ -1,8 +1,8 @@
 """Quota preflight (stage 2): the project's Compute Engine quotas against what the stack asks for.
 
 `needs(cfg)` (pure) lists every quota that governs the stack with the amount it needs;
-`findings(needs, infos)` (pure) compares them with what Cloud Quotas reported; `check(cfg, apis)`
-reads the quotas once the APIs are enabled and returns the findings for `preflight.gate`.
+`quota_problems(needs, infos)` (pure) compares them with what Cloud Quotas reported; `check(cfg, apis)`
+reads the quotas once the APIs are enabled and returns the problems for `preflight.gate`.
 
 Why not `gcp.cloudquota.get_s_quota_info_output`: a failed output-form invoke (no permission on
 Cloud Quotas) rejects an Output that the SDK tracks until the program exits, and pulumi's
@@ -25,13 +25,14 @@ import pulumi_gcp as gcp
 
 from catalog import naming, quotas
 from catalog.gcsfuse import HEAD_SIDECAR, staging_sidecar
+from catalog.problems import Problem
 from catalog.quotas import QuotaRef
 from components.apis import ProjectApis
 from components.data_prep import DataPrepArgs
 from components.network import NAT_ADDRESSES
 from stacks import derived
 from stacks.config import StackConfig
-from stacks.preflight import Finding
+from stacks.keys import full
 
 # The SDK's own token for gcp.cloudquota.get_s_quota_info (pulumi_gcp/cloudquota/get_s_quota_info.py).
 GET_QUOTA_INFO = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
@@ -117,22 +118,23 @@ def _autopilot_cpu_need(cfg: StackConfig) -> QuotaNeed:
                      f"the staging Job ({staging:g}), at least, counted in every region")
 
 
-def findings(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Finding]:
-    """`infos`: quota_id -> list of {"dimensions", "value", "locations"} or the error text of the read."""
-    out: list[Finding] = []
+def quota_problems(cfg: StackConfig, wanted: Sequence[QuotaNeed], infos: Mapping[str, object]) -> list[Problem]:
+    """Each quota below what the stack needs, named by the key to lower (a quota that could not be read: a
+    warning). `infos`: quota_id -> list of {"dimensions", "value", "locations"} or the error text of the read."""
+    out: list[Problem] = []
     for need in wanted:
         name = need.ref.describe(cfg.region)
         info = infos.get(need.ref.quota_id)
         if isinstance(info, str) or info is None:
-            out.append(Finding("gcp:project", f"could not read quota {name} ({info or 'not read'}); not checked: "
+            out.append(Problem("gcp:project", f"could not read quota {name} ({info or 'not read'}); not checked: "
                                f"grant {READ_ROLE} on {cfg.project} to check it", fatal=False))
             continue
         value = quotas.quota_value(info, need.ref, cfg.region)
         if value is None:
-            out.append(Finding("gcp:project", f"quota {name} has no value for this project; not checked",
+            out.append(Problem("gcp:project", f"quota {name} has no value for this project; not checked",
                                fatal=False))
         elif value != quotas.UNLIMITED and value < need.needed:
-            out.append(Finding(need.key, f"quota {name} is {value}, the stack needs {need.needed} ({need.why}): "
+            out.append(Problem(full(need.key), f"quota {name} is {value}, the stack needs {need.needed} ({need.why}): "
                                f"request more at {quotas.REQUEST_URL}?project={cfg.project} or lower {need.key}"
                                + ("" if need.fatal else "; a warning only: Compute Engine may not charge it "
                                   "for SSDs bundled with the machine"), fatal=need.fatal))
@@ -162,14 +164,14 @@ async def _read(project: str, quota_id: str) -> list[dict] | str:
         return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def check(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[list[Finding]]:
-    """The quota findings, resolved after every ProjectApis service is enabled."""
+def check(cfg: StackConfig, apis: ProjectApis) -> pulumi.Output[list[Problem]]:
+    """The quota problems, resolved after every ProjectApis service is enabled."""
     wanted = needs(cfg)
 
-    async def run(_: object) -> list[Finding]:
+    async def run(_: object) -> list[Problem]:
         infos: dict[str, object] = {}
         for quota_id in dict.fromkeys(n.ref.quota_id for n in wanted):
             infos[quota_id] = await _read(cfg.project, quota_id)
-        return findings(cfg, wanted, infos)
+        return quota_problems(cfg, wanted, infos)
 
     return pulumi.Output.all(*[s.id for s in apis.services]).apply(run)

@@ -265,7 +265,7 @@ GATE_CASES = {  # case -> (line, what the gate's message says)
     "required-empty": ("gcp:region", "''", "gcp:region is not set"),
     "required-null": ("gcp:zone", "~", "gcp:zone is not set"),
     "secret-key-as-a-list": ("verl-gke:hfToken", "[hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789]",
-                             "verl-gke:hfToken = '<a list or map, not shown>'"),
+                             "verl-gke:hfToken = [secret]: must be one string, not a list or map"),
     "alias-of-an-unknown-key": ("verl-gke:colours", "[*nets, *nets]", "verl-gke:colours is not a known key"),
     "merge-into-an-unknown-key": ("verl-gke:shape", "{<<: {a: 1}, b: 2}", "verl-gke:shape is not a known key"),
     "set-where-the-default-is-injected": ("verl-gke:gvnicCidr", "10.99.0.0/24",

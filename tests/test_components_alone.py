@@ -144,7 +144,7 @@ def test_an_output_where_a_plain_value_is_needed_is_a_clean_error(component, fie
     given = pulumi.Output.from_input(value)
     err, seen = _refused(_built(component, lambda a: dataclasses.replace(a, **{field: given})))
     (problem,) = err.problems
-    assert problem.startswith(f"{type(ARGS[component][1]()).__name__}.{field}: is a pulumi.Output: give a plain ")
+    assert problem.startswith(f"{type(ARGS[component][1]()).__name__}.{field} is a pulumi.Output: give a plain ")
     assert seen.resources == []
 
 

@@ -103,7 +103,7 @@ def fixed(**values) -> dict:
 
 def test_the_guard_lets_through_what_replaces_nothing():
     olds = fixed(**{MODE: "standard", "gcp:region": "us-central1"})
-    assert [key for key, _ in refusals(olds, fixed(**{MODE: "autopilot", "gcp:region": "us-central1"}))] == [MODE]
+    assert [p.key for p in refusals(olds, fixed(**{MODE: "autopilot", "gcp:region": "us-central1"}))] == [MODE]
     # unchanged, not known yet, the first deployment (no olds), a newly guarded key: nothing refused
     assert refusals(olds, olds) == []
     assert refusals(olds, fixed(**{MODE: rpc.UNKNOWN, "gcp:region": "us-central1"})) == []

@@ -27,18 +27,19 @@ BASE = {"gcp:project": "gate-project-1", "gcp:region": "us-central1", "gcp:zone"
 # component calls ("naming.<fn>", "capacity.problems", "accelerators.<fn>") or a component's own
 # check on a config-derived value ("<component>.<check>").
 GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
-    "naming.zone_in_region": [({"gcp:zone": "europe-west4-a"}, "gcp:zone")],
-    "naming.zone": [({"gcp:zone": "us-central1"}, "gcp:zone")],
-    "naming.project_id": [({"gcp:project": "Bad_Project"}, "gcp:project"), ({"gcp:project": ""}, "gcp:project")],
+    "naming.zone_in_region_problem": [({"gcp:zone": "europe-west4-a"}, "gcp:zone")],
+    "naming.zone_problem": [({"gcp:zone": "us-central1"}, "gcp:zone")],
+    "naming.project_id_problem": [({"gcp:project": "Bad_Project"}, "gcp:project"),
+                                  ({"gcp:project": ""}, "gcp:project")],
     "storage.location": [({"gcp:region": ""}, "gcp:region")],
-    "naming.bucket_prefix": [({"verl-gke:namePrefix": "goog-x"}, "verl-gke:namePrefix"),
+    "naming.bucket_prefix_problem": [({"verl-gke:namePrefix": "goog-x"}, "verl-gke:namePrefix"),
                              ({"verl-gke:namePrefix": "my-google"}, "verl-gke:namePrefix")],
-    "naming.namespace": [({"verl-gke:namespace": "kube-verl"}, "verl-gke:namespace"),
+    "naming.namespace_problem": [({"verl-gke:namespace": "kube-verl"}, "verl-gke:namespace"),
                          ({"verl-gke:namespace": "gke-x"}, "verl-gke:namespace")],
-    "naming.dns_label": [({"verl-gke:namespace": "Verl"}, "verl-gke:namespace")],
-    "naming.dns_1035_label": [({"verl-gke:namePrefix": "9verl"}, "verl-gke:namePrefix")],
-    "naming.dns_subdomain": [({"verl-gke:namePrefix": "verl_x"}, "verl-gke:namePrefix")],
-    "accelerators.foreign_accelerator_in_name": [
+    "naming.dns_label_problem": [({"verl-gke:namespace": "Verl"}, "verl-gke:namespace")],
+    "naming.dns_1035_label_problem": [({"verl-gke:namePrefix": "9verl"}, "verl-gke:namePrefix")],
+    "naming.dns_subdomain_problem": [({"verl-gke:namePrefix": "verl_x"}, "verl-gke:namePrefix")],
+    "accelerators.foreign_accelerator_problem": [
         ({"verl-gke:accelerator": "h200", "verl-gke:namePrefix": "verl-b200"}, "verl-gke:namePrefix")],
     "capacity.problems": [({"verl-gke:capacity": "preemptible"}, "verl-gke:capacity"),
                           ({"verl-gke:capacity": "reservation"}, "verl-gke:reservation"),
@@ -54,23 +55,23 @@ GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
                                           "verl-gke:rdmaCidrs": ["192.168.1.0/24"]}, "verl-gke:rdmaCidrs")],
     "ray_cluster.worker_size": [({"verl-gke:accelerator": "l4", "verl-gke:clusterMode": "autopilot",
                                   "verl-gke:model": "Qwen/Qwen2.5-0.5B-Instruct"}, "verl-gke:clusterMode")],
-    "naming.image_ref": [({"verl-gke:image": "verlai/verl"}, "verl-gke:image")],
-    "naming.model_id": [({"verl-gke:model": "qwen"}, "verl-gke:model")],
-    "naming.git_ref": [({"verl-gke:verlVersion": "v0.6.1..x"}, "verl-gke:verlVersion")],
-    "naming.ray_version": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
+    "naming.image_ref_problem": [({"verl-gke:image": "verlai/verl"}, "verl-gke:image")],
+    "naming.model_id_problem": [({"verl-gke:model": "qwen"}, "verl-gke:model")],
+    "naming.git_ref_problem": [({"verl-gke:verlVersion": "v0.6.1..x"}, "verl-gke:verlVersion")],
+    "naming.ray_version_problem": [({"verl-gke:rayVersion": "latest"}, "verl-gke:rayVersion")],
     # namePrefix's own rule (DNS-1035, <= 20) implies a valid "<prefix>-nodes"; the case still breaks both.
-    "naming.service_account_id": [({"verl-gke:namePrefix": "Nodes"}, "verl-gke:namePrefix")],
-    "naming.soft_delete_days": [({"verl-gke:bucketSoftDeleteDays": 3}, "verl-gke:bucketSoftDeleteDays")],
-    "naming.billing_account_id": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
+    "naming.service_account_id_problem": [({"verl-gke:namePrefix": "Nodes"}, "verl-gke:namePrefix")],
+    "naming.soft_delete_days_problem": [({"verl-gke:bucketSoftDeleteDays": 3}, "verl-gke:bucketSoftDeleteDays")],
+    "naming.billing_account_id_problem": [({"verl-gke:billingAccount": "my-account", "verl-gke:budgetMonthly": 500},
                                    "verl-gke:billingAccount")],
 }
 # Rules components enforce on values no config key reaches (constants of the component or of compose).
 NOT_CONFIG_DERIVED = {
-    "naming.secret_key": "Secret data keys are component defaults (hf_api_token)",
-    "naming.repo_url": "the verl repository URL is a pin (catalog.versions.VERL_REPO)",
-    "naming.positive_quantity": "the staging Job's requests are component defaults",
+    "naming.secret_key_problem": "Secret data keys are component defaults (hf_api_token)",
+    "naming.repo_url_problem": "the verl repository URL is a pin (catalog.versions.VERL_REPO)",
+    "naming.positive_quantity_problem": "the staging Job's requests are component defaults",
     "naming.quantity": "parses the component's own quantities",
-    "naming.env_var": "secret env var names are fixed by compose (WANDB_API_KEY)",
+    "naming.env_var_problem": "secret env var names are fixed by compose (WANDB_API_KEY)",
 }
 
 
@@ -117,8 +118,8 @@ def _rules_called_by_components() -> set[str]:
                     rules.add(f"naming.{node.attr}")
             elif isinstance(node, ast.Attribute) and node.attr == "problems":
                 rules.add("capacity.problems")
-            elif isinstance(node, ast.Name) and node.id == "foreign_accelerator_in_name":
-                rules.add("accelerators.foreign_accelerator_in_name")
+            elif isinstance(node, ast.Name) and node.id == "foreign_accelerator_problem":
+                rules.add("accelerators.foreign_accelerator_problem")
     return rules
 
 
@@ -131,7 +132,7 @@ def test_every_component_rule_has_a_gate_case():
 
 def test_bucket_prefix_limit_is_the_components():
     # The gate's namePrefix bound leaves room for "-data" within the storage component's bucket prefix.
-    from stacks.config import MAX_PREFIX
+    from stacks.keys import MAX_PREFIX
 
     assert MAX_PREFIX + len("-data") <= MAX_BUCKET_PREFIX
 

@@ -27,7 +27,7 @@ from components.ray_cluster import RayClusterArgs
 from components.storage import TrainingStorageArgs
 from stacks import component_rules
 from stacks import config as stack_config
-from stacks.keys import full
+from stacks.keys import Key, full
 from tests.stack_helpers import STACK_FILES
 from tools import plan
 
@@ -55,7 +55,7 @@ STRINGS: dict[str, list[str]] = {
 }
 
 
-def _value(key: stack_config.Key):
+def _value(key: Key):
     if key.type == "integer":
         top = key.maximum
         near = [v for v in (key.default, 0, 1, 2, 4, 8, 16, 32, 64, 256, top) if isinstance(v, int) and v <= top]

@@ -11,6 +11,7 @@ import pytest
 from catalog import gcsfuse, gke
 from catalog.accelerators import ACCELERATORS
 from catalog.capacity import CAPACITIES, Capacity
+from catalog.problems import ConfigError
 from stacks import compose, config, preflight
 from tests.stack_helpers import BASE
 from tools import engine_versions, mocking, plan
@@ -129,11 +130,11 @@ def test_a_full_pin_the_channel_offers_is_used_as_given():
 ])
 def test_a_refused_version_stops_the_update_before_anything_billable(overrides, server_config, key, needles):
     result = mocking.Run()
-    with pytest.raises(preflight.PreflightError) as err:
+    with pytest.raises(ConfigError) as err:
         _run(overrides, server_config=server_config, result=result)
-    finding = next(f for f in err.value.findings if f.key == key)
+    problem = next(p for p in err.value.found if p.key == key)
     for needle in needles:
-        assert needle in finding.message, finding.message
+        assert needle in problem.allowed, problem.allowed
     assert not [r for r in result.resources if r.type in BILLABLE], "the cluster must not be registered"
 
 
@@ -141,7 +142,7 @@ def test_a_channel_that_meets_the_floor_passes_where_another_does_not():
     # Mid-2025 RAPID already offers 1.33.2-gke.4786000: enough for gcsfuse 3.1; REGULAR is refused.
     run = _run({"accelerator": "h200", "releaseChannel": "RAPID"}, server_config=engine_versions.MID_2025)
     assert run.one(CLUSTER).inputs["minMasterVersion"] == "1.33.2-gke.4786000"
-    with pytest.raises(preflight.PreflightError, match="1.33.1-gke.1744000"):
+    with pytest.raises(ConfigError, match="1.33.1-gke.1744000"):
         _run({"accelerator": "h200"}, server_config=engine_versions.MID_2025)
 
 
@@ -150,7 +151,7 @@ def test_resolution_without_a_channel_entry_names_the_key():
         {"releaseChannelLatestVersion": {"RAPID": "1.36.2-gke.1052000"}, "validMasterVersions": []},
         channel="STABLE", pin="", floors=ACCELERATORS["b200"].gke_floors, location="us-central1",
         pin_key="verl-gke:gkeVersion", channel_key="verl-gke:releaseChannel")
-    assert found.version is None and [f.key for f in found.findings] == ["verl-gke:releaseChannel"]
+    assert found.version is None and [p.key for p in found.problems] == ["verl-gke:releaseChannel"]
 
 
 # --- lookups on an empty project ------------------------------------------------------------------
@@ -181,7 +182,7 @@ def test_preview_with_the_apis_already_on_resolves_and_checks():
     run = _run(preview=True, existing=on)
     assert run.one(CLUSTER).inputs["minMasterVersion"] == _newest("REGULAR")
     result = mocking.Run()
-    with pytest.raises(preflight.PreflightError, match="verl-gke:releaseChannel"):
+    with pytest.raises(ConfigError, match="verl-gke:releaseChannel"):
         _run(preview=True, existing=on, server_config=engine_versions.BELOW_FLOOR, result=result)
     assert not [r for r in result.resources if r.type in BILLABLE]
 

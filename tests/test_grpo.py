@@ -46,14 +46,14 @@ def test_every_setting_has_its_config_key():
 
 def rendered(problems: list) -> list[str]:
     """The recipe's problems as the gate reports them: naming the config keys (stacks.config)."""
-    return [p.render(field_key) for p in problems]
+    return [str(p.renamed(field_key)) for p in problems]
 
 
 def test_the_recipe_names_its_own_fields(defaults):
     """recipe/ knows no config key: its messages name GrpoSettings fields (and nnodes); stacks maps them."""
     g = dataclasses.replace(defaults, rollout_n=1, extra_overrides=("data.train_batch_size=8",))
-    problems = grpo.preflight(g, nnodes=2, gpus_per_node=8, model=MODEL)[:2]  # then the batch it unbalances
-    assert [p.field for p in problems] == ["extra_overrides", "rollout_n"]
+    problems = grpo.settings_problems(g, nnodes=2, gpus_per_node=8, model=MODEL)[:2]  # then the batch it unbalances
+    assert [p.key for p in problems] == ["extra_overrides", "rollout_n"]
     assert [str(p) for p in problems] == [
         "extra_overrides: 'data.train_batch_size=8' overrides data.train_batch_size, which set train_batch_size "
         "instead",
@@ -64,14 +64,14 @@ def test_the_recipe_names_its_own_fields(defaults):
         "verl-gke:grpoRolloutN = 1: GRPO normalises rewards within a prompt's group: use >= 2 responses"]
     # A verl key that ends in a field's name stays as typed.
     g = dataclasses.replace(defaults, extra_overrides=("actor_rollout_ref.rollout.n=4",))
-    text = rendered(grpo.preflight(g, nnodes=2, gpus_per_node=8, model=MODEL))[0]
+    text = rendered(grpo.settings_problems(g, nnodes=2, gpus_per_node=8, model=MODEL))[0]
     assert text.startswith("verl-gke:grpoExtraOverrides: 'actor_rollout_ref.rollout.n=4' overrides "
                            "actor_rollout_ref.rollout.n, which set verl-gke:grpoRolloutN instead"), text
 
 
 @pytest.mark.parametrize("nnodes", [2, 1])
 def test_defaults_pass_preflight(defaults, nnodes):
-    assert grpo.preflight(defaults, nnodes=nnodes, gpus_per_node=8, model=MODEL) == []
+    assert grpo.settings_problems(defaults, nnodes=nnodes, gpus_per_node=8, model=MODEL) == []
 
 
 ACTOR, ROLLOUT = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
@@ -160,7 +160,7 @@ BAD = {
 def test_bad_settings_are_rejected_naming_the_key(defaults, case):
     changes, nnodes, model, key, text = BAD[case]
     g = dataclasses.replace(defaults, **changes)
-    problems = rendered(grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model))
+    problems = rendered(grpo.settings_problems(g, nnodes=nnodes, gpus_per_node=8, model=model))
     named = [p for p in problems if p.startswith(f"{config.PROJECT}:{key}")]
     assert named, problems
     assert any(text in p for p in named), named
@@ -189,13 +189,13 @@ def test_bounds_are_the_gates(case):
 def test_batch_and_tp_cases_are_the_only_problem(defaults, case):
     changes, nnodes, model, _, _ = BAD[case]
     g = dataclasses.replace(defaults, **changes)
-    assert len(grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model)) == 1
+    assert len(grpo.settings_problems(g, nnodes=nnodes, gpus_per_node=8, model=model)) == 1
 
 
 def test_all_problems_are_reported_at_once(defaults):
     g = dataclasses.replace(defaults, train_batch_size=255, ppo_mini_batch_size=128, logger=("nope",),
                             extra_overrides=("trainer.nnodes=3",), tensor_parallel_size=8)
-    problems = rendered(grpo.preflight(g, nnodes=2, gpus_per_node=8, model="Qwen/Qwen2.5-1.5B-Instruct"))
+    problems = rendered(grpo.settings_problems(g, nnodes=2, gpus_per_node=8, model="Qwen/Qwen2.5-1.5B-Instruct"))
     keys = [p.split(" ", 1)[0].rstrip(":").removeprefix("verl-gke:") for p in problems]
     assert keys == ["grpoExtraOverrides", "grpoTrainBatchSize", "grpoTensorParallelSize", "grpoLogger"]
 
@@ -217,7 +217,7 @@ def test_good_variants_pass(defaults):
     ]
     for changes, nnodes, model in ok:
         g = dataclasses.replace(defaults, **changes)
-        assert grpo.preflight(g, nnodes=nnodes, gpus_per_node=8, model=model) == [], changes
+        assert grpo.settings_problems(g, nnodes=nnodes, gpus_per_node=8, model=model) == [], changes
 
 
 def test_overrides_fix_the_tutorial(defaults):

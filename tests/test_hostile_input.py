@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from catalog.problems import MAX_LINES, Problem
 from stacks import config as stack_config
+from stacks import key_values
 from tests.stack_helpers import ROOT, STACK_FILES, plan_command, plan_in_process
 from tools import mocking, plan
 
@@ -233,7 +235,7 @@ BAD_FILES += [
      "verl-gke:cpuNodesMax: quota"),
     ("quota-all-regions", stack_text(**{"verl-gke:gpuNodes": "8", "verl-gke:grpoTrainBatchSize": "512"}),
      "GPUS-ALL-REGIONS"),
-    # review 26: the program's GKE version preflight raised PreflightError (traceback, exit 1) on a pin the
+    # review 26: the program's GKE version preflight raised its error (traceback, exit 1) on a pin the
     # gate's shape check took; the gate now runs that check on the plan's sample versions
     ("gke-minor-not-offered", dev_text(**{"verl-gke:gkeVersion": '"1.99"'}), "offers no 1.99.x version"),
     ("gke-minor-leading-zero", yaml_case("verl-gke:gkeVersion", '"01.33"'), "verl-gke:gkeVersion"),
@@ -306,8 +308,9 @@ BAD_FILES += [
     # review 26: a secret key holding a list/map (undeclared in Pulumi.yaml, so the CLI takes any shape and
     # the program would send its JSON text as the token), and a secret's own value typed into an override
     ("secret-as-list", yaml_case("verl-gke:hfToken", "[hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789]"),
-     "verl-gke:hfToken = '<a list or map, not shown>'"),
-    ("secret-as-map", yaml_case("verl-gke:wandbApiKey", "{key: abc}"), "verl-gke:wandbApiKey = '<a list or map"),
+     "verl-gke:hfToken = [secret]: must be one string, not a list or map"),
+    ("secret-as-map", yaml_case("verl-gke:wandbApiKey", "{key: abc}"),
+     "verl-gke:wandbApiKey = [secret]: must be one string, not a list or map"),
     ("override-carries-the-secret",
      stack_text(**{"verl-gke:hfToken": "my-own-odd-token-1234",
                    "verl-gke:grpoExtraOverrides": '["+trainer.note=my-own-odd-token-1234"]'}),
@@ -420,11 +423,9 @@ def test_gcp_provider_keys_are_the_installed_sdks():
 
 
 def test_a_real_provider_key_is_not_a_typo():
-    from stacks import config
-
     raw = {**{k: v for k, v in GOOD.items()}, "gcp:impersonateServiceAccount": "sa@p.iam.gserviceaccount.com",
            "gcp:billingProject": "other-project-1"}
-    assert config.unknown_keys(raw) == []
+    assert key_values.unknown_key_problems(raw) == []
 
 
 def test_a_key_a_newer_google_provider_reads_is_not_a_typo(tmp_path, monkeypatch):
@@ -434,7 +435,6 @@ def test_a_key_a_newer_google_provider_reads_is_not_a_typo(tmp_path, monkeypatch
     import types
 
     from catalog import gcp_provider
-    from stacks import config
 
     package = tmp_path / "pulumi_gcp"
     (package / "config").mkdir(parents=True)
@@ -447,8 +447,8 @@ def test_a_key_a_newer_google_provider_reads_is_not_a_typo(tmp_path, monkeypatch
         origin=str(package / "__init__.py")) if name == "pulumi_gcp" else real(name, *a))
     gcp_provider.installed_keys.cache_clear()
     try:
-        assert config.unknown_keys({**GOOD, "gcp:newServiceCustomEndpoint": "https://x/"}) == []
-        assert config.unknown_keys({**GOOD, "gcp:regoin": "us-central1"})
+        assert key_values.unknown_key_problems({**GOOD, "gcp:newServiceCustomEndpoint": "https://x/"}) == []
+        assert key_values.unknown_key_problems({**GOOD, "gcp:regoin": "us-central1"})
     finally:
         monkeypatch.undo()
         gcp_provider.installed_keys.cache_clear()
@@ -683,7 +683,7 @@ def test_uncatalogued_model_plans_and_prices_without_a_traceback(sandbox):
 
 
 def test_a_program_preflight_the_gate_misses_is_exit_2(sandbox, monkeypatch):
-    """Backstop: a PreflightError raised inside the program (here the GKE version check, with the gate's
+    """Backstop: a preflight ConfigError raised inside the program (here the GKE version check, with the gate's
     copy of it switched off) is exit 2 with its message, no traceback, nothing written."""
     tmp_path, _ = sandbox
     monkeypatch.setattr(plan, "gke_version_problems", lambda cfg: [])
@@ -1031,13 +1031,13 @@ def test_twenty_thousand_stray_keys_get_a_bounded_message(sandbox):
 def test_did_you_mean_is_worked_out_only_for_the_lines_printed():
     """The near-misses past the printed lines get the plain hint: difflib over each of 20,000 stray keys
     took seconds for lines ConfigError never prints."""
-    raw = {f"verl-gke:gpuNode{i:05d}": "2" for i in range(stack_config.MAX_LINES + 50)}
-    problems = stack_config.unknown_keys(raw)
+    raw = {f"verl-gke:gpuNode{i:05d}": "2" for i in range(MAX_LINES + 50)}
+    problems = key_values.unknown_key_problems(raw)
     assert len(problems) == len(raw)
-    assert "did you mean verl-gke:gpuNodes?" in problems[stack_config.MAX_LINES - 1]
-    assert "did you mean" not in problems[stack_config.MAX_LINES] and "see Pulumi.yaml" in problems[-1]
+    assert "did you mean verl-gke:gpuNodes?" in str(problems[MAX_LINES - 1])
+    assert "did you mean" not in str(problems[MAX_LINES]) and "see Pulumi.yaml" in str(problems[-1])
 
 
 def test_every_problem_line_is_bounded():
-    err = stack_config.ConfigError(["k = " + "y" * 100_000 + " tail"])
+    err = stack_config.ConfigError([Problem("k", "y" * 100_000 + " tail")])
     assert len(str(err)) < 1000 and err.problems[0].endswith(" tail")

@@ -208,18 +208,18 @@ def test_the_quota_preflight_checks_the_l4_and_the_global_gpu_quotas():
     assert quotas.gpu_quota("nvidia-l4", "on-demand").quota_id == "NVIDIA-L4-GPUS-per-project-region"
 
 
-def test_no_l4_quota_is_a_fatal_finding_naming_gpu_nodes():
+def test_no_l4_quota_is_a_fatal_problem_naming_gpu_nodes():
     cfg = dev_config()
     wanted = quota_check.needs(cfg)
     # 64 of everything counted in units, ample disk (GB) quota: only the L4 quota decides below.
     infos = {n.ref.quota_id: [{"dimensions": {}, "value": "100000" if "-GB-" in n.ref.quota_id else "64",
                                "locations": []}] for n in wanted}
-    assert quota_check.findings(cfg, wanted, infos) == []
+    assert quota_check.quota_problems(cfg, wanted, infos) == []
     infos["PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region"] = [{"dimensions": {}, "value": "0", "locations": []}]
-    (finding,) = quota_check.findings(cfg, wanted, infos)
-    assert finding.fatal and finding.key == "gpuNodes"
+    (finding,) = quota_check.quota_problems(cfg, wanted, infos)
+    assert finding.fatal and finding.key == "verl-gke:gpuNodes"
     assert ("PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region (region=us-central1) is 0, the stack needs 2"
-            in finding.message)
+            in finding.allowed)
 
 
 # --- the same staging, job and checkpoint code as the big stacks --------------------------------

@@ -10,11 +10,11 @@ import pytest
 
 from catalog import capacity, prices, quotas
 from catalog.accelerators import ACCELERATORS
+from catalog.problems import ConfigError
 from components.apis import APIS
 from recipe import sizing
 from stacks import config, cost
 from stacks import quotas as quota_check
-from stacks.preflight import PreflightError
 from tests.stack_helpers import BASE, STACK_FILES, run_config
 from tools import mocking, plan
 
@@ -215,7 +215,7 @@ def test_reservations_and_autopilot_need_fewer_quotas():
 
 def _refused(overrides, quota_values):
     result = mocking.Run()
-    with pytest.raises(PreflightError) as err:
+    with pytest.raises(ConfigError) as err:
         run_config(overrides, result=result, quotas=quota_values)
     billable = [r for r in result.resources if r.type in (CLUSTER, POOL)]
     assert billable == [], "the cluster must not be registered when a quota is short"
@@ -227,7 +227,7 @@ def test_autopilot_refuses_too_little_cpu_quota_for_the_head_and_staging_nodes()
     cfg = _cfg({"clusterMode": "autopilot"})
     msg = _refused({"clusterMode": "autopilot"}, {"CPUS-ALL-REGIONS-per-project": 8})
     (line,) = [x for x in msg.splitlines() if "CPUS-ALL-REGIONS-per-project is 8" in x]
-    assert line.strip().startswith("- rayHeadCpu:") and "Ray head" in line and "staging Job" in line
+    assert line.strip().startswith("- verl-gke:rayHeadCpu:") and "Ray head" in line and "staging Job" in line
     needed = int(line.split("the stack needs ")[1].split()[0])
     assert needed >= cfg.cluster.head_cpu + 2  # the head's and the staging container's requests at least
 
@@ -238,13 +238,13 @@ def test_a4_and_a3_ultra_boot_disks_need_hyperdisk_quota(acc, mode):
     msg = _refused({"accelerator": acc, "clusterMode": mode, "gpuNodes": "2"},
                    {"HYPERDISK-BALANCED-TOTAL-GB-per-project-region": 150})
     assert "HYPERDISK-BALANCED-TOTAL-GB-per-project-region (region=us-central1) is 150, the stack needs 200" in msg
-    assert "- gpuNodes: quota HYPERDISK" in msg
+    assert "- verl-gke:gpuNodes: quota HYPERDISK" in msg
 
 
 def test_a_refused_quota_reserves_no_address_and_creates_no_registry_or_bucket():
     """Issue 43 item 12: the NAT's reserved addresses, the image mirror and the bucket wait for the gate."""
     result = mocking.Run()
-    with pytest.raises(PreflightError):
+    with pytest.raises(ConfigError):
         run_config({"accelerator": "b200", "capacity": "spot"}, result=result,
                    quotas={"PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region": 0})
     billable = ("gcp:compute/address:Address", "gcp:artifactregistry/repository:Repository",
@@ -296,9 +296,9 @@ def test_an_unreadable_quota_is_a_warning_not_a_crash():
     assert run.one(CLUSTER)
     cfg = _cfg({"clusterMode": "standard"})
     wanted = quota_check.needs(cfg)
-    found = quota_check.findings(cfg, wanted, {n.ref.quota_id: denied for n in wanted})
+    found = quota_check.quota_problems(cfg, wanted, {n.ref.quota_id: denied for n in wanted})
     assert found and not any(f.fatal for f in found)
-    assert all("could not read quota" in f.message and quota_check.READ_ROLE in f.message for f in found)
+    assert all("could not read quota" in f.allowed and quota_check.READ_ROLE in f.allowed for f in found)
 
 
 def test_the_cloud_quotas_and_budget_apis_are_enabled_by_the_stack():

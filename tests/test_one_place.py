@@ -1,9 +1,12 @@
-"""One rule in one place (issue 25): one validation shape, each rule run once by the gate, values
-derived once per config, and compose that only wires.
+"""One rule in one place (issues 25, 44): one problem type, each rule beside what it guards and run once
+by the gate, values derived once per config, and compose that only wires.
 
-- every component's args answer `problems()` with (path, reason) pairs, and one helper raises them;
-- the gate (stacks.config.load, whose component pass is stacks.component_rules) runs each component
-  rule once: the rules a component holds are not checked again by the config;
+- every bad setting is a catalog.problems.Problem: every component's args answer `problems()` with
+  them, and one helper raises them;
+- a key's own rules sit in its row (stacks.keys), the rules over several keys in stacks.cross_keys;
+  the gate (stacks.config.load) holds none, it calls them;
+- the gate (whose component pass is stacks.component_rules) runs each component rule once: the rules
+  a component holds are not checked again by the config;
 - stacks.derived computes the derived values once per config object, shared by the gate, compose and
   the plan;
 - compose.py calls no catalog or recipe function, and no component takes the stack's config.
@@ -34,7 +37,7 @@ from components.ray_cluster import RayClusterArgs
 from components.run_supervisor import GpuReleaseAccessArgs
 from components.storage import TrainingStorageArgs
 from components.task_files import TaskFilesArgs, TaskSourceAccessArgs
-from stacks import compose, derived
+from stacks import compose, derived, key_values
 from stacks import config as stack_config
 from tests.stack_helpers import ROOT
 from tools import mocking, plan
@@ -49,55 +52,65 @@ def _raw(stack: str, **extra: str) -> dict[str, str]:
     return {**raw, **extra}
 
 
-def _count(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter, label: str, fn: Callable,
-           when: Callable[..., bool] = lambda *a, **k: True) -> None:
-    """Count the calls of `fn` made through any project module that holds it by name."""
-    def counted(*args, **kwargs):
-        if when(*args, **kwargs):
-            counts[label] += 1
-        return fn(*args, **kwargs)
+class _Calls:
+    """Counts the calls of functions by their code, however a caller reaches them (a module's name for one, a
+    rule in a key's row, a method), while the block runs: `counts[label]`."""
 
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").split(".")[0] not in ("catalog", "components", "stacks", "recipe"):
-            continue
-        for name, value in list(vars(module).items()):
-            if value is fn:
-                monkeypatch.setattr(module, name, counted)
+    def __init__(self) -> None:
+        self.counts: collections.Counter = collections.Counter()
+        self._watched: list[tuple[str, object, Callable[..., bool]]] = []
 
+    def watch(self, label: str, fn: Callable, when: Callable[..., bool] = lambda *a: True) -> None:
+        """Count each call of `fn` whose positional parameters (self first for a method) satisfy `when`."""
+        self._watched.append((label, fn.__code__, when))
 
-def _count_method(monkeypatch, counts, label: str, cls: type, name: str) -> None:
-    real = getattr(cls, name)
-    monkeypatch.setattr(cls, name, lambda self, *a, **k: (counts.update([label]), real(self, *a, **k))[1])
+    def __enter__(self) -> _Calls:
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+    def _profile(self, frame, event: str, _arg: object) -> None:
+        if event != "call":
+            return
+        for label, code, when in self._watched:
+            if frame.f_code is code:
+                args = [frame.f_locals[name] for name in code.co_varnames[:code.co_argcount]]
+                if when(*args):
+                    self.counts[label] += 1
 
 
 @pytest.mark.parametrize("stack,extra", [("b200", {}), ("dev", BUDGET)])
-def test_the_gate_runs_each_rule_once(monkeypatch, stack, extra):
-    counts: collections.Counter = collections.Counter()
-    _count_method(monkeypatch, counts, "offered_problem", capacity.Capacity, "offered_problem")
-    _count(monkeypatch, counts, "RayCluster name label", naming.dns_1035_label,
-           lambda value, *a, **k: str(value).endswith("-ray"))
-    _count(monkeypatch, counts, "foreign accelerator in name", accelerators.foreign_accelerator_in_name)
+def test_the_gate_runs_each_rule_once(stack, extra):
+    calls = _Calls()
+    calls.watch("offered_problem", capacity.Capacity.offered_problem)
+    calls.watch("RayCluster name label", naming.dns_1035_label_problem, lambda value, *a: str(value).endswith("-ray"))
+    calls.watch("foreign accelerator in name", accelerators.foreign_accelerator_problem)
     for cls in (GkeClusterArgs, RayClusterArgs, TrainingStorageArgs, DataPrepArgs, ProjectBudgetArgs):
-        _count_method(monkeypatch, counts, cls.__name__, cls, "problems")
-    stack_config.load(_raw(stack, **extra), stack, allow_placeholder_project=True)
-    assert counts == {"offered_problem": 1, "RayCluster name label": 1, "foreign accelerator in name": 1,
-                      "GkeClusterArgs": 1, "RayClusterArgs": 1, "TrainingStorageArgs": 1, "DataPrepArgs": 1,
-                      **({"ProjectBudgetArgs": 1} if extra else {})}
+        calls.watch(cls.__name__, cls.problems)
+    raw = _raw(stack, **extra)
+    with calls:
+        stack_config.load(raw, stack, allow_placeholder_project=True)
+    assert calls.counts == {"offered_problem": 1, "RayCluster name label": 1, "foreign accelerator in name": 1,
+                            "GkeClusterArgs": 1, "RayClusterArgs": 1, "TrainingStorageArgs": 1, "DataPrepArgs": 1,
+                            **({"ProjectBudgetArgs": 1} if extra else {})}
 
 
-def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value(monkeypatch):
+def test_a_key_rule_runs_at_the_key_and_at_the_component_that_holds_the_value():
     """The model id: by its key (it guards the recipe's arithmetic) and by DataPrepArgs (the folder it stages),
     once each. The namespace: by its key and by TrainingStorageArgs, which creates it; RayCluster and DataPrep
     get TrainingStorage's namespace and KSA outputs (stand-ins in the gate, as compose passes Outputs)."""
-    counts: collections.Counter = collections.Counter()
     raw = _raw("b200")
     namespace, model = raw["verl-gke:namespace"], raw["verl-gke:model"]
-    _count(monkeypatch, counts, "model_id", naming.model_id, lambda value, *a, **k: value == model)
-    _count(monkeypatch, counts, "namespace", naming.namespace, lambda value, *a, **k: value == namespace)
-    # naming.namespace reads dns_label itself: any other caller judges the namespace a second way.
-    _count(monkeypatch, counts, "dns_label", naming.dns_label, lambda value, *a, **k: value == namespace)
-    stack_config.load(raw, "b200", allow_placeholder_project=True)
-    assert counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
+    calls = _Calls()
+    calls.watch("model_id", naming.model_id_problem, lambda value, *a: value == model)
+    calls.watch("namespace", naming.namespace_problem, lambda value, *a: value == namespace)
+    # naming.namespace_problem reads dns_label itself: any other caller judges the namespace a second way.
+    calls.watch("dns_label", naming.dns_label_problem, lambda value, *a: value == namespace)
+    with calls:
+        stack_config.load(raw, "b200", allow_placeholder_project=True)
+    assert calls.counts == {"model_id": 2, "namespace": 2, "dns_label": 2}
 
 
 def test_a_component_rule_still_names_its_key():
@@ -113,6 +126,54 @@ def test_a_component_rule_still_names_its_key():
     (problem,) = err.value.problems
     assert problem.startswith("verl-gke:namePrefix: RayClusterArgs.name = 'verl-b200-ray': ")
     assert "b200" in problem and "h200" in problem
+
+
+def _project_sources() -> list[Path]:
+    layers = ("catalog", "components", "recipe", "stacks", "tools")
+    return sorted(p for layer in layers for p in (ROOT / layer).rglob("*.py"))
+
+
+def test_every_bad_setting_is_one_problem_type():
+    """catalog.problems.Problem is the one problem class: no other module defines one (a Finding, a second
+    Problem), and no problems function answers bare (path, reason) tuples."""
+    others, tuples = [], []
+    for path in _project_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and ("Problem" in node.name or "Finding" in node.name) \
+                    and path != ROOT / "catalog" / "problems.py":
+                others.append(f"{path.relative_to(ROOT)}:{node.name}")
+            if isinstance(node, ast.FunctionDef) and node.name.endswith("problems") and node.returns is not None \
+                    and "tuple[str, str]" in ast.unparse(node.returns):
+                tuples.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert others == [] and tuples == [], (others, tuples)
+
+
+def test_the_gate_holds_no_rule_of_its_own():
+    """stacks.config.load calls the rules where they sit; it judges no value itself (no catalog check, no
+    recorded problem)."""
+    tree = ast.parse((ROOT / "stacks" / "config.py").read_text())
+    calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert "cross_keys.placement" in calls, "the scan found no rule group: the test itself is broken"
+    judged = [c for c in calls if c.endswith(("_problem", ".bad", ".check"))]
+    checks = sorted(m for m in _imports(ROOT / "stacks" / "config.py")
+                    if m in ("catalog.naming", "catalog.gcp_ranges", "catalog.storage_locations", "catalog.zones"))
+    assert judged == [] and checks == [], (judged, checks)
+
+
+def test_a_kind_rule_judges_every_key_of_its_kind(monkeypatch):
+    """A rule for every non-secret key is one row of stacks.keys.KIND_RULES: each such key set to what it refuses
+    is refused, naming that key; a secret key is not judged by it."""
+    canary = "canary-value-7"
+    refuse = ("must not be the canary", lambda value: "must not be the canary" if value == canary else None)
+    monkeypatch.setattr(key_values, "KIND_RULES", (*key_values.KIND_RULES, (lambda k: not k.secret, refuse[1])))
+    raw = _raw("b200")
+    for k in stack_config.KEYS:
+        with pytest.raises(stack_config.ConfigError) as err:
+            # A bad namePrefix (unless it is the key judged): refused even where the canary is not.
+            stack_config.load({**raw, "verl-gke:namePrefix": "Not_A_Prefix", k.full: canary}, "b200",
+                              allow_placeholder_project=True)
+        judged = [p for p in err.value.problems if p.endswith(refuse[0])]
+        assert judged == ([] if k.secret else [f"{k.full} = {canary!r}: {refuse[0]}"]), (k.name, judged)
 
 
 def test_derived_values_are_computed_once_per_config(monkeypatch):
@@ -178,13 +239,13 @@ def test_every_args_class_has_one_shape():
 
 def test_the_helper_raises_every_problem_as_a_run_error():
     args = dataclasses.replace(_ray_args(), gpu_nodes=0, image="verlai/verl")
-    assert [p for p, _ in args.problems()] == ["gpu_nodes", "image"]
+    assert [p.key for p in args.problems()] == ["gpu_nodes", "image"]
     with pytest.raises(ArgsError) as err:
         require("RayCluster", args)
     # A RunError prints the message alone in `pulumi up`; a ValueError as the components raised before.
     assert isinstance(err.value, pulumi.RunError) and isinstance(err.value, ValueError)
     assert err.value.problems == ["RayClusterArgs.gpu_nodes = 0: must be an integer >= 1",
-                                  f"RayClusterArgs.image = 'verlai/verl': {naming.image_ref('verlai/verl')}"]
+                                  f"RayClusterArgs.image = 'verlai/verl': {naming.image_ref_problem('verlai/verl')}"]
     assert str(err.value).startswith("invalid RayCluster arguments:\n  - RayClusterArgs.gpu_nodes = 0")
 
 

@@ -119,7 +119,7 @@ def test_the_mocked_program_run_reads_the_files_values_too(tmp_path):
     proc = plan_big(tmp_path, "--quotas", str(quotas))
     assert proc.returncode == 0, proc.stderr
     (warning,) = json.loads((tmp_path / "out" / "plan.json").read_text())["warnings"]
-    assert warning.startswith("preflight: gpuNodes: quota PREEMPTIBLE-LOCAL-SSD-GB-per-project-region "
+    assert warning.startswith("preflight: verl-gke:gpuNodes: quota PREEMPTIBLE-LOCAL-SSD-GB-per-project-region "
                               "(region=europe-west1) is 1000, the stack needs 192000"), warning
 
 

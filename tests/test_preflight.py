@@ -6,14 +6,14 @@ import pulumi
 import pulumi_gcp as gcp
 import pytest
 
+from catalog.problems import ConfigError, Problem
 from stacks import preflight
-from stacks.preflight import Finding
 from tools import mocking
 
 CLUSTER = "gcp:container/cluster:Cluster"
 
 
-def _program(findings: list[Finding]):
+def _program(findings: list[Problem]):
     def program() -> None:
         check = pulumi.Output.from_input(findings)
         version = preflight.gate("1.33.5-gke.1000000", [check])
@@ -23,22 +23,22 @@ def _program(findings: list[Finding]):
 
 
 def test_passing_checks_release_the_value():
-    run = mocking.run(_program([Finding("verl-gke:x", "fine", fatal=False)]), {"gcp:project": "p-123456"}, "t")
+    run = mocking.run(_program([Problem("verl-gke:x", "fine", fatal=False)]), {"gcp:project": "p-123456"}, "t")
     assert run.one(CLUSTER).inputs["minMasterVersion"] == "1.33.5-gke.1000000"
 
 
 def test_a_fatal_finding_stops_the_cluster_and_names_every_key():
     seen = mocking.Run()
-    findings = [Finding("verl-gke:gkeVersion", "channel offers 1.30.1-gke.1, floor 1.32.2-gke.1475000"),
-                Finding("verl-gke:capacity", "quota PREEMPTIBLE_NVIDIA_B200_GPUS is 0, need 16")]
+    findings = [Problem("verl-gke:gkeVersion", "channel offers 1.30.1-gke.1, floor 1.32.2-gke.1475000"),
+                Problem("verl-gke:capacity", "quota PREEMPTIBLE_NVIDIA_B200_GPUS is 0, need 16")]
     with pytest.raises(Exception, match="preflight checks failed") as err:
         mocking.run(_program(findings), {"gcp:project": "p-123456"}, "t", result=seen)
     assert "verl-gke:gkeVersion" in str(err.value) and "verl-gke:capacity" in str(err.value)
     assert seen.of_type(CLUSTER) == [], "the gated cluster must never be registered"
 
 
-def test_verdict_only_raises_for_fatal_findings():
-    preflight.verdict([Finding("k", "just a warning", fatal=False)])
-    with pytest.raises(preflight.PreflightError) as err:
-        preflight.verdict([Finding("k1", "bad"), Finding("k2", "warn", fatal=False)])
-    assert [f.key for f in err.value.findings] == ["k1"]
+def test_verdict_only_raises_for_fatal_problems():
+    preflight.verdict([Problem("k", "just a warning", fatal=False)])
+    with pytest.raises(ConfigError) as err:
+        preflight.verdict([Problem("k1", "bad"), Problem("k2", "warn", fatal=False)])
+    assert [f.key for f in err.value.found] == ["k1"]

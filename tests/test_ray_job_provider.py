@@ -22,6 +22,7 @@ import requests
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
+from catalog.problems import Problem
 from components import ray_client
 from components.ray_client import GONE, DashboardError, RayJobError, base_url, tail
 from components.ray_job import RayJob, RayJobArgs, RayJobProvider
@@ -77,7 +78,7 @@ def with_defaults(props: dict) -> dict:
     return JobInput.from_props(props).props()
 
 
-def validate_inputs(props: dict) -> list[tuple[str, str]]:
+def validate_inputs(props: dict) -> list[Problem]:
     return JobInput.from_props(props).problems()
 
 
@@ -219,7 +220,7 @@ def test_engine_keys_and_outputs_are_not_inputs():
                  id="no-id-no-entrypoint"),
 ])
 def test_a_bad_input_is_named_by_its_property(given, bad):
-    assert {prop for prop, _ in validate_inputs({"submission_id": "s", "entrypoint": "e", **given})} == bad
+    assert {p.key for p in validate_inputs({"submission_id": "s", "entrypoint": "e", **given})} == bad
 
 
 def served_check(news: dict, olds: dict | None = None):

@@ -96,7 +96,7 @@ def test_installed_verl_is_the_pinned_version():
 
 
 def test_stack_passes_preflight(job):
-    assert grpo.preflight(job.cfg.grpo, model=job.cfg.model, **job.shape) == []
+    assert grpo.settings_problems(job.cfg.grpo, model=job.cfg.model, **job.shape) == []
 
 
 def test_every_override_key_exists_in_verl(job, verl_defaults):
@@ -140,7 +140,7 @@ def test_extra_overrides_that_preflight_accepts_compose():
     extras = ["actor_rollout_ref.rollout.enforce_eager=true", "+trainer.note=x", "~trainer.critic_warmup",
               "actor_rollout_ref.rollout.max_num_batched_tokens=16384"]
     j = Job(stack, {**raw, "verl-gke:grpoExtraOverrides": json.dumps(extras)})
-    assert grpo.preflight(j.cfg.grpo, model=j.cfg.model, **j.shape) == []
+    assert grpo.settings_problems(j.cfg.grpo, model=j.cfg.model, **j.shape) == []
     composed = compose_verl(j.overrides)
     assert composed.trainer.note == "x" and "critic_warmup" not in composed.trainer
     assert composed.actor_rollout_ref.rollout.max_num_batched_tokens == 16384

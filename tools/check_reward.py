@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     run = reward_jail.run(task.reward.local, task.reward_function, list(reward_check.KEYWORDS),
                           [c["kwargs"] for c in calls], args.timeout)
     result = reward_check.verdict(run.report, len(calls), args.timeout)
-    problems, warnings, notes = reward_check.judge(result, dataset.names(task), calls)
+    lines, warnings, notes = reward_check.judge(result, dataset.names(task), calls)
+    problems = dataset.reward_problems(lines, dataset.names(task))
     if not calls and result["status"] == "ok":
         notes.append(f"{task.reward.key} ({task.reward.label}): imported and its signature checked; not called on "
                      "rows: the data is gs://, which only the staging Job reads (it calls the reward on its copies)")
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: NOT contained: {line}", file=sys.stderr)
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
-    for line in problems:
-        print(f"error: {line}", file=sys.stderr)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
     return 2 if problems else 0
 
 

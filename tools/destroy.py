@@ -127,14 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # The plan's own refusals are exit 2 with their message here too, never a traceback.
-    from stacks import config as stack_config
-    from stacks.preflight import PreflightError
+    from catalog.problems import ConfigError
     from tools import quota_source, stack_file
 
     try:
         raw, secret_keys = plan_tool.read_stack_file(path, args.stack)
         order = DestroyOrder(plan_tool.build_plan(args.stack, raw, secret_keys, quota_values=quota_source.UNCHECKED))
-    except (stack_file.StackFileError, stack_config.ConfigError, PreflightError, OSError) as err:
+    except (stack_file.StackFileError, ConfigError, OSError) as err:
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
     print(describe(order, order.waves(), args.stack))

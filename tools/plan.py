@@ -37,8 +37,9 @@ from typing import Any
 
 import yaml
 
+from catalog.problems import ConfigError, Problem
 from stacks import config as stack_config
-from stacks.preflight import PreflightError
+from stacks import cross_keys
 from tools import quota_source, stack_file
 from tools.plan_graph import ROOT as ROOT_PARENT
 from tools.plan_graph import PlanGraph
@@ -134,20 +135,19 @@ def gate(raw: dict[str, str], stack: str, secret_keys: Collection[str] = (),
 
     cfg = stack_config.load(raw, stack, allow_placeholder_project=True, secret_keys=secret_keys)
     wanted = quota_values.checked(quotas.needs(cfg))
-    found = quotas.findings(cfg, wanted, quota_values.infos(wanted))
-    fatal = [f"{stack_config.KEYS_BY_NAME[f.key].full if f.key in stack_config.KEYS_BY_NAME else f.key}: "
-             f"{f.message} ({quota_values.label})" for f in found if f.fatal]
+    found = quotas.quota_problems(cfg, wanted, quota_values.infos(wanted))
+    fatal = [dataclasses.replace(p, allowed=f"{p.allowed} ({quota_values.label})") for p in found if p.fatal]
     fatal += quota_values.hint() if fatal else []
     fatal += gke_version_problems(cfg)
     if fatal:
-        raise stack_config.ConfigError(fatal)
+        raise ConfigError(fatal)
     return cfg
 
 
-def gke_version_problems(cfg: stack_config.StackConfig) -> list[str]:
+def gke_version_problems(cfg: stack_config.StackConfig) -> list[Problem]:
     """The program's own GKE version check (preflight.resolve_gke_version) on the versions the plan's
     mocks answer (tools/engine_versions.py CURRENT): a pin GKE does not offer, or a minor the channel
-    lacks, stops here with exit 2 instead of raising PreflightError inside the program (a traceback)."""
+    lacks, stops here with exit 2 instead of failing inside the program."""
     from stacks import derived, keys, preflight
     from tools import engine_versions
 
@@ -156,8 +156,8 @@ def gke_version_problems(cfg: stack_config.StackConfig) -> list[str]:
     resolved = preflight.resolve_gke_version(
         found, channel=cl.release_channel, pin=cl.gke_version, floors=cl.floors, location=cfg.cluster_location,
         pin_key=keys.full("gkeVersion"), channel_key=keys.full("releaseChannel"))
-    return [f"{f.key}: {f.message} (the plan's sample GKE versions, tools/engine_versions.py)"
-            for f in resolved.findings if f.fatal]
+    return [dataclasses.replace(p, allowed=f"{p.allowed} (the plan's sample GKE versions, tools/engine_versions.py)")
+            for p in resolved.problems if p.fatal]
 
 
 def run_figures(cfg: stack_config.StackConfig) -> dict[str, Any]:
@@ -278,7 +278,7 @@ def _steps(z: dict[str, Any]) -> str:
 
 # A secret this long is found inside longer text too; a shorter one (`hfToken: '-'`) only as a whole value:
 # replacing every `-` in the plan would mangle it and redact nothing.
-MIN_EMBEDDED_SECRET = stack_config.SECRET_IN_TEXT_MIN  # the gate looks for secrets in overrides by the same rule
+MIN_EMBEDDED_SECRET = cross_keys.SECRET_IN_TEXT_MIN  # the gate looks for secrets in overrides by the same rule
 
 
 def _layout_lines(layouts: list[dict[str, Any]]) -> list[str]:
@@ -716,10 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     except stack_file.StackFileError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except stack_config.ConfigError as err:
-        print(f"error: {path.name}: {err}", file=sys.stderr)
-        return 2
-    except PreflightError as err:  # a program check the gate does not mirror: still exit 2, no traceback
+    except ConfigError as err:  # the gate's, or a program check the gate does not mirror: exit 2, no traceback
         print(f"error: {path.name}: {err}", file=sys.stderr)
         return 2
     except OSError as err:

@@ -11,7 +11,7 @@ projects.locations.services.quotaInfos): `quotaId`, `service`, and `dimensionsIn
 int64, which proto3 JSON writes as a string and omits when 0) and `applicableLocations` (["global"] for a
 project-wide quota). The Pulumi SDK's GetSQuotaInfoResult flattens `details` into a list: both are read.
 
-Both checks read one source: the plan's gate (stacks.quotas.findings) and the mocked program run
+Both checks read one source: the plan's gate (stacks.quotas.quota_problems) and the mocked program run
 (tools.mocking.ProgramMocks answers the program's own quota invokes from it), so they agree.
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import quotas as catalog_quotas
+from catalog.problems import Problem
 from tools import mocking
 
 if TYPE_CHECKING:
@@ -60,13 +61,15 @@ class QuotaSource:
             return "the plan's sample project quotas, tools/mocking.py: check yours with --quotas FILE"
         return f"quotas from --quotas {self.file}"
 
-    def hint(self) -> list[str]:
+    def hint(self) -> list[Problem]:
         """The line under the refusals that says how to save your own quotas (none once they are yours)."""
-        return [] if self.file is not None else [f"--quotas FILE: save your project's quotas with `{GCLOUD} > FILE`"]
+        return [] if self.file is not None else [
+            Problem("--quotas FILE", f"save your project's quotas with `{GCLOUD} > FILE`")]
 
     def infos(self, wanted: Sequence[QuotaNeed]) -> dict[str, list[dict] | str]:
-        """What stacks.quotas.findings reads for `wanted` (QuotaNeeds): quota_id -> its dimensionsInfos, or (samples
-        only) the failed read of a quota the sample project lacks. A quota the file lacks is left out: see warnings."""
+        """What stacks.quotas.quota_problems reads for `wanted` (QuotaNeeds): quota_id -> its dimensionsInfos, or
+        (samples only) the failed read of a quota the sample project lacks. A quota the file lacks is left out: see
+        warnings."""
         out: dict[str, list[dict] | str] = {}
         for quota_id in dict.fromkeys(n.ref.quota_id for n in wanted):
             rows = self.rows.get(quota_id)
