@@ -26,7 +26,7 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.gke import Floor
 from catalog.problems import ConfigError, Problem
 from recipe import tuning
-from recipe.grpo import GrpoSettings, settings_problems, task_override_problems
+from recipe.grpo import GrpoSettings, extra_override_problems, settings_problems
 from recipe.grpo import warnings as grpo_warnings
 from stacks import checkpoints, component_rules, cross_keys, dataset
 from stacks.cross_keys import PLACEHOLDER_PROJECT
@@ -157,11 +157,10 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     grpo = _grpo(v)
     # Before the layouts are weighed: their checkpoint sizes follow what a checkpoint holds.
     grpo = dataclasses.replace(grpo, save_contents=checkpoints.contents_for(grpo.save_contents, capacity.kind))
-    overrides_ok = True
-    if task is not None:
-        found = _named(task_override_problems(grpo.extra_overrides))
-        r.problems += found
-        overrides_ok = not found
+    # Every extra override, read as Hydra reads it, judged before the recipe's arithmetic (recipe.overrides).
+    found = _named(extra_override_problems(grpo.extra_overrides, own_task=task is not None))
+    r.problems += found
+    overrides_ok = not found
     inputs_ok = overrides_ok and not r.refused & _RECIPE_KEYS  # the recipe's inputs all passed their rows
     warnings: list[str] = []
     data, notes = GSM8K, []
