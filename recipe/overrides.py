@@ -230,22 +230,19 @@ def _exists(key: str, tree: verl_config.VerlConfig) -> bool:
     return tree.kind(key) is not None or (last.isdigit() and tree.kind(parent) == "list")
 
 
-def _expand(key: str, value: Any, typed: str | None) -> Iterator[tuple[str, Any, str]] | str:
+def _expand(key: str, value: Any, typed: str | None) -> list[tuple[str, Any, str]] | str:
     """(leaf key, value, text) of a value, a non-empty dict expanded into its keys; or why it cannot be."""
     if not (isinstance(value, dict) and value):
-        return iter([(key, value, typed if typed is not None else render(value))])
+        return [(key, value, typed if typed is not None else render(value))]
     out: list[tuple[str, Any, str]] = []
-    stack = [(key, value)]
-    while stack:
-        prefix, node = stack.pop(0)
-        for k, v in node.items():
-            if not isinstance(k, str) or not _SEGMENT.fullmatch(k) or k.isdigit():
-                return f"the dict key {k!r} is not a name (letters, digits, _ and -)"
-            if isinstance(v, dict) and v:
-                stack.append((f"{prefix}.{k}", v))
-            else:
-                out.append((f"{prefix}.{k}", v, render(v)))
-    return iter(out)
+    for k, v in value.items():
+        if not isinstance(k, str) or not _SEGMENT.fullmatch(k) or k.isdigit():
+            return f"the dict key {k!r} is not a name (letters, digits, _ and -)"
+        found = _expand(f"{key}.{k}", v, None)
+        if isinstance(found, str):
+            return found
+        out += found
+    return out
 
 
 _FOLLOWS = ("verl's {key} is an interpolation (its value follows another key): give it one value, or set the key "
@@ -266,7 +263,8 @@ def _unresolved(leaf: Leaf, tree: verl_config.VerlConfig) -> str | None:
                 f"leading + (+{leaf.at}=...), which Hydra needs to add it")
     if leaf.op == "+" and leaf.at == leaf.key and not isinstance(leaf.value, dict | list) and \
             tree.kind(leaf.key) not in (None, "null", "missing", "interpolation"):
-        # hydra/_internal/config_loader_impl.py _apply_overrides_to_config: `+` adds over null, or merges a dict or list
+        # hydra-core 1.3 hydra/_internal/config_loader_impl.py _apply_overrides_to_config: `+` adds over a null,
+        # or merges a dict or a list
         return f"{leaf.key} is verl's own key, set: drop the + (Hydra refuses to add a key that holds a value)"
     kind = tree.kind(leaf.key)
     if kind == "interpolation" and isinstance(leaf.value, dict | list):

@@ -157,10 +157,11 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     grpo = _grpo(v)
     # Before the layouts are weighed: their checkpoint sizes follow what a checkpoint holds.
     grpo = dataclasses.replace(grpo, save_contents=checkpoints.contents_for(grpo.save_contents, capacity.kind))
-    # Every extra override, read as Hydra reads it, judged before the recipe's arithmetic (recipe.overrides).
+    # Every extra override, read as Hydra reads it, judged apart from the recipe's arithmetic (recipe.overrides),
+    # which reads only those that passed; a stack's own task is checked against verl's defaults only once all did.
     found = _named(extra_override_problems(grpo.extra_overrides, own_task=task is not None))
     r.problems += found
-    overrides_ok = not found
+    overrides_ok = task is None or not found
     inputs_ok = overrides_ok and not r.refused & _RECIPE_KEYS  # the recipe's inputs all passed their rows
     warnings: list[str] = []
     data, notes = GSM8K, []
@@ -179,7 +180,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         if not derive_problems:
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
             found = settings_problems(grpo, accelerator=acc, data=data, **shape)
-            r.problems += _named(found)
+            r.problems += [p for p in _named(found) if p not in r.problems]  # the overrides' are reported above
             warnings += [] if found else map(str, _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape)))
             grpo = checkpoints.resolve_save_freq(grpo, model=model, acc=acc, nnodes=gpu_nodes,
                                                  capacity_kind=capacity.kind, data=data)

@@ -250,3 +250,16 @@ def test_overrides_are_refused_whatever_else_fails():
     with pytest.raises(config.ConfigError) as err:
         config.load(raw, "dev", allow_placeholder_project=True)
     assert any(p.startswith(f"{KEY}: ") and "trainer.default_local_dir" in p for p in err.value.problems)
+
+
+def test_an_override_and_a_batch_problem_are_reported_together_once():
+    """Every problem at once: the judged override and the recipe's arithmetic on the overrides that passed."""
+    from stacks import config
+
+    raw, _ = plan.read_stack_file(ROOT / "Pulumi.dev.yaml")
+    raw.update({KEY: json.dumps(["+trainer={default_local_dir: /tmp/x}"]), "verl-gke:grpoTrainBatchSize": "63"})
+    with pytest.raises(config.ConfigError) as err:
+        config.load(raw, "dev", allow_placeholder_project=True)
+    override = [p for p in err.value.problems if p.startswith(f"{KEY}: ")]
+    assert len(override) == 1 and "trainer.default_local_dir" in override[0], err.value.problems
+    assert any(p.startswith("verl-gke:grpo") and not p.startswith(KEY) for p in err.value.problems), err.value.problems
