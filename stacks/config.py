@@ -6,8 +6,8 @@ and what is allowed, before any resource is registered. It holds no rule itself;
 order, where each sits:
 - each key's row, its type, bounds, choices and own rules: stacks.keys, read by stacks.key_values;
 - the rules over several keys: stacks.cross_keys (the stack's own data and reward: stacks.dataset);
-- the recipe's, on the GRPO settings: recipe.grpo (settings_problems, task_override_problems) and
-  recipe.tuning (what cannot be derived);
+- the recipe's, on the GRPO settings: recipe.grpo (settings_problems, extra_override_problems: the extra
+  overrides read as Hydra reads them, recipe.overrides) and recipe.tuning (what cannot be derived);
 - every component's, on the args this config gives it: XArgs.problems(), through stacks.component_rules.
 A config that passes here never fails inside a component.
 """
