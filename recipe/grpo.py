@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from catalog import secret_shapes
 from catalog.accelerators import Accelerator, nccl_env
 from catalog.datasets import GSM8K, DatasetFacts
 from catalog.models import model_spec, tp_choices
@@ -31,6 +30,7 @@ from catalog.problems import Problem, named
 from catalog.ray import JOB_STOP_WAIT_ENV, JOB_STOP_WAIT_S
 from recipe import memory
 from recipe.job_spec import JobSpec, Supervisor, Trainer
+from recipe.overrides import judge, render
 
 
 class TaskFile(Protocol):
@@ -194,14 +194,21 @@ _UNMODELLED_OFF = ("actor_rollout_ref.model.enable_gradient_checkpointing",
                    "actor_rollout_ref.actor.fsdp_config.reshard_after_forward")
 ROLLOUT_MAX_NUM_SEQS = 1024  # verl rollout.yaml default
 
-# Hydra override grammar: key=value, +key=value, ++key=value, ~key, ~key=value.
-_OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][\w-]*(?:[./@][\w-]+)*)"
-                       r"(?P<eq>=(?P<value>.*))?$", re.DOTALL)
-_CREDENTIAL_KEY = re.compile(r"(?i)(^|_)(token|secret|password|passwd|api_?key|credentials?)$")
-_CREDENTIAL_VALUE = re.compile(r"hf_[A-Za-z0-9]{20,}")
-# Strings Hydra reads back unchanged without quotes (after excluding its bool/null/inf/nan words).
-_HYDRA_BARE = re.compile(r"^[A-Za-z_/][\w./-]*$")
-_HYDRA_LITERALS = ("true", "false", "null", "inf", "nan")
+# Keys the recipe leaves at verl's default on purpose, which an extra override would turn against the run.
+_KEPT = {
+    # verl copies every save there (trainer/ppo/ray_trainer.py _save_checkpoint, v0.6.1).
+    "trainer.default_hdfs_dir": "would copy every checkpoint off the bucket: checkpoints have one place, "
+                                "trainer.default_local_dir",
+    # verl deletes the folder it resumed from (ray_trainer.py _load_checkpoint, del_local_after_load).
+    "trainer.del_local_ckpt_after_load": "would delete the run's checkpoints from the bucket once a resume read them",
+    # verl/trainer/main_ppo.py run_ppo: ray.init(**ray_kwargs.ray_init), its runtime_env merged over verl's.
+    "ray_kwargs.ray_init": "holds ray.init's own arguments: the job joins the stack's Ray cluster with the stack's "
+                           "runtime env, and an env var, a package or an address there would bypass both",
+    "hydra": "is Hydra's own (the job's output folder, logging, working directory), not verl's",
+}
+# The recipe's own paths, which a path-valued extra override may be written under ("${key}/<folder>").
+PATH_ANCHORS = {"trainer.default_local_dir": ("the run's checkpoint folder on the bucket", True),
+                "actor_rollout_ref.model.path": ("the staged weights, read-only", False)}
 _MAX_STACK_IN_ID = 64  # keeps the id (plus the provider's "-r<k>" retries) within 128 chars
 
 
@@ -432,56 +439,42 @@ def warnings(g: GrpoSettings, *, nnodes: int, gpus_per_node: int, model: str, ac
                     g.gpu_memory_utilization, fatal=False)]
 
 
+def owned_keys() -> dict[str, str]:
+    """Every verl key the recipe sets, fixes or keeps, with why an extra override may not set it in any form."""
+    return {**{k: f"set {named(f)} instead" for k, f in _FROM_SETTINGS.items()},
+            **{k: "is fixed by the recipe" for k in _FIXED},
+            SAVE_CONTENTS_KEY: f"comes from {named('save_contents')}",
+            "actor_rollout_ref.actor.checkpoint.load_contents": "is chosen by the run supervisor from what the latest "
+                                                                "checkpoint holds",
+            "trainer.total_training_steps": f"comes from {named('total_training_steps')}",
+            **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
+            **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
+            **{k: f"comes from {named(field)}" for k, field in _TASK.items()},
+            **_KEPT}
+
+
 def parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]]:
     return _parse_extras(extra)
 
 
 def _parse_extras(extra: tuple[str, ...]) -> tuple[dict[str, str], list[Problem]]:
-    """Extra overrides as {key: value}, plus problems: malformed, a credential, or a key the recipe owns."""
-    owned = {**{k: f"set {named(f)} instead" for k, f in _FROM_SETTINGS.items()},
-             **{k: "is fixed by the recipe" for k in _FIXED},
-             SAVE_CONTENTS_KEY: f"comes from {named('save_contents')}",
-             "actor_rollout_ref.actor.checkpoint.load_contents": "is chosen by the run supervisor from what the latest "
-                                                                 "checkpoint holds",
-             **{k: "is derived from the stack (paths, cluster shape, names)" for k in _DERIVED},
-             **{k: "is exclusive with the *_per_gpu micro batch the recipe sets" for k in _EXCLUSIVE},
-             **{k: f"comes from {named(field)}" for k, field in _TASK.items()}}
-    parsed: dict[str, str] = {}
-    problems: list[Problem] = []
-
-    def bad(text: str) -> None:
-        problems.append(Problem("extra_overrides", text))
-
-    for item in extra:
-        m = _OVERRIDE.match(item.strip()) if isinstance(item, str) else None
-        if not m or (m["op"] != "~" and not m["eq"]):
-            bad(f"{item!r} must look like key=value, +key=value, ++key=value or ~key")
-        elif shape := secret_shapes.resolver_problem(item) or secret_shapes.credential_problem(item, m["key"]):
-            bad(f"{m['key']} {shape}")
-        elif m["key"] in owned:
-            bad(f"{item!r} overrides {m['key']}, which {owned[m['key']]}")
-        elif _CREDENTIAL_KEY.search(m["key"].split(".")[-1]) or _CREDENTIAL_VALUE.search(m["value"] or ""):
-            # Overrides end up in the job's entrypoint, visible on the Ray dashboard: never a secret.
-            bad(f"{m['key']} looks like a credential; use a Kubernetes secret instead")
-        elif m["key"] in parsed:
-            bad(f"{m['key']} is set twice (the last would silently win)")
-        else:
-            parsed[m["key"]] = m["value"] or ""
-    return parsed, problems
+    """The extra overrides that passed (recipe.overrides) as {verl key: value as override text}, and the problems
+    of those that did not."""
+    kept, problems = judge(tuple(extra), owned=owned_keys(), anchors=PATH_ANCHORS)
+    return {leaf.key: leaf.text for leaf in kept}, problems
 
 
-def task_override_problems(extra: tuple[str, ...]) -> list[Problem]:
-    """Extra overrides a stack with its own task may not make: keys the offline checks assume (_TASK_ASSUMED)."""
-    problems = []
-    for item in extra:
-        m = _OVERRIDE.match(item.strip())
-        if not m or m["key"] in _TASK:
-            continue  # _parse_extras reports it
-        key = m["key"]
+def extra_override_problems(extra: tuple[str, ...], *, own_task: bool) -> list[Problem]:
+    """Every problem of the extra overrides: recipe.overrides' judgement, and with the stack's own task the keys
+    its offline checks assume (_TASK_ASSUMED)."""
+    kept, problems = judge(tuple(extra), owned=owned_keys(), anchors=PATH_ANCHORS)
+    if not own_task:
+        return problems
+    for leaf in kept:
         for assumed, why in _TASK_ASSUMED.items():
-            if key == assumed or key.startswith(assumed + "."):
-                problems.append(Problem("extra_overrides", f"{item.strip()!r} changes "
-                                        f"{key}, but with {named('train_file')} {why} (verl's default); leave it "
+            if leaf.key == assumed or leaf.key.startswith(assumed + ".") or assumed.startswith(leaf.key + "."):
+                problems.append(Problem("extra_overrides", f"{leaf.shown} changes "
+                                        f"{assumed}, but with {named('train_file')} {why} (verl's default); leave it "
                                         "at the default"))
                 break
     return problems
@@ -548,24 +541,7 @@ def overrides(g: GrpoSettings, *, stack: str, nnodes: int, gpus_per_node: int,
     """verl Hydra overrides for the stack's GRPO run; the extra overrides come last."""
     values = recipe(g, stack=stack, nnodes=nnodes, gpus_per_node=gpus_per_node, paths=paths, task=task,
                     nccl_timeout=nccl_timeout)
-    return [f"{k}={_hydra(v)}" for k, v in values.items()] + [o.strip() for o in g.extra_overrides]
-
-
-def _hydra(value: object) -> str:
-    """A value in Hydra override syntax that parses back to the same type (floats keep a '.' or 'e')."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)  # an int's repr is its digits; a float's keeps its '.' or 'e'
-    if isinstance(value, str):
-        if _HYDRA_BARE.fullmatch(value) and value.lower() not in _HYDRA_LITERALS:
-            return value
-        if '"' in value or "\\" in value:
-            raise ValueError(f"cannot pass {value!r} to Hydra unescaped")
-        return f'"{value}"'  # e.g. a stack named "123" or "true" must stay a string
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_hydra(v) for v in value) + "]"
-    raise TypeError(f"no Hydra form for {value!r}")
+    return [f"{k}={render(v)}" for k, v in values.items()] + [o.strip() for o in g.extra_overrides]
 
 
 MERGE_TIMEOUT_S = 3600  # the merge (~5-10 min for 32B) on one GPU node; past this the GPUs are released

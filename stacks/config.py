@@ -6,8 +6,8 @@ and what is allowed, before any resource is registered. It holds no rule itself;
 order, where each sits:
 - each key's row, its type, bounds, choices and own rules: stacks.keys, read by stacks.key_values;
 - the rules over several keys: stacks.cross_keys (the stack's own data and reward: stacks.dataset);
-- the recipe's, on the GRPO settings: recipe.grpo (settings_problems, task_override_problems) and
-  recipe.tuning (what cannot be derived);
+- the recipe's, on the GRPO settings: recipe.grpo (settings_problems, extra_override_problems: the extra
+  overrides read as Hydra reads them, recipe.overrides) and recipe.tuning (what cannot be derived);
 - every component's, on the args this config gives it: XArgs.problems(), through stacks.component_rules.
 A config that passes here never fails inside a component.
 """
@@ -26,7 +26,7 @@ from catalog.datasets import GSM8K, DatasetFacts
 from catalog.gke import Floor
 from catalog.problems import ConfigError, Problem
 from recipe import tuning
-from recipe.grpo import GrpoSettings, settings_problems, task_override_problems
+from recipe.grpo import GrpoSettings, extra_override_problems, settings_problems
 from recipe.grpo import warnings as grpo_warnings
 from stacks import checkpoints, component_rules, cross_keys, dataset
 from stacks.cross_keys import PLACEHOLDER_PROJECT
@@ -157,11 +157,11 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     grpo = _grpo(v)
     # Before the layouts are weighed: their checkpoint sizes follow what a checkpoint holds.
     grpo = dataclasses.replace(grpo, save_contents=checkpoints.contents_for(grpo.save_contents, capacity.kind))
-    overrides_ok = True
-    if task is not None:
-        found = _named(task_override_problems(grpo.extra_overrides))
-        r.problems += found
-        overrides_ok = not found
+    # Every extra override, read as Hydra reads it, judged apart from the recipe's arithmetic (recipe.overrides),
+    # which reads only those that passed; a stack's own task is checked against verl's defaults only once all did.
+    found = _named(extra_override_problems(grpo.extra_overrides, own_task=task is not None))
+    r.problems += found
+    overrides_ok = task is None or not found
     inputs_ok = overrides_ok and not r.refused & _RECIPE_KEYS  # the recipe's inputs all passed their rows
     warnings: list[str] = []
     data, notes = GSM8K, []
@@ -180,7 +180,7 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
         if not derive_problems:
             shape = {"nnodes": gpu_nodes, "gpus_per_node": acc.gpus_per_node, "model": model}
             found = settings_problems(grpo, accelerator=acc, data=data, **shape)
-            r.problems += _named(found)
+            r.problems += [p for p in _named(found) if p not in r.problems]  # the overrides' are reported above
             warnings += [] if found else map(str, _named(grpo_warnings(grpo, accelerator=acc, data=data, **shape)))
             grpo = checkpoints.resolve_save_freq(grpo, model=model, acc=acc, nnodes=gpu_nodes,
                                                  capacity_kind=capacity.kind, data=data)

@@ -14,6 +14,7 @@ from catalog import versions
 from catalog.accelerators import ACCELERATORS
 from catalog.paths import CHECKPOINT_MOUNT, MOUNT, bucket_paths
 from recipe import grpo
+from recipe.overrides import render
 from stacks import config
 from stacks.keys import field_key
 
@@ -209,7 +210,7 @@ def test_good_variants_pass(defaults):
         ({"max_response_length": 8000,
           "extra_overrides": ("actor_rollout_ref.rollout.max_num_batched_tokens=16384",)}, 2, MODEL),
         ({"extra_overrides": ("actor_rollout_ref.rollout.enforce_eager=true", "+trainer.note=x",
-                              "++trainer.balance_batch=true", "~trainer.critic_warmup")}, 2, MODEL),
+                              "++trainer.balance_batch=true", "trainer={critic_warmup:1}")}, 2, MODEL),
         ({"logger": ("console", "tensorboard")}, 2, MODEL),
         # sp 2: 8 data-parallel ranks; 256 x 8 / 8 = 256 per rank, divisible by micro 16.
         (extra(ACTOR + "ulysses_sequence_parallel_size=2"), 2, MODEL),
@@ -275,9 +276,9 @@ def test_overrides_apply_verls_throughput_settings(defaults):
 
 def test_overrides_follow_shape_and_settings(defaults):
     g = dataclasses.replace(defaults, logger=("console", "wandb"), kl_loss_coef=0.0,
-                            extra_overrides=(" +trainer.note=x ", "~trainer.critic_warmup"))
+                            extra_overrides=(" +trainer.note=x ", "trainer={critic_warmup:1}"))
     items = grpo.overrides(g, stack="dev", nnodes=1, gpus_per_node=8, paths=paths_for("dev"))
-    assert items[-2:] == ["+trainer.note=x", "~trainer.critic_warmup"]
+    assert items[-2:] == ["+trainer.note=x", "trainer={critic_warmup:1}"]
     ov = overrides_map(items[:-2])
     assert ov["trainer.nnodes"] == "1"
     assert ov["trainer.logger"] == "[console,wandb]"
@@ -287,28 +288,37 @@ def test_overrides_follow_shape_and_settings(defaults):
 
 
 @pytest.mark.parametrize("value", ["b200", "123", "true", "False", "null", "nan", "1e5", "dev.2", "a-b_c",
-                                   "/data/models/Qwen/Qwen2.5-1.5B-Instruct", "with space", "x:y",
-                                   7, 0.6, 1e-6, 0.0, True, False, ["console", "wandb"]])
+                                   "/data/models/Qwen/Qwen2.5-1.5B-Instruct", "with space", "x:y", "it's", 'a"b',
+                                   "back\\slash'", 7, 0.6, 1e-6, 0.0, True, False, ["console", "wandb"]])
 def test_hydra_values_parse_back_to_the_same_type(value):
-    parser = pytest.importorskip("hydra.core.override_parser.overrides_parser").OverridesParser.create()
-    parsed = parser.parse_override(f"a.b={grpo._hydra(value)}").value()
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_override(f"a.b={render(value)}").value()
     assert parsed == value and type(parsed) is type(value)
 
 
-@pytest.mark.parametrize("text", ["a.b=1", "+a.b=1", "++a.b=x", "~a.b", "~a.b=1", "a_b.c-d=1", "a=",
-                                  "a.b=[1,2]", "a.0=x", "a/b=1", "a@b=1",
-                                  "a", "+a", "=1", "a..b=1", ".a=1", "a b=1", "1a=2", "a.b"])
+# text -> accepted by the gate; an accepted one must be one Hydra parses (never looser than Hydra's grammar).
+SHAPES = {"trainer.critic_warmup=1": True, "+trainer.note=1": True, "++trainer.note=x": True,
+          "trainer.critic_warmup=": True, "+trainer.note=[1,2]": True,
+          "actor_rollout_ref.actor.optim.betas.0=0.9": True,
+          "trainer.critic-warmup=1": False, "~trainer.critic_warmup": False, "~trainer.critic_warmup=0": False,
+          "trainer/critic_warmup=1": False, "trainer@x=1": False, "trainer.critic_warmup": False, "+trainer": False,
+          "=1": False, "trainer..critic_warmup=1": False, ".trainer=1": False, "trainer.critic warmup=1": False,
+          "1a=2": False}
+
+
+@pytest.mark.parametrize("text", list(SHAPES))
 def test_override_shape_never_looser_than_hydra(text):
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    try:
-        OverridesParser.create().parse_override(text)
-        hydra_ok = text != "=1"  # Hydra parses an empty key; composing it fails
-    except HydraException:
-        hydra_ok = False
     problems = grpo._parse_extras((text,))[1]
-    assert (not problems) == hydra_ok, (text, problems)
+    assert (not problems) == SHAPES[text], (text, problems)
+    if not problems:
+        try:
+            OverridesParser.create().parse_override(text)
+        except HydraException as err:
+            raise AssertionError(f"accepted {text!r}, which Hydra refuses") from err
 
 
 def spec_of(items: list[str], main_script: str = "/data/scripts/supervisor-abc/verl_main.py"):

@@ -90,7 +90,7 @@ def test_tool_and_test_imports_are_in_the_dev_requirements():
 
 def test_program_imports_without_tool_only_packages(tmp_path):
     """The program and the provider import with the dev-only packages made unimportable."""
-    dev_only = ["rich", "matplotlib", "ray", "pytest", "jsonschema", "hydra", "omegaconf", "kubernetes_validate"]
+    dev_only = ["rich", "matplotlib", "ray", "pytest", "jsonschema", "kubernetes_validate"]
     code = (
         "import sys, importlib.abc\n"
         f"BLOCK = {dev_only!r}\n"

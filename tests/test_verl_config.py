@@ -15,11 +15,14 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from catalog import versions
 from recipe import grpo
 from stacks import config
 from stacks.derived import run_paths
+from tests.override_grammar import judged, overrides, tree_keys
 from tools.plan import read_stack_file
 
 _SPEC = importlib.util.find_spec("verl")  # finds the package without running its __init__
@@ -135,15 +138,83 @@ def test_a_misspelled_key_fails(typo, verl_defaults):
     assert not has_key(verl_defaults, typo.split("=", 1)[0])
 
 
-def test_extra_overrides_that_preflight_accepts_compose():
+# Extra overrides in the forms a user writes them, each accepted by the gate (recipe.overrides), and the value
+# verl's composed config then holds at the key it sets.
+ACCEPTED_FORMS = {
+    "actor_rollout_ref.rollout.enforce_eager=true": ("actor_rollout_ref.rollout.enforce_eager", True),
+    "+trainer.note=x": ("trainer.note", "x"),
+    "trainer={critic_warmup: 3}": ("trainer.critic_warmup", 3),
+    "+trainer={log_val_generations: 2}": ("trainer.log_val_generations", 2),
+    "++trainer={balance_batch: false}": ("trainer.balance_batch", False),
+    "actor_rollout_ref.rollout={val_kwargs: {top_k: 2}}": ("actor_rollout_ref.rollout.val_kwargs.top_k", 2),
+    "actor_rollout_ref.rollout.max_num_batched_tokens=16384": ("actor_rollout_ref.rollout.max_num_batched_tokens",
+                                                               16384),
+    "+actor_rollout_ref.model.override_config={attn_implementation: eager}":
+        ("actor_rollout_ref.model.override_config.attn_implementation", "eager"),
+    "actor_rollout_ref.actor.optim.betas.1=0.95": ("actor_rollout_ref.actor.optim.betas.1", 0.95),
+}
+
+
+def test_extra_overrides_the_gate_accepts_compose():
     stack, raw = next(iter(STACKS.items()))
-    extras = ["actor_rollout_ref.rollout.enforce_eager=true", "+trainer.note=x", "~trainer.critic_warmup",
-              "actor_rollout_ref.rollout.max_num_batched_tokens=16384"]
-    j = Job(stack, {**raw, "verl-gke:grpoExtraOverrides": json.dumps(extras)})
+    j = Job(stack, {**raw, "verl-gke:grpoExtraOverrides": json.dumps(list(ACCEPTED_FORMS))})
     assert grpo.settings_problems(j.cfg.grpo, model=j.cfg.model, **j.shape) == []
     composed = compose_verl(j.overrides)
-    assert composed.trainer.note == "x" and "critic_warmup" not in composed.trainer
-    assert composed.actor_rollout_ref.rollout.max_num_batched_tokens == 16384
+    assert {key: OmegaConf.select(composed, key) for key, _ in ACCEPTED_FORMS.values()} == \
+        dict(ACCEPTED_FORMS.values())
+
+
+def test_the_key_tree_the_gate_reads_is_verls():
+    """catalog/verl_config.json against the installed verl==0.6.1 (tools/verl_keys.py --check)."""
+    from tools import verl_keys
+
+    assert verl_keys.main(["--check"]) == 0
+
+
+def test_verls_path_shaped_defaults_are_judged_as_paths(verl_defaults):
+    """A key whose default verl writes as a path (a `/` in it) is a path to the gate, or a key it owns or refuses
+    as code: none can point outside the run by a name the path rule misses."""
+    from recipe import overrides
+
+    owned = grpo.owned_keys()
+    unjudged = []
+    for key, kind in config_leaves(verl_defaults):
+        default = OmegaConf.select(verl_defaults, key, throw_on_resolution_failure=False, throw_on_missing=False)
+        if kind != "str" or not isinstance(default, str) or "/" not in default:
+            continue
+        leaf = overrides.Leaf(key, "/tmp/x", "/tmp/x", "", f"{key}=/tmp/x", False)
+        guarded = (any(key == o or key.startswith(o + ".") for o in owned)
+                   or any(key == c or key.startswith(c + ".") for c in overrides.CODE_KEYS)
+                   or overrides._PATH_NAME.search(key.rsplit(".", 1)[-1]))
+        if not guarded:
+            unjudged.append((key, default, overrides._leaf_problem(leaf, [], overrides.verl_config.tree(), owned,
+                                                                   grpo.PATH_ANCHORS)))
+    assert unjudged == []
+
+
+def config_leaves(cfg: DictConfig, prefix: str = ""):
+    """(dotted key, kind) of every leaf of a composed config, without resolving it."""
+    for key in cfg.keys():
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_none():
+            yield from config_leaves(node, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", ("str" if isinstance(node._value(), str) and not node._is_interpolation()
+                                     else "other")
+
+
+# What the gate says Hydra refuses when the job starts: Hydra refuses it (the gate's reading of verl's key tree).
+HYDRA_REFUSES = ["trainer.nnodez_typo=2", "+trainer.critic_warmup=1", "actor_rollout_ref.ref.model.q=1",
+                 "actor_rollout_ref.model.override_config={attn_implementation: eager}",
+                 "trainer={critic_warmup_typo: 1}"]
+
+
+@pytest.mark.parametrize("item", HYDRA_REFUSES)
+def test_what_the_gate_says_hydra_refuses_hydra_refuses(item):
+    _, problems = grpo._parse_extras((item,))
+    assert problems and "Hydra" in str(problems[0]), problems
+    with pytest.raises(ConfigCompositionException):
+        compose_verl([*Job(*next(iter(STACKS.items()))).overrides, item])
 
 
 def test_the_supervisors_model_only_load_composes_beside_full_saves():
@@ -202,3 +273,21 @@ def test_memory_model_assumptions_are_verls(verl_defaults):
     assert not (actor.fsdp_config.offload_policy or actor.fsdp_config.param_offload
                 or actor.fsdp_config.optimizer_offload)
     assert actor.fsdp_config.dtype == "bfloat16"  # MixedPrecisionPolicy param_dtype (fsdp_workers.py)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_an_override_the_gate_accepts_composes_in_verl(data):
+    """Hydra composing verl's own config is the oracle: an override of verl's keys in any form that the gate
+    accepts composes after the recipe's own, and verl's config then holds each leaf's value at its key."""
+    item = data.draw(overrides(st.sampled_from(tree_keys())))
+    kept, problems = judged(item)
+    assume(not problems and "$" not in item)
+    composed = compose_verl([*_JOB.overrides, item])
+    for leaf in kept:
+        value = OmegaConf.select(composed, leaf.key)
+        value = OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+        assert value == leaf.value, (item, leaf)
+
+
+_JOB = Job(*next(iter(STACKS.items())))
