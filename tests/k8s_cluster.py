@@ -42,6 +42,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "k8s" / "bin"
 SHARE = ROOT / "build" / "k8s" / "share"  # what build.sh copies from the modules: kwok's stages, KubeRay's CRDs
+KUBERAY_CRDS = SHARE / "kuberay-crds"
 SCHEMAS = ROOT / "tests" / "data" / "schemas"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator", "kwok",
             "pulumi-resource-kubernetes")
@@ -472,11 +473,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 def crds() -> list[dict]:
-    """The CRDs the tier installs: KubeRay's RayCluster at v1.5.2 (the copy the schema tests read), KubeRay's
-    RayJob and RayService from the operator's own module (the operator watches all three), and GKE's
-    networking CRDs (tests/data/schemas)."""
-    files = [SCHEMAS / "kuberay-v1.5.2" / "ray.io_rayclusters.yaml",
-             *sorted(p for p in (SHARE / "kuberay-crds").glob("*.yaml") if "rayclusters" not in p.name),
-             *sorted((SCHEMAS / "gke-networking-api").glob("*.yaml"))]
+    """The CRDs the tier installs: the operator's own release of KubeRay's RayCluster, RayJob and RayService
+    (it watches all three; the schema tests' RayCluster copy is the same file: tests/test_k8s_build.py) and
+    GKE's networking CRDs (tests/data/schemas)."""
+    files = [*sorted(KUBERAY_CRDS.glob("*.yaml")), *sorted((SCHEMAS / "gke-networking-api").glob("*.yaml"))]
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the pure-Python loader takes ~5 s for 3 MB
     return [yaml.load(p.read_text(), Loader=loader) for p in files]  # noqa: S506 - a safe loader
