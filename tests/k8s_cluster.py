@@ -7,8 +7,7 @@ upstream "fast" stages make pods Running and Ready, complete a Job's pods and fi
 by tools/k8s/build.sh. Each runs as a process in a session of its own; `stop()` kills each
 process group and checks that none of them is left.
 
-What GKE runs and this does not (not reproduced): GKE's own admission webhooks (Autopilot's, the GCS FUSE
-sidecar injector, the multi-network webhook), the IAM authorizer webhook, the cluster autoscaler, kubelets.
+What GKE runs and this does not is listed, with its sources, in docs/development.md ("The k8s tier").
 
 Addresses: the API server listens on loopback only. Pod IPs (kwok's --cidr) and the node IP lie in a
 network namespace this module makes (`Netns`), routed through a veth pair to it, so anything that dials a
@@ -42,6 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "k8s" / "bin"
 SHARE = ROOT / "build" / "k8s" / "share"  # what build.sh copies from the modules: kwok's stages, KubeRay's CRDs
+KUBERAY_CRDS = SHARE / "kuberay-crds"
 SCHEMAS = ROOT / "tests" / "data" / "schemas"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator", "kwok",
             "pulumi-resource-kubernetes")
@@ -52,10 +52,22 @@ STOP_TIMEOUT_S = 20
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # the nodes kwok manages: annotated "fake"
 FIELD_MANAGER = "verl-gke-k8s-tier"
 
-# GKE's kube-apiserver admission: the plugins on by default in Kubernetes plus NodeRestriction and the
-# webhooks; GKE's own webhooks are not reproduced. (GKE documents no flag list; "Admission controllers"
-# in the Kubernetes docs lists the defaults, and GKE's hardening guide states NodeRestriction is on.)
-ADMISSION_PLUGINS = "NodeRestriction"
+# GKE's kube-apiserver admission where it is a flag: the plugins Kubernetes enables by default (among them
+# DefaultStorageClass, which GKE's default StorageClass below then acts through), NodeRestriction (GKE's
+# hardening guide) and ExtendedResourceToleration ("Run GPUs in GKE Standard node pools": GKE adds the
+# tolerations of the nvidia.com/gpu taint to Pods requesting GPUs with that admission controller). GKE
+# publishes no flag list; its own webhooks are not reproduced (docs/development.md).
+ADMISSION_PLUGINS = "NodeRestriction,ExtendedResourceToleration"
+# The default StorageClass of a GKE cluster ("Persistent volumes and dynamic provisioning": standard-rwo, the
+# Compute Engine persistent disk CSI driver's balanced disks): the DefaultStorageClass plugin gives it to a claim
+# that names no class, as on GKE. (A claim and a PV pre-bound to each other, volumeName and claimRef, as the
+# layer's are, bind whatever their classes: the PV controller checks the class only for a PV without claimRef,
+# kubernetes pkg/controller/volume/persistentvolume/pv_controller.go syncUnboundClaim @v1.35.4.)
+GKE_DEFAULT_STORAGE_CLASS = {
+    "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+    "metadata": {"name": "standard-rwo", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+    "provisioner": "pd.csi.storage.gke.io", "parameters": {"type": "pd-balanced"},
+    "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True, "reclaimPolicy": "Delete"}
 SERVICE_CIDR = "10.96.0.0/16"  # never dialed: no kube-proxy, and the service proxy uses endpoints
 
 
@@ -383,6 +395,7 @@ class ControlPlane:
             "--controllers=*", "--v=1"])
         self._spawn("kube-scheduler", [str(BIN / "kube-scheduler"), f"--kubeconfig={kubeconfig}",
                                        "--leader-elect=false", "--secure-port=0", "--v=1"])
+        self.api.create(GKE_DEFAULT_STORAGE_CLASS)
         for crd in crds():  # created, not applied: server-side apply of KubeRay's 1-2 MB CRDs took ~20 s here
             self.api.create(crd)
         self._mark("CRDs created")
@@ -472,11 +485,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 def crds() -> list[dict]:
-    """The CRDs the tier installs: KubeRay's RayCluster at v1.5.2 (the copy the schema tests read), KubeRay's
-    RayJob and RayService from the operator's own module (the operator watches all three), and GKE's
-    networking CRDs (tests/data/schemas)."""
-    files = [SCHEMAS / "kuberay-v1.5.2" / "ray.io_rayclusters.yaml",
-             *sorted(p for p in (SHARE / "kuberay-crds").glob("*.yaml") if "rayclusters" not in p.name),
-             *sorted((SCHEMAS / "gke-networking-api").glob("*.yaml"))]
+    """The CRDs the tier installs: the operator's own release of KubeRay's RayCluster, RayJob and RayService
+    (it watches all three; the schema tests' RayCluster copy is the same file: tests/test_k8s_build.py) and
+    GKE's networking CRDs (tests/data/schemas)."""
+    files = [*sorted(KUBERAY_CRDS.glob("*.yaml")), *sorted((SCHEMAS / "gke-networking-api").glob("*.yaml"))]
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the pure-Python loader takes ~5 s for 3 MB
     return [yaml.load(p.read_text(), Loader=loader) for p in files]  # noqa: S506 - a safe loader

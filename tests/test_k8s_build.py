@@ -1,4 +1,5 @@
-"""The k8s tier's build inputs: tools/k8s/go.mod's staging replaces are those of its k8s.io/kubernetes."""
+"""The k8s tier's build inputs: tools/k8s/go.mod's staging replaces are those of its k8s.io/kubernetes, and the
+RayCluster CRD the schema tests read is the one of the KubeRay release the tier's operator is built from."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import shutil
 
 import pytest
 
+from tests import k8s_cluster, schemas
 from tools.k8s import replaces
 
 pytestmark = pytest.mark.k8s
@@ -34,3 +36,10 @@ def test_every_staging_module_of_the_release_is_replaced(go_mod):
     upstream = replaces.upstream_go_mod(release)
     for module in replaces._STAGING.findall(upstream):
         assert f"\t{module} => {module} {staging}\n" in go_mod
+
+
+def test_the_schema_tests_raycluster_crd_is_the_operators_own():
+    """One KubeRay release for the operator, the CRDs the tier installs and the copy the schema tests validate
+    against (tests/data/schemas, tests/schemas.py)."""
+    built = k8s_cluster.KUBERAY_CRDS / "ray.io_rayclusters.yaml"
+    assert built.read_bytes() == (schemas.REPO / "tests" / "data" / "schemas" / schemas.KUBERAY_RAYCLUSTER).read_bytes()

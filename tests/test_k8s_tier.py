@@ -163,7 +163,8 @@ def test_the_operator_keeps_each_containers_resources_and_annotations(deployed):
         annotations = pod["metadata"].get("annotations") or {}
         assert {k: annotations.get(k) for k in template["metadata"]["annotations"]} == \
             template["metadata"]["annotations"]
-        assert pod["spec"].get("tolerations", []) >= (template["spec"].get("tolerations") or [])
+        tolerations = pod["spec"].get("tolerations") or []
+        assert [t for t in template["spec"].get("tolerations") or [] if t not in tolerations] == []
 
 
 def _quantities(resources: dict) -> dict:

@@ -14,15 +14,13 @@ Each run is submitted by the job provider with the rendered job's inputs, as `pu
 (the `rehearsed` fixture); each test reads one behaviour of what a run left. On b200 (two GPU nodes) a GPU node
 is lost mid-run: the recovery, the resume from the last checkpoint, pruning after the restart, the merge on a GPU
 node, the refresh. Every shipped stack's run trains, saves, keeps its state on the bucket and merges in its own
-layout. A head without the checkpoint mount fails as it would, which shows the rehearsal sees the layout.
+layout.
 Stacks whose pods mount alike share one Ray head (the slowest thing to start), and a run takes the worker pods
 of its shape the run before it left, as KubeRay keeps a cluster's pods across its jobs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import fcntl
 import json
@@ -31,7 +29,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -332,30 +329,6 @@ class Cluster:
         self.nodes.clear()
         self.idle.clear()
         self.mount_points.release()
-
-    @contextlib.contextmanager
-    def head_on_its_own_disk(self, path: str):
-        """The running head pod without its bucket mount at `path`: covered by the container's own disk (a tmpfs,
-        as mount_script gives a pod without that mount) in the pod's mount namespace, which every process the
-        head starts later (a job's supervisor, its driver) enters. Uncovered afterwards: the bind mount
-        underneath is untouched."""
-        head = self.pods[placement.HEAD]
-        assert any(m.path == path and m.kind == "csi" for m in head.mounts), path
-        namespace = f"--mount=/proc/{self.head.raylet_pid()}/ns/mnt"
-        cover = ["nsenter", namespace, "mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", path]
-        subprocess.run(cover, check=True, capture_output=True, timeout=60)
-        own, kept = self.pods, [m for m in head.mounts if m.path != path]
-        self.pods = {**own, placement.HEAD: dataclasses.replace(head, mounts=kept)}
-        try:
-            yield self
-        finally:
-            self.pods = own
-            # Lazy: a process of a failed run may still have a file open there. A failure here is reported
-            # only when the test's own body passed, so it never hides the test's failure.
-            done = subprocess.run(["nsenter", namespace, "umount", "-l", path], capture_output=True, text=True,
-                                  timeout=60)
-            if done.returncode and sys.exc_info()[0] is None:
-                raise AssertionError(f"could not uncover {path} in the head pod: {done.stderr.strip()}")
 
 
 class Run:
@@ -799,26 +772,3 @@ def test_the_merge_runs_on_a_gpu_node(rehearsed):
     """The head has no GPUs: the supervisor runs the merge on a worker."""
     logs = rehearsed(FULL_STACK).logs
     assert "merging" in logs and "on a GPU node" in logs, logs[-4000:]
-
-
-@rehearsal
-def test_a_head_without_the_checkpoint_mount_fails_the_merge_and_loses_the_recovery_state(clusters):
-    """The check that the rehearsal sees the layout: the dev stack's cluster with its head's /checkpoints covered
-    by the pod's own disk. The supervisor finds no tracker, and its state dies with the head; the workers saved."""
-    p = copy.deepcopy(stack_plan("dev"))
-    cluster = clusters(placement.pods(p))
-    container = raycluster(p)["headGroupSpec"]["template"]["spec"]["containers"][0]
-    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["mountPath"] != "/checkpoints"]
-    with cluster.head_on_its_own_disk("/checkpoints"):
-        run = Run(p, cluster, "dev-without-checkpoints")
-        try:
-            clear_outputs(run)
-            pods, gpus = worker_shape(p)
-            run.start_workers(pods, gpus)
-            status, logs = wait_done(run, submit(run, steps=SHORT_STEPS))
-            ckpt, _ = output_paths(run)
-            assert status == "FAILED" and "no checkpoint to merge" in logs, logs[-4000:]
-            assert not (ckpt / "verl-gke-run.json").exists()
-            assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == str(SHORT_STEPS)
-        finally:
-            run.close()

@@ -237,14 +237,6 @@ class RayNode:
                 return pid
         raise RuntimeError(f"no dashboard agent process for the node in {self.temp_dir}")
 
-    def raylet_pid(self) -> int:
-        """The pid of this node's raylet: a process that lives as long as the node (`ray start` itself has
-        exited), in whatever mount namespace the node was started in."""
-        raylets = self._raylets(processes())
-        if not raylets:
-            raise RuntimeError(f"no raylet process for the node in {self.temp_dir}")
-        return min(raylets)
-
     def running(self) -> bool:
         """Whether this node's raylet still runs (a node whose raylet died is gone from the cluster)."""
         return bool(self._raylets(processes()))

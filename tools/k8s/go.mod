@@ -2,8 +2,13 @@ module verl-gke/tools/k8s
 
 go 1.26.6
 
+// KubeRay: Google publishes no KubeRay version for GKE's Ray operator add-on ("About Ray on GKE": GKE installs
+// and upgrades the operator itself; "Enable the Ray operator on GKE" names only the GKE floor, 1.30.0-gke.1747000).
+// v1.5.2 is the release whose RayCluster CRD the schema tests validate against (tests/data/schemas/kuberay-v1.5.2,
+// the module's config/crd/bases file byte for byte: tests/test_k8s_build.py), so the operator and every CRD the
+// tier installs are one release. docs/development.md ("The k8s tier") says more.
 require (
-	github.com/ray-project/kuberay/ray-operator v1.5.0
+	github.com/ray-project/kuberay/ray-operator v1.5.2
 	go.etcd.io/etcd/server/v3 v3.6.5
 	k8s.io/kubernetes v1.35.4
 )
