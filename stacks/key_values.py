@@ -8,7 +8,8 @@ value is read as a stand-in from then on, and no rule over several keys (stacks.
 recipe's arithmetic reads it. Keys that no row declares are problems too (unknown_key_problems).
 
 A key marked secret (`pulumi config set --secret`) that the program cannot keep secret is refused and
-read as its default, so no later rule shows its value; no problem ever shows a secret key's value.
+read as its default, so no later rule shows its value; a secret key (hfToken) set in plain text is refused
+too; no problem ever shows a secret key's value.
 """
 
 from __future__ import annotations
@@ -108,8 +109,15 @@ class KeyValues:
             self.bad(k.name, list(value) if k.each else value, problem)
 
     def _judge_secret(self, k: Key) -> None:
-        """A secret key's own rules, on its value as given; the problem never shows it."""
+        """A secret key is set as a secret, and its own rules, on its value as given; no problem shows it."""
         value = self.raw.get(k.full)
+        if value not in (None, "") and k.full not in self.secret:
+            # Plain text in the stack file (tracked by git) or in the CLI's config: the CLI marks every `secure:`
+            # value secret (PULUMI_CONFIG_SECRET_KEYS under `pulumi up`, the plan's reading of the file).
+            self.problems.append(Problem(k.full, f"is set in plain text (in the stack file, which git tracks): set it "
+                                         f"with `pulumi config set --secret {k.name} <value>`, which stores it "
+                                         "encrypted"))
+            self.refused.add(k.name)
         if value is not None and (problem := _first(k.rules, value)):
             self.problems.append(Problem(k.full, problem, SECRET))
             self.refused.add(k.name)
