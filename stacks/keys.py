@@ -261,7 +261,8 @@ KEYS: tuple[Key, ...] = (
         rules=(_optional(lambda name: naming.bucket_prefix_problem(name, 63)),),
         credentials=COMMIT_IDS),  # a bucket named by a digest
     Key("bucketDeleteOnDestroy", "boolean", False,
-        "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
+        "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy; not with bucketName (a "
+        "bucket the stack adopted is never deleted)."),
     Key("billingAccount", "string", "",
         "Cloud Billing account id (012345-567890-ABCDEF) for the optional budget alert; set with budgetMonthly.",
         rules=(_optional(naming.billing_account_id_problem),),
