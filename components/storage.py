@@ -100,8 +100,8 @@ class TrainingStorageArgs:
         checks = {
             "project_id": naming.project_id_problem(self.project_id),
             "location": None if self.location else "must be a Cloud Storage location such as us-central1",
-            "bucket_prefix": naming.bucket_prefix_problem(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
-            "existing_bucket": naming.bucket_prefix_problem(self.existing_bucket, 63) if self.existing_bucket else None,
+            "bucket_prefix": naming.bucket_prefix_problem(self.bucket_prefix),
+            "existing_bucket": naming.bucket_name_problem(self.existing_bucket) if self.existing_bucket else None,
             # An adopted bucket is not the stack's: destroy forgets it (retain_on_delete), never deletes what is in it.
             "delete_on_destroy": ("must be False with existing_bucket: the stack did not create that bucket, and "
                                   "destroy would delete it with everything in it")

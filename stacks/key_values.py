@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 import unicodedata
 from collections.abc import Collection, Mapping
@@ -27,6 +26,9 @@ from catalog.problems import MAX_LINES, MAX_SHOWN, SECRET, Problem, shown
 from stacks.keys import DATA_BOUND, KEYS, KEYS_BY_NAME, KIND_RULES, PLAIN_TEXT, PROJECT, Key
 
 _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
+# A number written as a string, in ASCII: Python's float() also takes other scripts' digits ("١" is 1.0), full-width
+# ones and underscores ("1_0"), none of which the user meant as that number.
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class KeyValues:
@@ -169,14 +171,14 @@ class KeyValues:
         """A number written as a string, within the row's bounds ((minimum, maximum] when open_minimum)."""
         value = self._value(k.name)
         low, high = k.minimum, k.maximum
-        try:
-            number = float(str(value).strip())
-        except (TypeError, ValueError):
-            self.bad(k.name, value, "must be a number")
+        text = str(value).strip()
+        if not _DECIMAL.fullmatch(text):
+            # float() takes these too: nan and inf (which no comparison below would catch), other scripts' digits.
+            non_finite = text.lower().lstrip("+-") in ("nan", "inf", "infinity")
+            self.bad(k.name, value, f"must be a finite number in [{low}, {high}]" if non_finite else
+                     "must be a number in ASCII digits, such as 1e-6 or 0.5")
             return low
-        if not math.isfinite(number):  # float() takes nan and inf; no comparison below would catch nan
-            self.bad(k.name, value, f"must be a finite number in [{low}, {high}]")
-            return low
+        number = float(text)
         if number < low or number > high or (k.open_minimum and number == low):
             bracket = "(" if k.open_minimum else "["
             self.bad(k.name, number, f"must be a number in {bracket}{low}, {high}]")

@@ -141,9 +141,9 @@ def _name_prefix(prefix: object) -> str | None:
     if problem := naming.dns_1035_label_problem(prefix, MAX_PREFIX):
         return problem
     bucket = f"{prefix}-data"
-    if problem := naming.bucket_prefix_problem(bucket, naming.MAX_BUCKET_PREFIX):
-        return f"the bucket name {bucket}-<suffix> {problem.removeprefix('must ')}" \
-            if problem.startswith("must not") else problem
+    if problem := naming.bucket_prefix_problem(bucket):
+        return f"makes the bucket name {bucket}-<suffix>, which {problem}" if problem.startswith("must not") \
+            else problem
     if problem := naming.service_account_id_problem(f"{prefix}-nodes"):
         return f"the node service account id {prefix}-nodes {problem}"
     return None
@@ -258,8 +258,7 @@ KEYS: tuple[Key, ...] = (
     Key("bucketName", "string", "",
         "An existing bucket to adopt (imported), e.g. the one a destroyed stack kept: `pulumi destroy` prints "
         "its name. Empty: the stack's own bucket, <namePrefix>-data-<random> (the suffix is kept in state).",
-        rules=(_optional(lambda name: naming.bucket_prefix_problem(name, 63)),),
-        credentials=COMMIT_IDS),  # a bucket named by a digest
+        rules=(_optional(naming.bucket_name_problem),), credentials=COMMIT_IDS),  # a bucket named by a digest
     Key("bucketDeleteOnDestroy", "boolean", False,
         "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy; not with bucketName (a "
         "bucket the stack adopted is never deleted)."),
