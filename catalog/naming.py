@@ -1,5 +1,8 @@
 """Naming and format rules of Kubernetes, GCP, Hugging Face and git, each written once.
 
+Digits are ASCII (re.ASCII): Python's \\d takes other scripts' digits too ("1.٣٣" as a GKE minor, which int()
+reads as 1.33), and the platform's parsers do not.
+
 Every `*_problem` check returns None when the value is allowed, else the text that says what is
 allowed, so the config gate (stacks.config) and the components' own assertions share one
 implementation and phrase the same rule the same way; the other functions return what they are
@@ -31,13 +34,23 @@ _PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 # IAM service account ids: 6-30 characters, RFC 1035 (pulumi_gcp serviceaccount.Account account_id).
 _SERVICE_ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-# Cloud Storage bucket names are at most 63 characters; the storage component appends "-<8 hex>".
+# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets#naming, "Bucket names"): 3-63
+# lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit; with dots up to 222, each
+# dot-separated part at most 63 (a dotted name is a domain Google verified: no part is empty); not an IP address in
+# dotted-decimal; not beginning with "goog"; not containing "google" or a close misspelling of it such as "g00gle".
+_BUCKET = re.compile(r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?")
+_DOTTED_DECIMAL = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+# "A close misspelling": read with digits as the letters they stand in for (g00gle, goog1e, 9oogle), one edit
+# (a letter added, dropped, changed or two swapped: gogle, gooogle, googel) from "google".
+_LOOK_ALIKES = str.maketrans("01369", "olegg")
+# The stack's own bucket is "<prefix>-<8 hex>" (the storage component's suffix, kept in state): no dots, which would
+# need the domain verified.
 BUCKET_SUFFIX_BYTES = 4
 MAX_BUCKET_PREFIX = 63 - 1 - 2 * BUCKET_SUFFIX_BYTES
-_MACHINE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+-(\d+)(-[a-z0-9]+)?$")
+_MACHINE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+-(\d+)(-[a-z0-9]+)?$", re.ASCII)
 # GKE versions: a full patch (1.32.2-gke.1475000) or a minor (1.33), as getServerConfig lists them.
-_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$")
-_GKE_MINOR = re.compile(r"^(\d+)\.(\d+)$")
+_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$", re.ASCII)
+_GKE_MINOR = re.compile(r"^(\d+)\.(\d+)$", re.ASCII)
 # Hugging Face repo ids, git refs (git check-ref-format, roughly) and URLs, image references.
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _GIT_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]+(?<![./])$")
@@ -49,9 +62,9 @@ _IMG_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMG_HOST_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _IMG_HOST = rf"(?:{_IMG_HOST_PART}(?:\.{_IMG_HOST_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
 _IMAGE = re.compile(rf"(?P<name>(?:{_IMG_HOST}/)?{_IMG_PATH}(?:/{_IMG_PATH})*)(?::[\w][\w.-]{{0,127}})?"
-                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
-_RAY_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?", re.ASCII)
+_RAY_VERSION = re.compile(r"^\d+\.\d+\.\d+$", re.ASCII)
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$", re.ASCII)
 _UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
@@ -121,14 +134,61 @@ def zone_in_region_problem(zone: object, region_name: str) -> str | None:
     return f"must be a zone in region {region_name} (e.g. {region_name}-b)"
 
 
-def bucket_prefix_problem(value: object, max_len: int) -> str | None:
-    """Cloud Storage bucket naming ("Bucket names" in the Cloud Storage docs) for `<prefix>-<suffix>`."""
+def _one_edit(a: str, b: str) -> bool:
+    """Whether `a` is at most one edit from `b`: a character added, dropped or changed, or two neighbours swapped."""
+    if a == b:
+        return True
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+                                  and a[diff[1]] == b[diff[0]])
+    short, long = sorted((a, b), key=len)
+    return len(long) - len(short) == 1 and any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def _google_misspelling(name: str) -> str | None:
+    """The part of `name` that reads as "google" or a close misspelling of it, None when none does."""
+    read = name.translate(_LOOK_ALIKES)
+    for size in (6, 5, 7):
+        for i in range(len(read) - size + 1):
+            if _one_edit(read[i:i + size], "google"):
+                return name[i:i + size]
+    return None
+
+
+def _google_problem(name: str) -> str | None:
+    if name.startswith("goog"):
+        return "must not begin with 'goog' (Cloud Storage bucket naming, https://cloud.google.com/storage/docs/" \
+               "buckets#naming)"
+    if part := _google_misspelling(name):
+        return f"must not contain 'google' or a close misspelling of it, as {part!r} reads (Cloud Storage bucket " \
+               "naming, https://cloud.google.com/storage/docs/buckets#naming)"
+    return None
+
+
+def bucket_name_problem(value: object) -> str | None:
+    """A bucket name as Cloud Storage allows one (the rules above): a bucket to adopt may have dots."""
+    allowed = ("must be a Cloud Storage bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and "
+               "ending with a letter or digit (with dots up to 222, each dot-separated part 1-63), "
+               "https://cloud.google.com/storage/docs/buckets#naming")
+    if not (isinstance(value, str) and _BUCKET.fullmatch(value) and 3 <= len(value) <= 222):
+        return allowed
+    parts = value.split(".")
+    if any(not 1 <= len(part) <= 63 for part in parts):
+        return allowed
+    if _DOTTED_DECIMAL.fullmatch(value):
+        return "must not be an IP address in dotted-decimal notation (Cloud Storage bucket naming, " \
+               "https://cloud.google.com/storage/docs/buckets#naming)"
+    return _google_problem(value)
+
+
+def bucket_prefix_problem(value: object, max_len: int = MAX_BUCKET_PREFIX) -> str | None:
+    """The part before "-<8 hex>" of a bucket the stack creates: lowercase letters, digits and hyphens (no dots, which
+    would need the domain verified), and the rules of the whole name that a prefix can break."""
     if not (isinstance(value, str) and _DNS_LABEL.fullmatch(value) and len(value) <= max_len):
         return f"must be 1-{max_len} lowercase letters, digits or hyphens, starting and ending with a letter " \
                "or digit"
-    if value.startswith("goog") or "google" in value:
-        return "must not start with 'goog' or contain 'google' (Cloud Storage bucket naming rules)"
-    return None
+    return _google_problem(value)
 
 
 def python_identifier_problem(value: object) -> str | None:
@@ -194,7 +254,7 @@ git_ref_problem: Check = _full_match(_GIT_REF, "must be a git tag, branch or com
 
 
 # A release tag (v0.6.1): a branch would stage a moving target under a versioned folder.
-release_tag_problem: Check = _full_match(re.compile(r"v\d+\.\d+\.\d+(\.post\d+)?"),
+release_tag_problem: Check = _full_match(re.compile(r"v\d+\.\d+\.\d+(\.post\d+)?", re.ASCII),
                                          "must be a release tag such as v0.6.1")
 
 

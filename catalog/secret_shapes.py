@@ -1,4 +1,7 @@
-"""What a secret looks like in text that is about to become plain: a Hydra override, an entrypoint.
+"""What a secret looks like in text that is about to become plain: a config value, a Hydra override, an entrypoint.
+
+Every non-secret config key refuses these shapes (stacks.keys.KIND_RULES); a refused value is never shown
+(catalog.problems.shown).
 
 Two roads carry a secret into the job's entrypoint or logs without passing through a Kubernetes Secret:
 - an OmegaConf resolver that reads the environment (`${oc.env:WANDB_API_KEY}`, the legacy `${env:...}`):
@@ -16,9 +19,11 @@ from __future__ import annotations
 
 import re
 
+HF_TOKEN = "a Hugging Face token (hf_...)"
+WANDB_KEY = "a W&B API key (40 hex characters)"
 SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a Hugging Face token (hf_...)", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")),
-    ("a W&B API key (40 hex characters)", re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")),
+    (HF_TOKEN, re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")),
+    (WANDB_KEY, re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")),
     ("a GitHub token (ghp_/gho_/ghs_...)", re.compile(r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{30,}")),
     ("an AWS access key id (AKIA...)", re.compile(r"(?<![A-Z0-9])AKIA[0-9A-Z]{16}(?![A-Z0-9])")),
     ("a Google API key (AIza...)", re.compile(r"AIza[0-9A-Za-z_-]{35}")),
@@ -71,11 +76,12 @@ def resolver_problem(text: str) -> str | None:
 COMMIT_KEY = re.compile(r"(?i)(^|[._])(revision|commit|commit_id|sha|git_sha|commit_sha)$")
 
 
-def credential_shape(text: str, key: str = "") -> str | None:
+def credential_shape(text: str, key: str = "", commit_ids: bool = False) -> str | None:
     """Which credential `text` looks like (e.g. "a Hugging Face token (hf_...)"), None when it looks like none.
-    Under a `key` that names a commit, 40 hex characters are a commit id."""
+    Under a `key` that names a commit, or where the text may hold one (`commit_ids`: a path, an image tag), 40 hex
+    characters are a commit id."""
     for what, shape in SHAPES:
-        if "W&B" in what and COMMIT_KEY.search(key):
+        if what == WANDB_KEY and (commit_ids or COMMIT_KEY.search(key)):
             continue
         if shape.search(text):
             return what
@@ -92,4 +98,4 @@ def credential_problem(text: str, key: str = "") -> str | None:
             "in plain text on the Ray dashboard; set keys with `pulumi config set --secret` "
             "(hfToken, wandbApiKey)" + (
                 "; a commit id has the same shape: it is taken under a key named revision, commit or sha"
-                if "W&B" in what else ""))
+                if what == WANDB_KEY else ""))

@@ -62,7 +62,8 @@ class TrainingStorageArgs:
     hf_token: pulumi.Output[str] | None = None  # secret; no Secret object without it
     wandb_api_key: pulumi.Output[str] | None = None  # secret; no Secret object without it
     # False: `pulumi destroy` leaves the bucket (weights, checkpoints) in place and forgets it.
-    # True: destroy deletes it with all its objects. Takes effect on the `pulumi up` after a change.
+    # True: destroy deletes it with all its objects (the stack's own bucket only). Takes effect on the `pulumi up`
+    # after a change.
     delete_on_destroy: bool = False
     # An existing bucket to adopt (imported) instead of creating `<bucket_prefix>-<8 hex>`.
     existing_bucket: str = ""
@@ -99,8 +100,12 @@ class TrainingStorageArgs:
         checks = {
             "project_id": naming.project_id_problem(self.project_id),
             "location": None if self.location else "must be a Cloud Storage location such as us-central1",
-            "bucket_prefix": naming.bucket_prefix_problem(self.bucket_prefix, naming.MAX_BUCKET_PREFIX),
-            "existing_bucket": naming.bucket_prefix_problem(self.existing_bucket, 63) if self.existing_bucket else None,
+            "bucket_prefix": naming.bucket_prefix_problem(self.bucket_prefix),
+            "existing_bucket": naming.bucket_name_problem(self.existing_bucket) if self.existing_bucket else None,
+            # An adopted bucket is not the stack's: destroy forgets it (retain_on_delete), never deletes what is in it.
+            "delete_on_destroy": ("must be False with existing_bucket: the stack did not create that bucket, and "
+                                  "destroy would delete it with everything in it")
+            if self.existing_bucket and self.delete_on_destroy else None,
             "namespace": naming.namespace_problem(self.namespace),
             "ksa_name": naming.dns_label_problem(self.ksa_name),
             **{f: naming.dns_subdomain_problem(getattr(self, f)) for f in (

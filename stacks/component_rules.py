@@ -114,6 +114,7 @@ _KEYS: dict[str, dict[str, str]] = {
                      "verl_version": "verlVersion", "namespace": "namespace", "service_account": "namePrefix"},
     "TrainingStorageArgs": {"project_id": "gcp:project", "location": "bucketLocation",
                             "bucket_prefix": "namePrefix", "existing_bucket": "bucketName",
+                            "delete_on_destroy": "bucketDeleteOnDestroy",
                             "namespace": "namespace", "ksa_name": "namePrefix",
                             "soft_delete_days": "bucketSoftDeleteDays", "file_cache_mib": "model"},
     "GkeClusterArgs": {"capacity.kind": "capacity", "capacity.reservation": "reservation", "gpu_nodes": "gpuNodes",

@@ -165,10 +165,15 @@ def budget(r: KeyValues) -> None:
 
 
 def bucket(r: KeyValues) -> None:
-    """The bucket defaults to the cluster's region: then the region must be a location Cloud Storage offers."""
+    """The bucket defaults to the cluster's region: then the region must be a location Cloud Storage offers. A bucket
+    the stack adopts is never deleted by it."""
     region = r.v["gcp:region"]
     if not r.v["bucketLocation"] and r.passed("gcp:region") and (problem := bucket_location_problem(region)):
         r.bad("gcp:region", region, problem)
+    if r.v["bucketName"] and r.v["bucketDeleteOnDestroy"] and r.passed("bucketName", "bucketDeleteOnDestroy"):
+        r.bad("bucketDeleteOnDestroy", True, f"must be false with {full('bucketName')}: the stack adopts that bucket, "
+              "it did not create it, and `pulumi destroy` would delete it with everything in it (to delete it "
+              "yourself: `gcloud storage rm --recursive gs://<bucket>`)")
 
 
 def save_freq(r: KeyValues) -> None:

@@ -148,12 +148,22 @@ def resolve_file(key: str, value: str, role_name: str, problems: list[Problem]) 
                    "stack's bucket (the plan checks it, so it must be here)")
         problems.append(Problem(key, f"must be {allowed}", value))
         return None
-    path = Path(value).expanduser()
-    path = path if path.is_absolute() else PROJECT_ROOT / path
-    if not path.exists():
+    if not value.isprintable():  # the message below shows the path: no control character reaches the terminal
+        problems.append(Problem(key, "must be a path of printable characters", value))
+        return None
+    try:
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else PROJECT_ROOT / path
+        exists, regular = path.exists(), path.is_file()
+    except (OSError, RuntimeError, ValueError) as err:
+        # A name longer than the file system takes (ENAMETOOLONG), `~someone` with no such user.
+        why = getattr(err, "strerror", None) or err
+        problems.append(Problem(key, f"is not a path this machine can look up ({why})", value))
+        return None
+    if not exists:
         problems.append(Problem(key, f"no such file ({path})", value))
         return None
-    if not path.is_file():
+    if not regular:
         problems.append(Problem(key, f"is not a regular file ({path})", value))
         return None
     try:

@@ -8,14 +8,14 @@ value is read as a stand-in from then on, and no rule over several keys (stacks.
 recipe's arithmetic reads it. Keys that no row declares are problems too (unknown_key_problems).
 
 A key marked secret (`pulumi config set --secret`) that the program cannot keep secret is refused and
-read as its default, so no later rule shows its value; no problem ever shows a secret key's value.
+read as its default, so no later rule shows its value; a secret key (hfToken) set in plain text is refused
+too; no problem ever shows a secret key's value.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 import unicodedata
 from collections.abc import Collection, Mapping
@@ -26,6 +26,9 @@ from catalog.problems import MAX_LINES, MAX_SHOWN, SECRET, Problem, shown
 from stacks.keys import DATA_BOUND, KEYS, KEYS_BY_NAME, KIND_RULES, PLAIN_TEXT, PROJECT, Key
 
 _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
+# A number written as a string, in ASCII: Python's float() also takes other scripts' digits ("١" is 1.0), full-width
+# ones and underscores ("1_0"), none of which the user meant as that number.
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class KeyValues:
@@ -108,8 +111,15 @@ class KeyValues:
             self.bad(k.name, list(value) if k.each else value, problem)
 
     def _judge_secret(self, k: Key) -> None:
-        """A secret key's own rules, on its value as given; the problem never shows it."""
+        """A secret key is set as a secret, and its own rules, on its value as given; no problem shows it."""
         value = self.raw.get(k.full)
+        if value not in (None, "") and k.full not in self.secret:
+            # Plain text in the stack file (tracked by git) or in the CLI's config: the CLI marks every `secure:`
+            # value secret (PULUMI_CONFIG_SECRET_KEYS under `pulumi up`, the plan's reading of the file).
+            self.problems.append(Problem(k.full, f"is set in plain text (in the stack file, which git tracks): set it "
+                                         f"with `pulumi config set --secret {k.name} <value>`, which stores it "
+                                         "encrypted"))
+            self.refused.add(k.name)
         if value is not None and (problem := _first(k.rules, value)):
             self.problems.append(Problem(k.full, problem, SECRET))
             self.refused.add(k.name)
@@ -161,14 +171,14 @@ class KeyValues:
         """A number written as a string, within the row's bounds ((minimum, maximum] when open_minimum)."""
         value = self._value(k.name)
         low, high = k.minimum, k.maximum
-        try:
-            number = float(str(value).strip())
-        except (TypeError, ValueError):
-            self.bad(k.name, value, "must be a number")
+        text = str(value).strip()
+        if not _DECIMAL.fullmatch(text):
+            # float() takes these too: nan and inf (which no comparison below would catch), other scripts' digits.
+            non_finite = text.lower().lstrip("+-") in ("nan", "inf", "infinity")
+            self.bad(k.name, value, f"must be a finite number in [{low}, {high}]" if non_finite else
+                     "must be a number in ASCII digits, such as 1e-6 or 0.5")
             return low
-        if not math.isfinite(number):  # float() takes nan and inf; no comparison below would catch nan
-            self.bad(k.name, value, f"must be a finite number in [{low}, {high}]")
-            return low
+        number = float(text)
         if number < low or number > high or (k.open_minimum and number == low):
             bracket = "(" if k.open_minimum else "["
             self.bad(k.name, number, f"must be a number in {bracket}{low}, {high}]")

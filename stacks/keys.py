@@ -16,11 +16,17 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import gcp_ranges, naming, storage_locations, versions
+from catalog import gcp_ranges, naming, secret_shapes, storage_locations, versions
 from catalog.accelerators import ACCELERATORS
 from catalog.capacity import CAPACITIES
 from catalog.datasets import GSM8K
 from catalog.naming import PROJECT, Check
+
+# How a non-secret key's value is read for credentials (catalog.secret_shapes), which would reach plan.json, the
+# state, the manifests and the terminal in plain text (Key.credentials):
+REFUSED = "refused"  # every credential shape is refused
+COMMIT_IDS = "commit ids"  # all but 40 hex characters (a W&B key's shape): here a git or Hub commit, or a name
+OWN_RULES = "own rules"  # the key's own rules judge it (grpoExtraOverrides: each item under its Hydra key)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Key:
     each: tuple[Check, ...] = ()
     # Why the key cannot be kept secret when set with --secret, where the usual reason (PLAIN_TEXT) is not it.
     plain_text: str = ""
+    # How the rule every non-secret key obeys, no credential in plain text (KIND_RULES), reads its value.
+    credentials: str = REFUSED
 
     @property
     def full(self) -> str:
@@ -133,9 +141,9 @@ def _name_prefix(prefix: object) -> str | None:
     if problem := naming.dns_1035_label_problem(prefix, MAX_PREFIX):
         return problem
     bucket = f"{prefix}-data"
-    if problem := naming.bucket_prefix_problem(bucket, naming.MAX_BUCKET_PREFIX):
-        return f"the bucket name {bucket}-<suffix> {problem.removeprefix('must ')}" \
-            if problem.startswith("must not") else problem
+    if problem := naming.bucket_prefix_problem(bucket):
+        return f"makes the bucket name {bucket}-<suffix>, which {problem}" if problem.startswith("must not") \
+            else problem
     if problem := naming.service_account_id_problem(f"{prefix}-nodes"):
         return f"the node service account id {prefix}-nodes {problem}"
     return None
@@ -250,9 +258,10 @@ KEYS: tuple[Key, ...] = (
     Key("bucketName", "string", "",
         "An existing bucket to adopt (imported), e.g. the one a destroyed stack kept: `pulumi destroy` prints "
         "its name. Empty: the stack's own bucket, <namePrefix>-data-<random> (the suffix is kept in state).",
-        rules=(_optional(lambda name: naming.bucket_prefix_problem(name, 63)),)),
+        rules=(_optional(naming.bucket_name_problem),), credentials=COMMIT_IDS),  # a bucket named by a digest
     Key("bucketDeleteOnDestroy", "boolean", False,
-        "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy."),
+        "Delete the bucket and ALL its contents (weights, checkpoints) on pulumi destroy; not with bucketName (a "
+        "bucket the stack adopted is never deleted)."),
     Key("billingAccount", "string", "",
         "Cloud Billing account id (012345-567890-ABCDEF) for the optional budget alert; set with budgetMonthly.",
         rules=(_optional(naming.billing_account_id_problem),),
@@ -276,7 +285,7 @@ KEYS: tuple[Key, ...] = (
     Key("verlVersion", "string", versions.VERL_VERSION, "verl git tag staged into the bucket.",
         rules=(naming.release_tag_problem,)),
     Key("image", "string", versions.VERL_IMAGE, "Container image for Ray pods and data staging.",
-        rules=(naming.image_ref_problem,)),
+        rules=(naming.image_ref_problem,), credentials=COMMIT_IDS),  # CI tags an image with its commit
     Key("imageMirror", "boolean", True,
         "Pull Docker Hub images through an Artifact Registry remote repository in the region "
         "(cached; eligible for GKE image streaming)."),
@@ -302,15 +311,17 @@ KEYS: tuple[Key, ...] = (
     Key("dataTrainFile", "string", "",
         "Training parquet in verl's RL format (data_source, prompt, ability, reward_model.ground_truth, "
         "extra_info): a local path, uploaded to the bucket by pulumi up, or gs://<bucket>/<object>, copied into "
-        "the bucket and checked by the staging Job; empty = GSM8K."),
+        "the bucket and checked by the staging Job; empty = GSM8K.",
+        credentials=COMMIT_IDS),  # a path may hold a commit: a Hub cache's snapshots/<commit>/
     Key("dataValFile", "string", "",
-        "Validation parquet in the same format (required with dataTrainFile): a local path or gs://<bucket>/<object>."),
+        "Validation parquet in the same format (required with dataTrainFile): a local path or gs://<bucket>/<object>.",
+        credentials=COMMIT_IDS),
     Key("dataTrainRows", "integer", 0,
         "Rows of a gs:// dataTrainFile, which the plan cannot read (sizes the run; the staging Job checks it).",
         minimum=0, **_ROWS),
     Key("rewardFile", "string", "",
         "Python file with the reward function (a local path, uploaded next to the data); empty = verl's "
-        "built-in scorer for the rows' data_source."),
+        "built-in scorer for the rows' data_source.", credentials=COMMIT_IDS),
     Key("rewardFunction", "string", "compute_score",
         "Name of the reward function in rewardFile: fn(data_source, solution_str, ground_truth, extra_info) "
         "returning a number or a dict with \"score\".", rules=(naming.python_identifier_problem,)),
@@ -369,7 +380,7 @@ KEYS: tuple[Key, ...] = (
         "trainer.logger backends, e.g. [console, tensorboard, wandb] (wandb needs wandbApiKey)."),
     Key("grpoExtraOverrides", "array", [], "Extra verl Hydra overrides (key=value), appended last.",
         plain_text="its items are the job's entrypoint, in plain text on the Ray dashboard and in the state (a "
-                   "token the run needs goes in hfToken or wandbApiKey)"),
+                   "token the run needs goes in hfToken or wandbApiKey)", credentials=OWN_RULES),
     Key("grpoUseRemovePadding", "boolean", True, "actor_rollout_ref.model.use_remove_padding (sequence packing)."),
     Key("grpoUseDynamicBsz", "boolean", True,
         "actor.use_dynamic_bsz and the log-prob passes' *_use_dynamic_bsz (micro-batches by tokens)."),
@@ -387,10 +398,34 @@ KEYS: tuple[Key, ...] = (
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 
+# Where a credential typed into a plain key belongs (catalog.secret_shapes' shapes -> the secret key that takes it).
+_SECRET_FOR = {secret_shapes.HF_TOKEN: KEYS_BY_NAME["hfToken"].name,
+               secret_shapes.WANDB_KEY: KEYS_BY_NAME["wandbApiKey"].name}
+
+
+def _no_credential(commit_ids: bool) -> Check:
+    """No credential in a plain key (a token typed as the image tag, a W&B key as the namespace): the value would
+    reach plan.json, the state, the manifests and the terminal. The message never shows it (catalog.problems.shown)."""
+    def check(value: object) -> str | None:
+        text = value if isinstance(value, str) else json.dumps(value)
+        what = secret_shapes.credential_shape(text, commit_ids=commit_ids)
+        if what is None:
+            return None
+        secret = _SECRET_FOR.get(what)
+        how = (f"a token the run needs is the secret {secret}: `pulumi config set --secret {secret} <value>`" if secret
+               else f"remove it: the program keeps only {_either(list(_SECRET_FOR.values()))} secret")
+        return f"must not hold a credential: this key's value is plain text in plan.json, the state and the " \
+               f"manifests; {how}"
+    return check
+
+
 # Rules every key of a kind obeys, on its value as given (the CLI's string, or the row's default when unset) before
-# its type is read: (which keys, rule). A rule for every non-secret key is one more row here,
-# `(lambda k: not k.secret, <its check>)`; a secret key's value is judged by its own row only (Key.rules), never shown.
+# its type is read: (which keys, rule); the first broken one is reported. A rule for every non-secret key is one
+# more row here, `(lambda k: not k.secret, <its check>)`; a secret key's value is judged by its own row only
+# (Key.rules), never shown.
 KIND_RULES: tuple[tuple[Callable[[Key], bool], Check], ...] = (
+    (lambda k: not k.secret and k.credentials == REFUSED, _no_credential(commit_ids=False)),
+    (lambda k: not k.secret and k.credentials == COMMIT_IDS, _no_credential(commit_ids=True)),
     (lambda k: k.name.startswith("gcp:"), _gcp_as_typed),
 )
 

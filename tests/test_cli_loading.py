@@ -266,6 +266,8 @@ GATE_CASES = {  # case -> (line, what the gate's message says)
     "required-null": ("gcp:zone", "~", "gcp:zone is not set"),
     "secret-key-as-a-list": ("verl-gke:hfToken", "[hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789]",
                              "verl-gke:hfToken = [secret]: must be one string, not a list or map"),
+    "secret-key-in-plain-text": ("verl-gke:wandbApiKey", "plain-wandb-key-value-1234",
+                                 "verl-gke:wandbApiKey is set in plain text"),
     "alias-of-an-unknown-key": ("verl-gke:colours", "[*nets, *nets]", "verl-gke:colours is not a known key"),
     "merge-into-an-unknown-key": ("verl-gke:shape", "{<<: {a: 1}, b: 2}", "verl-gke:shape is not a known key"),
     "set-where-the-default-is-injected": ("verl-gke:gvnicCidr", "10.99.0.0/24",
@@ -291,6 +293,12 @@ def test_gate_refuses_under_the_real_cli_naming_the_key(runs, case):
     run = gate_run(runs)
     assert run.result.code != 0, run.result
     assert "invalid stack configuration" in run.errors() and GATE_CASES[case][2] in run.errors(), run.errors()
+
+
+def test_gate_never_shows_a_secret_typed_in_plain_text(runs):
+    """The CLI hands a plain-text wandbApiKey (and the list in hfToken) over unmarked: refused, the value unshown."""
+    errors = gate_run(runs).errors()
+    assert "plain-wandb-key-value" not in errors and "AbCdEfGhIj" not in errors, errors
 
 
 def test_gate_refuses_before_any_resource_is_registered(runs):

@@ -34,6 +34,7 @@ GATE_CASES: dict[str, list[tuple[dict[str, object], str]]] = {
     "storage.location": [({"gcp:region": ""}, "gcp:region")],
     "naming.bucket_prefix_problem": [({"verl-gke:namePrefix": "goog-x"}, "verl-gke:namePrefix"),
                              ({"verl-gke:namePrefix": "my-google"}, "verl-gke:namePrefix")],
+    "naming.bucket_name_problem": [({"verl-gke:bucketName": "g00gle-data"}, "verl-gke:bucketName")],
     "naming.namespace_problem": [({"verl-gke:namespace": "kube-verl"}, "verl-gke:namespace"),
                          ({"verl-gke:namespace": "gke-x"}, "verl-gke:namespace")],
     "naming.dns_label_problem": [({"verl-gke:namespace": "Verl"}, "verl-gke:namespace")],

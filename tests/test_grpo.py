@@ -355,7 +355,7 @@ def test_runtime_env(acc, tuner):
 
 def test_no_secret_reaches_the_job():
     token = "hf_DistinctiveGrpoTestToken7c1d"
-    cfg = config.load({**BASE, "verl-gke:hfToken": token}, "b200")
+    cfg = config.load({**BASE, "verl-gke:hfToken": token}, "b200", secret_keys=["verl-gke:hfToken"])
     assert cfg.has_hf_token
     paths = bucket_paths("b200", cfg.model, cfg.verl_version)
     items = grpo.overrides(cfg.grpo, stack="b200", nnodes=cfg.gpu_nodes,

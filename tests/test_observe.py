@@ -153,8 +153,8 @@ def test_wandb_needs_its_key():
     with pytest.raises(config.ConfigError) as err:
         config.load({**BASE, "verl-gke:grpoLogger": '["console","wandb"]'}, "test")
     assert "verl-gke:wandbApiKey" in str(err.value) and "--secret" in str(err.value)
-    assert config.load({**BASE, "verl-gke:grpoLogger": '["console","wandb"]',
-                        "verl-gke:wandbApiKey": WANDB_KEY}, "test").has_wandb_key
+    assert config.load({**BASE, "verl-gke:grpoLogger": '["console","wandb"]', "verl-gke:wandbApiKey": WANDB_KEY},
+                       "test", secret_keys=["verl-gke:wandbApiKey"]).has_wandb_key
 
 
 def test_wandb_key_reaches_the_workers_only_through_a_secret():

@@ -99,7 +99,8 @@ def build_plan(stack: str, raw: dict[str, str], secret_keys: list[str], preview:
             **run_figures(cfg), "job": job_spec(cfg)}
     plan["warnings"] = [*plan.get("warnings", []), *quota_values.warnings(cfg.region, wanted),
                         *program_messages(run.logs, cfg.warnings)]
-    # A secret typed in plain text in a stack file is still a secret: scrub it wherever it ended up.
+    # A secret handed over with its value (as `pulumi up` hands it; the k8s tier plans with stand-in values) is
+    # scrubbed by value wherever it ended up; the gate refuses one typed in plain text in a stack file.
     secrets = {*secret_keys, *(k.full for k in stack_config.KEYS if k.secret)}
     return scrub(plan, [raw[k] for k in secrets if raw.get(k) and raw[k] != SECURE_PLACEHOLDER])
 
