@@ -456,7 +456,8 @@ def _leaf_problem(leaf: Leaf, kept: list[Leaf], tree: verl_config.VerlConfig, ow
         return (f"{leaf.shown} deletes {leaf.key} from verl's config: verl then fails on the missing key or reads "
                 "another default; set the value you mean instead")
     segments = leaf.key.split(".")
-    if at := next((i for i, p in enumerate(segments) if _PATH_NAME.search(p) and not p.isdigit()), None):
+    if (at := next((i for i, p in enumerate(segments) if _PATH_NAME.search(p) and not p.isdigit()), None)) \
+            is not None:
         if at != len(segments) - 1:
             return f"{leaf.shown} sets the path {'.'.join(segments[:at + 1])} to a dict or list: a path is one string"
         if why := _path_problem(leaf, anchors):

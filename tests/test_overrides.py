@@ -263,3 +263,12 @@ def test_an_override_and_a_batch_problem_are_reported_together_once():
     override = [p for p in err.value.problems if p.startswith(f"{KEY}: ")]
     assert len(override) == 1 and "trainer.default_local_dir" in override[0], err.value.problems
     assert any(p.startswith("verl-gke:grpo") and not p.startswith(KEY) for p in err.value.problems), err.value.problems
+
+
+
+def test_a_path_named_key_at_the_top_level_is_judged_as_a_path():
+    """The path check looked for the first path-named segment with `if at := ...`: at the top level its index
+    is 0, falsy, so `+file=/etc/passwd` passed unjudged."""
+    _, problems = judged("+file=/etc/passwd")
+    assert len(problems) == 1 and "sets the path file to '/etc/passwd', outside the run's own folders" in \
+        problems[0].allowed, problems

@@ -241,3 +241,13 @@ def test_a_fifo_or_device_as_the_quota_file_exits_2_without_waiting_or_reading(s
         os.mkfifo(path)
     proc = plan_big(tmp_path, "--quotas", str(path), run=plan_command)
     _refused(proc, tmp_path / "out", path, "is not a regular file (a FIFO, a device or a socket)")
+
+
+def test_a_quota_id_with_terminal_codes_is_shown_escaped_and_cut(tmp_path):
+    """A quota id is text from the file: shown in the refusal, it must not clear the screen or retitle the window."""
+    path = tmp_path / "quotas.json"
+    hostile = "\x1b[2J\x1b]0;owned\x07\u202eX" + "Y" * 500
+    path.write_text(json.dumps([_info(quotaId=hostile, service="storage.googleapis.com")]))
+    proc = plan_big(tmp_path, "--quotas", str(path))
+    _refused(proc, tmp_path / "out", path, "[0] (\\x1b[2J\\x1b]0;owned\\x07\\u202eXYYY")
+    assert not any(c in proc.stderr for c in "\x1b\x07\u202e") and "Y" * 200 not in proc.stderr

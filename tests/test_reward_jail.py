@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -352,3 +354,92 @@ def test_each_missing_layer_is_named():
     assert "no Landlock (Landlock is not available in this kernel): it can read whatever this user can (the home " \
            "folder and its credentials, the project)" in missing[1]
     assert held and "fresh environment" in held[0]
+
+
+# --- the throwaway folder, once the reward is gone ------------------------------------------------------
+
+def _as_unprivileged(action) -> int:
+    """Run `action` in a forked child that cannot ignore file permissions (as root: CAP_DAC_OVERRIDE,
+    CAP_DAC_READ_SEARCH and CAP_FOWNER dropped, as for any other user); its exit code (1 if it raised)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if os.getuid() == 0:
+                import ctypes
+
+                header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+                data = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) x 2 words
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.capget(header, data):
+                    os._exit(3)
+                for word in (0, 1):  # the first word's effective and permitted sets
+                    data[word] &= ~((1 << 1) | (1 << 2) | (1 << 3))
+                if libc.capset(header, data):
+                    os._exit(3)
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _left_by_a_reward(top: str) -> tuple[str, str]:
+    """(a file of the caller's, mode 0644; the jail's folder, as a reward can leave it) in `top`."""
+    victim = os.path.join(top, "the-callers-file")
+    Path(victim).write_text("x")
+    os.chmod(victim, 0o644)
+    root = os.path.join(top, "jail")
+    os.makedirs(os.path.join(root, "home"))
+    return victim, root
+
+
+def test_a_link_the_reward_left_in_a_read_only_folder_does_not_change_its_targets_mode():
+    """The old cleanup chmod-ed by path what it could not delete: a link beside a folder made read-only had
+    its target, any file of the caller's, made 0700."""
+    top = tempfile.mkdtemp(prefix="verl-gke-test-")
+    try:
+        victim, root = _left_by_a_reward(top)
+        os.symlink(victim, os.path.join(root, "home", "link"))
+        os.symlink(top, os.path.join(root, "home", "folder-link"))
+        os.chmod(os.path.join(root, "home"), 0o500)
+        assert _as_unprivileged(lambda: reward_jail.remove_folder(root)) == 0
+        assert (os.stat(victim).st_mode & 0o7777, os.stat(top).st_mode & 0o7777) == (0o644, 0o700)
+        assert not os.path.lexists(root)
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", top], check=False)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_folder_the_reward_made_unreadable_is_removed_with_what_is_in_it():
+    """The old cleanup raised TypeError out of the check (its retry called os.open without flags) and left the
+    folder, with whatever the reward wrote, in /tmp."""
+    top = tempfile.mkdtemp(prefix="verl-gke-test-")
+    try:
+        _, root = _left_by_a_reward(top)
+        os.makedirs(os.path.join(root, "home", "locked", "deeper"))
+        Path(root, "home", "locked", "deeper", "data").write_text("x" * 1000)
+        os.chmod(os.path.join(root, "home", "locked"), 0)
+        assert _as_unprivileged(lambda: reward_jail.remove_folder(root)) == 0
+        assert not os.path.lexists(root)
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", top], check=False)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@modes("namespaces-and-landlock")
+def test_a_folder_nested_deeper_than_pythons_stack_is_removed_and_the_verdict_given(tmp_path, mode):
+    """The old cleanup recursed (shutil.rmtree): 3000 nested folders raised RecursionError out of the check, with
+    a traceback, no verdict, and the folder left in /tmp."""
+    path = reward(tmp_path, """
+        import os
+        fd = os.open(".", os.O_RDONLY)
+        for _ in range(3000):
+            os.mkdir("d", dir_fd=fd)
+            fd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        print("ROOT", os.path.dirname(os.getcwd()))
+    """)
+    run, result = jailed(path, mode)
+    assert result["status"] == "ok", result
+    root = run.output.decode().split("ROOT ")[1].split()[0]
+    assert not os.path.lexists(root)

@@ -196,7 +196,7 @@ def parse(data: bytes, path: str) -> dict[str, list[Row]]:
         quota_id = item.get("quotaId")
         if not isinstance(quota_id, str) or not quota_id:
             raise bad(f"{at}.quotaId", "the quota's id (a non-empty string)", quota_id)
-        at = f"{at} ({quota_id})"
+        at = f"{at} ({_escaped(quota_id)})"
         service = item.get("service", catalog_quotas.SERVICE)
         if service != catalog_quotas.SERVICE:
             raise bad(f"{at}.service", f"{catalog_quotas.SERVICE!r} (--service=compute.googleapis.com)", service)
@@ -207,6 +207,13 @@ def parse(data: bytes, path: str) -> dict[str, list[Row]]:
             raise bad(f"{at}.dimensionsInfos", "a list", infos)
         out[quota_id] = [_row(d, f"{at}.dimensionsInfos[{j}]", bad) for j, d in enumerate(infos)]
     return out
+
+
+def _escaped(text: str, limit: int = 100) -> str:
+    """Text from the file for a message: every control and non-ASCII character escaped (an ESC, a BEL or a
+    direction mark would act on the terminal), cut at `limit`."""
+    shown = text.encode("unicode_escape").decode("ascii")
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text):,} characters)"
 
 
 def _row(info: Any, at: str, bad: Callable[[str, str, Any], QuotaFileError]) -> Row:

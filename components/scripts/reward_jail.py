@@ -32,6 +32,7 @@ staging Job with stage_data.py.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -181,18 +182,65 @@ def run(reward: Path, function: str, keywords: list[str], cases: list[dict], tim
         keeper = [sys.executable, "-I", "-B", str(Path(__file__).resolve()), request]
         _watch(result, [*UNSHARE, *keeper] if not result.namespaces else keeper, home, timeout_s + BACKSTOP_S)
     finally:
-        shutil.rmtree(root, onerror=_writable_and_retry)
+        remove_folder(root)
     return result
 
 
-def _writable_and_retry(func, path, _exc) -> None:
-    """The reward may leave folders without write permission in its folder: take them back, then delete."""
+def remove_folder(root: str) -> None:
+    """Delete the throwaway folder however the reward left it, every process of the jail gone by now. Each folder
+    is made ours again (0700) before it is read, reached by a descriptor that never follows a link (a chmod by
+    path follows one: the reward could have had any file of the caller's made 0700), and the tree is walked
+    without recursion (a reward can nest folders deeper than Python's stack). What cannot be deleted is left."""
     try:
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-        func(path)
+        fd = _open_ours(root)
     except OSError:
-        pass
+        return
+    pending, names = [_empty(fd)], []  # per level, the folders left to delete; the names from root down
+    while pending:
+        if pending[-1]:
+            name = pending[-1].pop()
+            try:
+                sub = _open_ours(name, fd)
+            except OSError:
+                continue
+            os.close(fd)
+            fd = sub
+            names.append(name)
+            pending.append(_empty(fd))
+            continue
+        pending.pop()
+        if names:
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            with contextlib.suppress(OSError):
+                os.rmdir(names.pop(), dir_fd=fd)
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+
+
+def _open_ours(name: str, dir_fd: int | None = None) -> int:
+    """The folder `name` (never a link) made 0700 and opened for reading."""
+    path = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.chmod(f"/proc/self/fd/{path}", 0o700)  # the folder itself, not a link's target
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=path)
+    finally:
+        os.close(path)
+
+
+def _empty(fd: int) -> list[str]:
+    """Delete all but the folders in the folder `fd`; the folders' names."""
+    folders = []
+    with contextlib.suppress(OSError), os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.name, dir_fd=fd)
+    return folders
 
 
 def _watch(result: Run, command: list[str], home: str, backstop_s: float) -> None:
