@@ -45,8 +45,9 @@ TOKEN = "hf_not_a_real_token_8c1f0e"  # the job's secret: never in the state in 
 KUBE_TOKEN = "kube-token-for-tests"  # the bearer token the provider sends the API server (CLOUDSDK_AUTH_ACCESS_TOKEN)
 JOB_URN_TAIL = "pulumi-python:dynamic/verl-gke:RayJob::job"
 ACTIVE = {"PENDING", "RUNNING"}
-# The last commit before this tier: its provider modules write the state an upgrade reads (no release tag yet).
-BASE_COMMIT = "ac8e8641352f27dc73f2042c2208e7b04cf5cb31"
+# Release 0.1.0 on main (CHANGELOG.md, release/urns-0.1.0.json): its provider modules write the state an upgrade
+# from the release reads.
+BASE_COMMIT = "12a0af0ab8c85894509b05ad2551b1aea0158139"
 
 
 # ----------------------------------------------------------------------------- the venv, the head, the stack

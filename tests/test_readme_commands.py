@@ -66,7 +66,8 @@ def test_the_front_page_is_at_most_300_lines():
 
 # What a reader is told to run: every line of a ```sh block, and inline code that runs this repository's tools.
 # (The prerequisites' own setup, `gcloud auth login` and the like, is named inline and is not ours to run.)
-FENCE = re.compile(r"^```(?P<lang>[^\n]*)\n(?P<body>.*?)^```$", re.M | re.S)
+# A fenced block opens with ``` or ~~~ and closes with the same (CommonMark); an indented one is refused below.
+FENCE = re.compile(r"^(?P<fence>```|~~~)(?P<lang>[^\n]*)\n(?P<body>.*?)^(?P=fence)$", re.M | re.S)
 INLINE = re.compile(r"`(venv/bin/python -m [^`]+|pulumi config set [^`]+)`")
 # A command and the test that runs it: a test function ("file::name"), or `.ci/run` for the setup and the suite
 # it runs itself. `pulumi up` and `pulumi destroy` need Google Cloud: the real CLI runs the program offline as
@@ -122,6 +123,27 @@ def test_every_command_on_the_front_page_is_run_by_a_test():
 def test_a_command_no_test_runs_is_found():
     assert front_page_commands("```sh\nmake install   # a new step\n```\n") == ["make install"]
     assert runner("make install") is None
+
+
+def test_a_command_in_a_tilde_fence_is_found():
+    assert front_page_commands("~~~sh\nmake install\n~~~\n") == ["make install"]
+
+
+def indented_code(text: str) -> list[str]:
+    """Lines that open an indented code block (four spaces or a tab after a blank line), outside the fences:
+    a command there is in no ```sh block, so no test would be asked to run it."""
+    outside = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    lines = outside.splitlines()
+    return [line for before, line in zip(["", *lines[:-1]], lines, strict=True)
+            if not before.strip() and re.match(r"( {4}|\t)\s*\S", line)]
+
+
+def test_an_indented_code_block_is_found():
+    assert indented_code("Run it:\n\n    make install\n\n```sh\n\n    inside a fence\n```\n") == ["    make install"]
+
+
+def test_the_front_page_has_no_indented_code_block():
+    assert indented_code(README) == [], "put commands in a ```sh block, where the tests find them"
 
 
 @pytest.mark.parametrize("by", sorted({by for _, by in RUN_BY} - {".ci/run"}))

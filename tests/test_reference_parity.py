@@ -218,7 +218,7 @@ def ours(acc: str, mode: str) -> dict[str, Any]:
             "pool.gpu_driver_version": gpu["gpuDriverInstallationConfig"]["gpuDriverVersion"],
             "pool.gvnic": node["gvnic"]["enabled"],
             "pool.local_ssd_ephemeral": node["ephemeralStorageLocalSsdConfig"]["localSsdCount"],
-            # The node config fields GKE reports differently (the live-stack fields are test_live_upgrade's).
+            # The node config fields GKE reports differently (components/cluster.py GPU_POOL_IGNORE_CHANGES).
             "pool.ignore_changes": [_snake(p.removeprefix("nodeConfig.")) for p in getattr(pool, "ignore_changes", [])
                                     if p.startswith("nodeConfig.")],
             "pool.taints": [[t["key"], t["value"], t["effect"]] for t in node["taints"]],
