@@ -28,6 +28,11 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("an AWS access key id (AKIA...)", re.compile(r"(?<![A-Z0-9])AKIA[0-9A-Z]{16}(?![A-Z0-9])")),
     ("a Google API key (AIza...)", re.compile(r"AIza[0-9A-Za-z_-]{35}")),
     ("a private key (-----BEGIN ... PRIVATE KEY)", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY")),
+    # OpenAI's (sk-..., sk-proj-...) and Anthropic's (sk-ant-...) API keys; Google's OAuth access tokens
+    # (ya29.); Slack's bot/user/app tokens (xoxb-, xoxp-, xapp-): shapes a reward or an eval often needs.
+    ("an OpenAI or Anthropic API key (sk-...)", re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}")),
+    ("a Google OAuth access token (ya29....)", re.compile(r"(?<![A-Za-z0-9])ya29\.[0-9A-Za-z_-]{20,}")),
+    ("a Slack token (xoxb-/xoxp-/xapp-...)", re.compile(r"(?<![A-Za-z0-9])(?:xox[abposr]|xapp)-[0-9A-Za-z-]{10,}")),
 )
 
 

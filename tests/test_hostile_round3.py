@@ -261,3 +261,15 @@ def test_a_data_path_too_long_is_refused_by_the_plan(sandbox):
     refused_by_the_plan(sandbox, hostile.stack_text(**{"verl-gke:dataTrainFile": "x" * 300,
                                                         "verl-gke:dataValFile": "v.parquet"}),
                         "verl-gke:dataTrainFile")
+
+
+@pytest.mark.parametrize("token", [
+    "sk-proj-" + "Ab1" * 16,  # OpenAI project key
+    "sk-ant-api03-" + "Xy9_" * 10,  # Anthropic
+    "ya29.a0AfH6SM" + "Bc2-" * 8,  # Google OAuth access token
+    "xoxb-1234567890-" + "AbCd" * 6,  # Slack bot token
+])
+def test_other_well_known_tokens_in_a_plain_key_are_refused_without_echo(token):
+    lines = gate_problems(**{"verl-gke:namespace": f"x-{token}"})
+    assert any(line.startswith("verl-gke:namespace = <not shown") for line in lines), lines
+    assert not any(token in line for line in lines), lines

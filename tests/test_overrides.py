@@ -40,7 +40,7 @@ CASES = {
     "reward-by-dict": ("custom_reward_function={path: /tmp/reward.py, name: score}", "verl-gke:rewardFile"),
     "train-files-by-dict": ("data={train_files: /tmp/other.parquet}", "data.train_files"),
     "credential-in-runtime-env": (f"+ray_kwargs.ray_init.runtime_env={{env_vars: {{OPENAI_API_KEY: {CREDENTIAL}}}}}",
-                                  "OPENAI_API_KEY"),
+                                  "looks like an OpenAI"),  # the value's shape; its key's name: the property tests
     "delete-a-node": ("~trainer", "by deleting trainer"),
     "delete-a-key": ("~trainer.critic_warmup", "deletes trainer.critic_warmup"),
     "sweep": ("trainer.critic_warmup=0,1", "is a sweep"),
