@@ -9,6 +9,7 @@ which the offline plan's table (tools.node_fit) shows. `cfg` is a stacks.config.
 
 from __future__ import annotations
 
+from catalog import naming
 from catalog.node_fit import NodeShape, node_shape, pod_requests, short
 from catalog.problems import Problem, named
 from components.cluster import CPU_POOL_NAME, GPU_POOL_NAME, GkeClusterArgs
@@ -33,7 +34,10 @@ def problems(cfg) -> list[Problem]:
     gpu = node_shape(GPU_POOL_NAME, acc.machine_type, acc.boot_disk_gb, acc.local_ssds)
     found: list[Problem] = []
     # (pod, template, node, {resource: (the key that changes it, its value, what to do)})
-    head_fix = {"cpu": ("rayHeadCpu", cl.head_cpu, _fix("rayHeadCpu", "cpuMachineType")),
+    # A head that asks for the whole machine or more: the machine is what to change; otherwise the request.
+    head_cpu_key = "cpuMachineType" if (naming.machine_vcpus(cl.cpu_machine_type) or 0) <= cl.head_cpu else "rayHeadCpu"
+    head_fix = {"cpu": (head_cpu_key, getattr(cl, "head_cpu" if head_cpu_key == "rayHeadCpu" else "cpu_machine_type"),
+                        _fix("rayHeadCpu", "cpuMachineType")),
                 "memory": ("rayHeadMemoryGib", cl.head_memory_gib, _fix("rayHeadMemoryGib", "cpuMachineType")),
                 "ephemeral-storage": ("cpuMachineType", cl.cpu_machine_type, "the CPU pool's boot disk is sized "
                                       "for the head (catalog.nodes.cpu_boot_disk_gb): report this")}
