@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from catalog.capacity import FLEX_START, ON_DEMAND, RESERVATION, SPOT
 from catalog.gke import AI_CLUSTER_DOC, Floor
+from catalog.nodes import allocatable
 from catalog.versions import GIB_INSTALLER_REVISION
 
 GiB = 1024**3
@@ -106,12 +107,11 @@ class Accelerator:
 
     @property
     def allocatable_cpu(self) -> float:
-        return self.vcpus - gke_reserved_cpu(self.vcpus)
+        return allocatable(self.vcpus, self.memory_gb * 1e9 / GiB)[0]
 
     @property
     def allocatable_memory_gib(self) -> float:
-        total = self.memory_gb * 1e9 / GiB
-        return total - gke_reserved_memory_gib(total) - 0.1  # 100Mi hard eviction threshold
+        return allocatable(self.vcpus, self.memory_gb * 1e9 / GiB)[1]
 
     @property
     def worker_cpu(self) -> int:
@@ -127,30 +127,6 @@ class Accelerator:
         if autopilot:
             return self.autopilot_worker_cpu, self.autopilot_worker_memory_gib
         return self.worker_cpu, self.worker_memory_gib
-
-
-def gke_reserved_cpu(vcpus: int) -> float:
-    """GKE's CPU reservation: 6% of the 1st core, 1% of the 2nd, 0.5% of the next 2, 0.25% above 4."""
-    tiers = ((1, 0.06), (1, 0.01), (2, 0.005), (float("inf"), 0.0025))
-    return _tiered(vcpus, tiers)
-
-
-def gke_reserved_memory_gib(memory_gib: float) -> float:
-    """GKE's memory reservation: 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8,
-    6% of the next 112, 2% above 128 GiB."""
-    tiers = ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02))
-    return _tiered(memory_gib, tiers)
-
-
-def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
-    reserved, left = 0.0, amount
-    for size, rate in tiers:
-        take = min(left, size)
-        reserved += take * rate
-        left -= take
-        if left <= 0:
-            break
-    return reserved
 
 
 ACCELERATORS: dict[str, Accelerator] = {

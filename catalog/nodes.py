@@ -4,7 +4,7 @@ The CPU pool's boot disk is shared by the image, the node's system, and the ephe
 the staging Job and the Ray head (their containers' writable layers, emptyDirs and the GCS FUSE
 sidecars' buffers). Sized here from the pods' disk budgets so DiskPressure never evicts them. The
 size is kept as it was computed (a new size replaces the CPU pool); whether each pod fits the
-node's allocatable, with GKE's full system reservation, is checked by the plan (tools.node_fit,
+node's allocatable, with GKE's full system reservation, is checked by the gate (catalog.node_fit,
 with the formulas below).
 """
 
@@ -32,9 +32,8 @@ def cpu_boot_disk_gb(staging_pod_gib: float, head_pod_gib: float) -> int:
 
 
 # ----------------------------------------------------------------------------- Standard node allocatable
-# GKE "About GKE node sizing" (cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes):
-# allocatable = capacity - kube/system reservation - eviction threshold. CPU and memory tiers are
-# catalog.accelerators.gke_reserved_cpu / gke_reserved_memory_gib (100 MiB memory eviction threshold).
+# GKE "About GKE node sizing" (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes):
+# allocatable = capacity - kube/system reservation - eviction threshold (allocatable() below).
 # Ephemeral storage on the boot disk: GKE reserves min(50 %, 6 GiB + 35 %, 100 GiB) of the disk, and
 # the kubelet evicts below 10 % of the filesystem free. The filesystem is smaller than the disk: the
 # page's own sample node reports capacity 98831908Ki and allocatable 47060071478 bytes for a 100 GB
@@ -54,6 +53,29 @@ MEMORY_GB_PER_VCPU = {"standard": 4, "highmem": 8, "highcpu": 1}
 DAEMON_CPU = 1.0
 DAEMON_MEMORY_GIB = 2.0
 DAEMON_EPHEMERAL_GIB = 2.0
+EVICTION_MEMORY_GIB = 0.1  # the kubelet's 100 MiB hard memory eviction threshold, rounded up
+# GKE's reservation tiers: (size, rate) from the first vCPU / GiB up.
+CPU_RESERVATION = ((1, 0.06), (1, 0.01), (2, 0.005), (float("inf"), 0.0025))
+MEMORY_RESERVATION = ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02))
+
+
+def allocatable(vcpus: float, memory_gib: float) -> tuple[float, float]:
+    """(CPU, memory GiB) GKE leaves to pods on a Standard node of this size: the one place of GKE's formula
+    (6 % of the 1st core, 1 % of the 2nd, 0.5 % of the next 2, 0.25 % above 4; 25 % of the first 4 GiB,
+    20 % of the next 4, 10 % of the next 8, 6 % of the next 112, 2 % above 128 GiB; the eviction threshold)."""
+    return (vcpus - _tiered(vcpus, CPU_RESERVATION),
+            memory_gib - _tiered(memory_gib, MEMORY_RESERVATION) - EVICTION_MEMORY_GIB)
+
+
+def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
+    reserved, left = 0.0, amount
+    for size, rate in tiers:
+        take = min(left, size)
+        reserved += take * rate
+        left -= take
+        if left <= 0:
+            break
+    return reserved
 
 
 def boot_disk_allocatable_gib(boot_disk_gb: int) -> float:

@@ -146,7 +146,6 @@ class DataPrep(pulumi.ComponentResource):
         flags: list[pulumi.Input[str]] = list(command_flags(args))
         if args.bucket_name is not None:
             flags += ["--lease-gcs", pulumi.Output.concat("gs://", args.bucket_name, "/", STAGING_LEASE)]
-        container_gib = gib_quantity(args.disk_budget.container_gib)
         container = {
             "name": CONTAINER,
             "image": args.image,
@@ -156,11 +155,7 @@ class DataPrep(pulumi.ComponentResource):
             # The script writes why it failed here; without it, the log's tail: either way the
             # reason reaches the Job's pod status, which Pulumi prints when the Job fails.
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "resources": {
-                "requests": {"cpu": args.cpu_request, "memory": args.memory_request,
-                             "ephemeral-storage": container_gib},
-                "limits": {"memory": args.memory_limit, "ephemeral-storage": container_gib},
-            },
+            "resources": resources(args),
             "volumeMounts": [
                 {"name": "bucket", "mountPath": MOUNT},
                 {"name": "script", "mountPath": SCRIPTS_DIR, "readOnly": True},
@@ -257,6 +252,19 @@ def _checks(task_check: dict | None) -> list[Path]:
 def _extra_key(dest: str) -> str:
     """The ConfigMap key of an extra file: its file name."""
     return posixpath.basename(dest)
+
+
+def resources(args: DataPrepArgs) -> dict[str, dict[str, str]]:
+    """The stage container's requests and limits (the gate sizes the pod by them: stacks.node_fit)."""
+    container_gib = gib_quantity(args.disk_budget.container_gib)
+    return {"requests": {"cpu": args.cpu_request, "memory": args.memory_request, "ephemeral-storage": container_gib},
+            "limits": {"memory": args.memory_limit, "ephemeral-storage": container_gib}}
+
+
+def sized_template(args: DataPrepArgs) -> dict:
+    """The part of the staging pod's template that sizes it: the container's resources, the sidecar's
+    annotations."""
+    return {"metadata": {"annotations": _annotations(args)}, "spec": {"containers": [{"resources": resources(args)}]}}
 
 
 def _annotations(args: DataPrepArgs) -> dict[str, str]:

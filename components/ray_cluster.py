@@ -318,8 +318,8 @@ class RayCluster(pulumi.ComponentResource):
         acc = args.accelerator
         spec = {
             "rayVersion": args.ray_version,
-            "headGroupSpec": self._head(args),
-            "workerGroupSpecs": [self._workers(args)],
+            "headGroupSpec": self.head_group(args),
+            "workerGroupSpecs": [self.worker_group(args)],
         }
         self.cluster = k8s.apiextensions.CustomResource(
             f"{name}-raycluster", api_version=API_VERSION, kind="RayCluster",
@@ -348,7 +348,9 @@ class RayCluster(pulumi.ComponentResource):
                 # The datasets library's Arrow cache on the pod's own disk, not through the bucket.
                 "HF_DATASETS_CACHE": args.paths.datasets_cache}
 
-    def _head(self, args: RayClusterArgs) -> dict:
+    @staticmethod
+    def head_group(args: RayClusterArgs) -> dict:
+        """The head group as registered: pure, so the gate sizes the pod it renders (stacks.node_fit)."""
         pod_spec: dict = {
             "serviceAccountName": args.service_account,
             "containers": [{
@@ -359,7 +361,7 @@ class RayCluster(pulumi.ComponentResource):
                     {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
                     {"containerPort": CLIENT_PORT, "name": "client"},
                 ],
-                "env": _env(self._common_env(args)),
+                "env": _env(RayCluster._common_env(args)),
                 "resources": _resources({"cpu": str(args.head_cpu), "memory": f"{args.head_memory_gib}Gi",
                                          "ephemeral-storage": f"{HEAD_EPHEMERAL_GIB}Gi"}),
                 "volumeMounts": [
@@ -389,9 +391,11 @@ class RayCluster(pulumi.ComponentResource):
             },
         }
 
-    def _workers(self, args: RayClusterArgs) -> dict:
+    @staticmethod
+    def worker_group(args: RayClusterArgs) -> dict:
+        """The GPU worker group as registered (pure, like head_group)."""
         acc = args.accelerator
-        common = self._common_env(args)
+        common = RayCluster._common_env(args)
         nccl = nccl_env(acc)
         gcsfuse = gcsfuse_pod_annotations(args.autopilot, WORKER_SIDECAR)
         mounts = [

@@ -28,7 +28,7 @@ from catalog.problems import ConfigError, Problem
 from recipe import tuning
 from recipe.grpo import GrpoSettings, extra_override_problems, settings_problems
 from recipe.grpo import warnings as grpo_warnings
-from stacks import checkpoints, component_rules, cross_keys, dataset
+from stacks import checkpoints, component_rules, cross_keys, dataset, node_fit
 from stacks.cross_keys import PLACEHOLDER_PROJECT
 from stacks.key_values import KeyValues
 from stacks.keys import CHANNELS, KEYS, KEYS_BY_NAME, MODES, PROJECT, field_key
@@ -201,6 +201,9 @@ def load(raw: Mapping[str, str], stack: str, allow_placeholder_project: bool = F
     )
     # Every component's own rules on the args this config gives it (stacks.component_rules).
     if problems := component_rules.problems(cfg):
+        raise ConfigError(problems)
+    # Then each pod against its node (from the args the components accepted: stacks.node_fit).
+    if problems := node_fit.problems(cfg):
         raise ConfigError(problems)
     return cfg
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import ipaddress
 
 from catalog import gke, naming, zones
-from catalog.accelerators import Accelerator, gke_reserved_cpu, gke_reserved_memory_gib
-from catalog.gcsfuse import STANDARD_SIDECAR_REQUEST
+from catalog.accelerators import Accelerator
 from catalog.gke import Floor
 from catalog.models import is_gated
 from catalog.problems import Problem
@@ -79,7 +78,8 @@ def network(r: KeyValues, acc: Accelerator) -> None:
 
 
 def cluster(r: KeyValues, acc: Accelerator, floors: tuple[Floor, ...]) -> None:
-    """A pinned GKE version meets the floors, the mode suits the accelerator, the CPU pool holds the Ray head."""
+    """A pinned GKE version meets the floors, the mode suits the accelerator (whether the CPU pool holds the Ray
+    head: stacks.node_fit, on the rendered pods)."""
     pin = r.v["gkeVersion"]
     if pin and r.passed("gkeVersion"):
         # A full pin meets every floor or fails here; a minor pin fails here when its whole minor is
@@ -93,40 +93,9 @@ def cluster(r: KeyValues, acc: Accelerator, floors: tuple[Floor, ...]) -> None:
         r.bad("clusterMode", mode, f"accelerator {acc.key} has no Autopilot worker size in the catalog: use standard")
     if r.v["zonalCluster"] and mode == "autopilot":
         r.bad("zonalCluster", True, "Autopilot clusters are regional: set it false or use clusterMode standard")
-    machine, head_cpu, head_memory = r.v["cpuMachineType"], r.v["rayHeadCpu"], r.v["rayHeadMemoryGib"]
-    if r.passed("cpuMachineType"):
-        vcpus = naming.machine_vcpus(machine) or 0  # a machine type: cpuMachineType's own rule
-        if vcpus <= head_cpu:
-            # The head's pod also carries a GCS FUSE sidecar, and GKE reserves part of every node.
-            r.bad("cpuMachineType", machine, f"has {vcpus} vCPUs; the Ray head requests {head_cpu} (rayHeadCpu): "
-                  f"use a machine with more than {head_cpu} vCPUs or lower rayHeadCpu")
-        else:
-            for problem in head_fit_problems(machine, vcpus, head_cpu, head_memory):
-                r.bad("cpuMachineType", machine, problem)
     lo, hi = r.v["cpuNodesMin"], r.v["cpuNodesMax"]
     if hi < lo:
         r.bad("cpuNodesMax", hi, f"must be >= cpuNodesMin ({lo})")
-
-
-def head_fit_problems(machine: str, vcpus: int, head_cpu: int, head_memory_gib: int) -> list[str]:
-    """Whether the Ray head pod (its request plus the GCS FUSE sidecar's) fits what GKE leaves allocatable
-    on one CPU node (catalog.accelerators' GKE reservation tiers and the 100 Mi eviction threshold); a
-    head that does not fit pends until jobReadyTimeoutMinutes ends. Memory only for series in
-    catalog.zones.MEMORY_PER_VCPU_GIB."""
-    sidecar = STANDARD_SIDECAR_REQUEST
-    cpu = vcpus - gke_reserved_cpu(vcpus)
-    found = []
-    if head_cpu + sidecar.cpu > cpu:
-        found.append(f"leaves {cpu:.2f} CPU allocatable; the Ray head requests {head_cpu} (rayHeadCpu) + "
-                     f"{sidecar.cpu} for its GCS FUSE sidecar: use a larger machine or lower rayHeadCpu")
-    total = zones.memory_gib(machine, vcpus)
-    if total is not None:
-        memory = total - gke_reserved_memory_gib(total) - 0.1
-        if head_memory_gib + sidecar.memory_gib > memory:
-            found.append(f"leaves {memory:.1f} GiB allocatable of {total:g} GiB; the Ray head requests "
-                         f"{head_memory_gib} GiB (rayHeadMemoryGib) + {sidecar.memory_gib} GiB for its GCS FUSE "
-                         "sidecar: use a machine with more memory or lower rayHeadMemoryGib")
-    return found
 
 
 def credentials(r: KeyValues) -> None:

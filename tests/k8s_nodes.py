@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from catalog import nodes
-from catalog.accelerators import ACCELERATORS, GPU_RESOURCE, GiB, gke_reserved_cpu, gke_reserved_memory_gib
+from catalog.accelerators import ACCELERATORS, GPU_RESOURCE, GiB
 from catalog.naming import machine_vcpus
 from tests.k8s_cluster import KWOK_NODE_ANNOTATION
 
@@ -58,8 +58,8 @@ def _status(machine: str, disk_gb: int, local_ssds: int, extended: dict[str, str
     else:
         eph_capacity = disk_gb * nodes.FS_CAPACITY_FRACTION
         eph = nodes.boot_disk_allocatable_gib(disk_gb)
-    cpu_m = int((vcpus - gke_reserved_cpu(vcpus)) * 1000)
-    memory_ki = int((memory_gib - gke_reserved_memory_gib(memory_gib) - 0.1) * 1024 * 1024)
+    cpu, memory = nodes.allocatable(vcpus, memory_gib)
+    cpu_m, memory_ki = int(cpu * 1000), int(memory * 1024 * 1024)
     capacity = {"cpu": str(vcpus), "memory": f"{int(memory_gib * 1024 * 1024)}Ki",
                 "ephemeral-storage": f"{int(eph_capacity * 1024 * 1024)}Ki", "pods": str(MAX_PODS), **extended}
     allocatable = {"cpu": f"{cpu_m}m", "memory": f"{memory_ki}Ki",

@@ -430,3 +430,12 @@ def test_the_offline_plan_refuses_the_same_secrets_from_the_cli_written_stack_fi
                       str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert all(f"{key} is set as a secret" in err for key in REFUSED_SECRETS), err
+
+
+def test_a_ray_head_that_does_not_fit_its_node_is_refused_under_the_real_cli(runs):
+    """Node fit runs in the gate `pulumi preview` runs, not only in the offline plan (after every other rule
+    passed, hence a stack file of its own rather than a row of GATE_CASES)."""
+    text = with_lines(dev_text(), {"gcp:project": PROJECT_ID, "verl-gke:rayHeadCpu": "7"})
+    run = runs.preview("head-fit", text, "dev")
+    assert run.result.code != 0, run.result
+    assert "invalid stack configuration" in run.errors() and "verl-gke:rayHeadCpu = 7" in run.errors(), run.errors()

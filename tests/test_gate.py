@@ -233,3 +233,18 @@ def test_the_secret_keys_pass_as_secrets():
     cfg = config.load({**BASE, "verl-gke:hfToken": "hf_x", "verl-gke:wandbApiKey": "k"}, "gate",
                       secret_keys=["verl-gke:hfToken", "verl-gke:wandbApiKey"])
     assert cfg.has_hf_token and cfg.has_wandb_key
+
+
+# --- node fit: a pod that would stay Pending on its Standard node is refused by the gate ------------------
+
+def test_a_ray_head_larger_than_its_cpu_node_leaves_is_refused_naming_ray_head_cpu():
+    """The dev stack's e2-standard-8 leaves 6.91 CPU after GKE's reservations and DaemonSets; a 7-CPU head
+    (7.25 with its GCS FUSE sidecar) would pend: `pulumi up` must refuse it as the plan does."""
+    from stacks import config
+
+    raw, secret_keys = plan.read_stack_file(ROOT / "Pulumi.dev.yaml", "dev")
+    with pytest.raises(config.ConfigError) as err:
+        config.load({**raw, "verl-gke:rayHeadCpu": "7"}, "dev", allow_placeholder_project=True,
+                    secret_keys=secret_keys)
+    assert [p for p in err.value.problems if p.startswith("verl-gke:rayHeadCpu = 7: ") and "leaves 6.91" in p], \
+        err.value.problems

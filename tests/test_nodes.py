@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from catalog import nodes
-from catalog.accelerators import ACCELERATORS, gke_reserved_cpu
+from catalog.accelerators import ACCELERATORS
 from tests.test_admission import STACKS, plans
 from tools import node_fit, plan
 
@@ -18,7 +18,7 @@ def test_boot_disk_allocatable_reproduces_the_gke_sizing_page_sample():
     """"About GKE node sizing" shows a node with a 100 GB boot disk: capacity 98831908Ki, allocatable
     ephemeral-storage 47060071478 and cpu 3920m of 4."""
     assert nodes.boot_disk_allocatable_gib(100) == pytest.approx(47060071478 / GiB, abs=0.01)
-    assert 4 - gke_reserved_cpu(4) == pytest.approx(3.92)
+    assert nodes.allocatable(4, 16)[0] == pytest.approx(3.92)
 
 
 def test_issue_figures_for_a_200_gb_boot_disk():

@@ -120,15 +120,15 @@ def test_the_plan_fails_and_prints_the_table(tmp_path, monkeypatch):
     with a patched RayCluster component)."""
     import components.ray_cluster as rc
 
-    orig = rc.RayCluster._head
+    orig = rc.RayCluster.head_group
 
-    def head(self, args):
-        h = orig(self, args)
+    def head(args):
+        h = orig(args)
         c = h["template"]["spec"]["containers"][0]
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m["mountPath"] != "/checkpoints"]
         return h
 
-    monkeypatch.setattr(rc.RayCluster, "_head", head)
+    monkeypatch.setattr(rc.RayCluster, "head_group", staticmethod(head))
     done = plan_in_process("--stack", "dev", "--quiet", "--out", str(tmp_path / "out"))
     assert done.returncode == 2, done.stderr[-2000:]
     assert "where things run" in done.stderr and "--state (recovery budget)" in done.stderr
