@@ -134,3 +134,19 @@ def plan_in_process(*args: str) -> subprocess.CompletedProcess:
     for w in caught:
         err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
     return subprocess.CompletedProcess(["tools.plan", *args], code, out.getvalue(), err.getvalue())
+
+
+def count_program_runs(monkeypatch, tmp_path: Path) -> list[int]:
+    """Each mocked program run's resource count, appended as it runs (a refusal must leave it empty), with the
+    plan's default output folder moved inside the test's folder."""
+    registered: list[int] = []
+    real_run = mocking.run
+
+    def counting_run(*args, **kwargs):
+        run = real_run(*args, **kwargs)
+        registered.append(len(run.resources))
+        return run
+
+    monkeypatch.setattr(mocking, "run", counting_run)
+    monkeypatch.setattr(plan, "PLAN_ROOT", tmp_path / "build" / "plan")
+    return registered

@@ -25,8 +25,8 @@ import yaml
 from catalog.problems import MAX_LINES, Problem
 from stacks import config as stack_config
 from stacks import key_values
-from tests.stack_helpers import ROOT, STACK_FILES, plan_command, plan_in_process
-from tools import mocking, plan
+from tests.stack_helpers import ROOT, STACK_FILES, count_program_runs, plan_command, plan_in_process
+from tools import plan
 
 GOOD = {  # Pulumi.b200.yaml's values, as YAML text
     "gcp:project": "replace-with-your-project-id",
@@ -347,16 +347,7 @@ BAD_ARGS: list[tuple[str, list[str], str]] = [
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
     """A stack file, an output folder that must stay absent, a default plan root, and a resource count."""
-    registered: list[int] = []
-    real_run = mocking.run
-
-    def counting_run(*args, **kwargs):
-        run = real_run(*args, **kwargs)
-        registered.append(len(run.resources))
-        return run
-
-    monkeypatch.setattr(mocking, "run", counting_run)
-    monkeypatch.setattr(plan, "PLAN_ROOT", tmp_path / "build" / "plan")
+    registered = count_program_runs(monkeypatch, tmp_path)
     # These cases probe deletion: should the plan ever regress, it must fail the test, never delete a
     # real folder (an old plan run with `--stack /etc` once replaced a machine's /etc with its output).
     inside = tmp_path.resolve()

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.override_grammar import NAME, judged, overrides, tree_keys
-from tests.stack_helpers import ROOT, STACK_FILES, plan_in_process
-from tools import destroy, mocking, plan
+from tests.stack_helpers import ROOT, STACK_FILES, count_program_runs, plan_in_process
+from tools import destroy, plan
 
 KEY = "verl-gke:grpoExtraOverrides"
 CREDENTIAL = "sk-proj-Zq7Xv0dLw3Rt9Yb2Kc5Hn8Mf1Pa4Se6Ug"
@@ -69,17 +69,7 @@ def stack_file(tmp_path: Path, items: list[str]) -> Path:
 @pytest.fixture
 def counted(monkeypatch, tmp_path):
     """Every program run's resource count; the plan's default output folder inside the test's folder."""
-    registered: list[int] = []
-    real_run = mocking.run
-
-    def counting_run(*args, **kwargs):
-        run = real_run(*args, **kwargs)
-        registered.append(len(run.resources))
-        return run
-
-    monkeypatch.setattr(mocking, "run", counting_run)
-    monkeypatch.setattr(plan, "PLAN_ROOT", tmp_path / "build" / "plan")
-    return registered
+    return count_program_runs(monkeypatch, tmp_path)
 
 
 def assert_refused(rc: int, text: str, named: str, tmp_path: Path, registered: list[int]) -> None:
