@@ -148,11 +148,14 @@ def _one_edit(a: str, b: str) -> bool:
 
 def _google_misspelling(name: str) -> str | None:
     """The part of `name` that reads as "google" or a close misspelling of it, None when none does."""
+    # A window with at least three real letters: digits ("604613", a date, the stack's own hex suffix, whose only
+    # letter of "google" is 'e') read as letters are no misspelling anyone typed.
     read = name.translate(_LOOK_ALIKES)
     for size in (6, 5, 7):
         for i in range(len(read) - size + 1):
-            if _one_edit(read[i:i + size], "google"):
-                return name[i:i + size]
+            window = name[i:i + size]
+            if sum(c.isalpha() for c in window) >= 3 and _one_edit(read[i:i + size], "google"):
+                return window
     return None
 
 

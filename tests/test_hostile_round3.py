@@ -214,6 +214,15 @@ def test_a_google_like_bucket_to_adopt_is_refused(name):
     assert any(line.startswith(f"verl-gke:bucketName = {name!r}: must not contain 'google'") for line in lines), lines
 
 
+@pytest.mark.parametrize("name", ["verl-dev-604613d9", "verl-dev-d6c6001e", "backup-20100613", "logs-2009-0613",
+                                  "data-60013"])
+def test_digits_that_only_read_as_google_are_no_misspelling(name):
+    """The stack's own `<prefix>-<8 hex>` bucket and dated names: digit runs, or windows across a '-', that the
+    look-alike table reads as "google" are adoptable (a stack told to adopt its own bucket must be able to)."""
+    cfg = stack_config.load({**BASE, "verl-gke:bucketName": name}, "hostile")
+    assert cfg.bucket_name == name
+
+
 @pytest.mark.parametrize("name", ["my_bucket", "data.example.com", ".".join(["a" * 63] * 3) + "." + "b" * 30])
 def test_a_bucket_name_cloud_storage_takes_can_be_adopted(name):
     cfg = stack_config.load({**BASE, "verl-gke:bucketName": name}, "hostile")
