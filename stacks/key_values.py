@@ -23,6 +23,7 @@ from typing import Any
 
 from catalog.gcp_provider import GCP_PROVIDER_KEYS, provider_keys
 from catalog.problems import MAX_LINES, MAX_SHOWN, SECRET, Problem, shown
+from catalog.secret_shapes import credential_shape
 from stacks.keys import DATA_BOUND, KEYS, KEYS_BY_NAME, KIND_RULES, PLAIN_TEXT, PROJECT, Key
 
 _ATOI = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi takes (the CLI's `integer` check)
@@ -51,6 +52,7 @@ class KeyValues:
         masked = {KEYS_BY_NAME[k].full for k in self.masked}
         self.raw = {k: v for k, v in raw.items() if k not in masked}
         self.problems += unknown_key_problems(raw)
+        self.problems += provider_credential_problems(raw, self.secret)
         self.v: dict[str, Any] = {}
         for k in KEYS:
             if k.secret:
@@ -234,6 +236,28 @@ def _invisible(key: str) -> bool:
 def _visible(key: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKC", key)
                    if not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp")))
+
+
+# The Google provider's keys that hold a credential (pulumi-gcp's config: `credentials` a service-account key's JSON,
+# `accessToken` an OAuth token): plain text in a stack file puts it in git.
+KEYS_FULL = frozenset(k.full for k in KEYS)
+PROVIDER_CREDENTIAL_KEYS = ("gcp:credentials", "gcp:accessToken")
+
+
+def provider_credential_problems(raw: Mapping[str, Any], secret_keys: Collection[str]) -> list[Problem]:
+    """Keys outside the key table (the provider's `gcp:*`, `pulumi:*`) holding a credential in plain text: the
+    provider's credential keys set without --secret, and any such key whose value looks like a credential."""
+    problems: list[Problem] = []
+    for key in sorted(raw):
+        if key in KEYS_FULL or key in secret_keys or key.partition(":")[0] not in ("gcp", "pulumi"):
+            continue
+        value = raw[key]
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if key in PROVIDER_CREDENTIAL_KEYS or credential_shape(text):
+            problems.append(Problem(key, f"must not hold a credential in plain text (the stack file is tracked by "
+                                         f"git): set it with `pulumi config set --secret {key} <value>`, or use "
+                                         "Application Default Credentials", value=SECRET))
+    return problems
 
 
 def unknown_key_problems(raw: Mapping[str, Any]) -> list[Problem]:

@@ -282,3 +282,21 @@ def test_other_well_known_tokens_in_a_plain_key_are_refused_without_echo(token):
     lines = gate_problems(**{"verl-gke:namespace": f"x-{token}"})
     assert any(line.startswith("verl-gke:namespace = <not shown") for line in lines), lines
     assert not any(token in line for line in lines), lines
+
+
+@pytest.mark.parametrize("key,value", [
+    ("gcp:accessToken", "ya29.a0AfH6SMBxa0AfH6SMBxa0AfH6SMBxa0AfH6SMBx"),
+    ("gcp:credentials", '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIE"}'),
+    ("gcp:impersonateServiceAccount", TOKEN),
+    ("pulumi:tags", json.dumps({"a": TOKEN})),
+])
+def test_a_credential_in_a_provider_key_in_plain_text_is_refused_without_echo(key, value):
+    lines = gate_problems(**{key: value})
+    assert any(line.startswith(f"{key} = [secret]: must not hold a credential in plain text") for line in lines), lines
+    assert not any(value in line or TOKEN in line or "ya29." in line for line in lines), lines
+
+
+def test_a_provider_credential_set_as_a_secret_is_taken():
+    cfg = stack_config.load({**BASE, "gcp:accessToken": "ya29.a0AfH6SMBxa0AfH6SMBxa0AfH6SMBx"}, "hostile",
+                            secret_keys=["gcp:accessToken"])
+    assert cfg.project
