@@ -265,7 +265,6 @@ def unknown_key_problems(raw: Mapping[str, Any]) -> list[Problem]:
     namespace nothing in `pulumi up` reads."""
     problems: list[Problem] = []
     ours = [k.name for k in KEYS if ":" not in k.name]
-    known = {k.full for k in KEYS}
 
     def closest(name: str, names: list[str]) -> list[str]:
         # A "did you mean" only where a line can be printed: difflib over every key of a file with 20,000
@@ -275,17 +274,17 @@ def unknown_key_problems(raw: Mapping[str, Any]) -> list[Problem]:
 
     for key in sorted(raw):
         namespace, _, name = key.partition(":")
-        if key not in known and _invisible(key):
+        if key not in KEYS_FULL and _invisible(key):
             # Show the exact characters: a "did you mean" with an identical-looking name helps no one.
             look_alike = _visible(key)
             hint = (f"it looks like {look_alike} but carries invisible or space characters; retype it"
-                    if look_alike in known else "keys have no spaces or invisible characters")
+                    if look_alike in KEYS_FULL else "keys have no spaces or invisible characters")
             problems.append(Problem(shown(key), f"(as typed, escaped) is not a known key: {hint}"))
         elif namespace == PROJECT and name not in KEYS_BY_NAME:
             close = closest(name, ours)
             hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see Pulumi.yaml for the declared keys"
             problems.append(Problem(key, f"is not a known key: {hint}"))
-        elif namespace == "gcp" and key not in known and name not in provider_keys():
+        elif namespace == "gcp" and key not in KEYS_FULL and name not in provider_keys():
             # The Google provider reads its own keys (catalog.gcp_provider); a typo of one (gcp:regoin) would
             # otherwise surface only as the key it meant being unset.
             close = closest(name, GCP_NAMES)
